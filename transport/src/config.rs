@@ -1,0 +1,77 @@
+//! Transport settings, read from `RDCOLL_*` environment variables with laptop-friendly defaults.
+
+use std::time::Duration;
+
+use crate::error::{Result, TransportError};
+
+/// Settings shared by the backends.
+#[derive(Debug, Clone)]
+pub struct FabricConfig {
+    /// How long a silent peer may go before it is declared failed (`RDCOLL_PEER_TIMEOUT_MS`).
+    pub peer_timeout: Duration,
+    /// How long bootstrap waits for peers and keys (`RDCOLL_BOOTSTRAP_TIMEOUT_MS`).
+    pub bootstrap_timeout: Duration,
+    /// Bytes of each shm message ring, per ordered pair (`RDCOLL_SHM_RING_BYTES`).
+    pub shm_ring_bytes: usize,
+    /// Bytes of each rank's shared heap for fabric-allocated regions (`RDCOLL_SHM_HEAP_BYTES`).
+    pub shm_heap_bytes: usize,
+    /// Whether shm may use `process_vm_readv/writev` (`RDCOLL_SHM_CMA=0` forces the bounce path).
+    pub shm_cma: bool,
+    /// Most regions one rank may have registered at once (`RDCOLL_MAX_REGIONS`).
+    pub max_regions: usize,
+}
+
+impl Default for FabricConfig {
+    fn default() -> Self {
+        FabricConfig {
+            peer_timeout: Duration::from_secs(5),
+            bootstrap_timeout: Duration::from_secs(60),
+            shm_ring_bytes: 256 * 1024,
+            shm_heap_bytes: 256 << 20,
+            shm_cma: true,
+            max_regions: 16384,
+        }
+    }
+}
+
+fn env_num(name: &str) -> Result<Option<u64>> {
+    match std::env::var(name) {
+        Ok(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
+            TransportError::InvalidArgument(format!("{name}={v:?} is not a non-negative integer"))
+        }),
+        Err(_) => Ok(None),
+    }
+}
+
+impl FabricConfig {
+    /// Defaults overridden by the environment; a malformed value is an error, not ignored.
+    pub fn from_env() -> Result<Self> {
+        let mut c = FabricConfig::default();
+        if let Some(ms) = env_num("RDCOLL_PEER_TIMEOUT_MS")? {
+            c.peer_timeout = Duration::from_millis(ms.max(100));
+        }
+        if let Some(ms) = env_num("RDCOLL_BOOTSTRAP_TIMEOUT_MS")? {
+            c.bootstrap_timeout = Duration::from_millis(ms);
+        }
+        if let Some(b) = env_num("RDCOLL_SHM_RING_BYTES")? {
+            let b = b as usize;
+            if !b.is_power_of_two() || b < 4 * crate::MAX_MESSAGE_SIZE {
+                return Err(TransportError::InvalidArgument(format!(
+                    "RDCOLL_SHM_RING_BYTES={b} must be a power of two of at least {}",
+                    4 * crate::MAX_MESSAGE_SIZE
+                )));
+            }
+            c.shm_ring_bytes = b;
+        }
+        if let Some(b) = env_num("RDCOLL_SHM_HEAP_BYTES")? {
+            c.shm_heap_bytes = b as usize;
+        }
+        if let Some(v) = env_num("RDCOLL_SHM_CMA")? {
+            c.shm_cma = v != 0;
+        }
+        if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
+            c.max_regions = (v as usize).clamp(1, 1 << 20);
+        }
+        Ok(c)
+    }
+}

@@ -1,0 +1,77 @@
+//! The transport contract every backend implements, shaped like verbs / libfabric RMA.
+
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::region::Region;
+use crate::types::{Event, OpId, Rank, RemoteAddr};
+
+/// One rank's endpoint into a job's fabric.
+///
+/// - Memory is registered as a [`Region`]; peers name it by [`crate::RemoteRegion`] and the owner
+///   checks every key, offset and length.
+/// - `put` / `get` move bytes between a local region and a peer's region; each reports an
+///   [`Event::Completed`]. A put may carry an immediate value, raised as [`Event::Immediate`] at
+///   the target once the data is visible there.
+/// - `send` carries small active messages (at most [`crate::MAX_MESSAGE_SIZE`] bytes), FIFO per
+///   ordered pair of ranks.
+/// - If a peer exits or its link breaks, every pending and later operation that involves it
+///   fails with [`crate::TransportError::PeerFailed`] within the peer timeout.
+pub trait Fabric: Send + Sync {
+    /// This endpoint's rank.
+    fn rank(&self) -> Rank;
+    /// Number of ranks in the job.
+    fn size(&self) -> usize;
+    /// Backend name: `local`, `shm` or `tcp`.
+    fn backend(&self) -> &'static str;
+
+    /// Allocates a zeroed region of `len` bytes that peers may put into and get from. On `shm`
+    /// it lives in the shared segment, so a peer's put is a direct store.
+    fn alloc_region(&self, len: usize) -> Result<Region>;
+
+    /// Registers caller memory so peers can reach it.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must stay valid (allocated, not moved) until [`Region::deregister`] has
+    /// returned or the last clone of the returned region is dropped, and must not be accessed
+    /// through Rust references while peers may write into it.
+    unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region>;
+
+    /// RDMA write: `len` bytes from `src` at `src_offset` to `dst`; with `imm`, the target sees
+    /// [`Event::Immediate`] after the data is in place. `src` must stay untouched until the
+    /// operation completes.
+    fn put(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        imm: Option<u64>,
+    ) -> Result<OpId>;
+
+    /// RDMA read: `len` bytes from `src` into `dst` at `dst_offset`.
+    fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId>;
+
+    /// Sends an active message to `dest` (which may be this rank).
+    fn send(&self, dest: Rank, data: &[u8]) -> Result<()>;
+
+    /// The next event, if one is ready, after making what progress can be made without waiting.
+    fn poll(&self) -> Result<Option<Event>>;
+
+    /// Sleeps until an event may be ready or `timeout` passes (spurious wake-ups allowed). Used
+    /// by [`wait`](Fabric::wait) after it has spun and yielded.
+    fn block(&self, timeout: Duration);
+
+    /// The next event, waiting up to `timeout` (`None`: forever): spins briefly, then yields,
+    /// then blocks, so more ranks than cores stay usable.
+    fn wait(&self, timeout: Option<Duration>) -> Result<Option<Event>> {
+        crate::wait::wait_with_backoff(self, timeout)
+    }
+
+    /// Time since the fabric started, read through the fabric so a simulated fabric can supply
+    /// virtual time.
+    fn now(&self) -> Duration;
+
+    /// Whether `rank` is known to have failed.
+    fn is_failed(&self, rank: Rank) -> bool;
+}

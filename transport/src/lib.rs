@@ -1,0 +1,33 @@
+//! rdcoll's bottom layer: an RDMA-shaped fabric contract ([`Fabric`]: register memory, put with
+//! immediate, get, small active messages, completions, failure reporting, a clock) and its
+//! backends, each held to one conformance suite:
+//!
+//! | backend | ranks are | data moves by |
+//! |---|---|---|
+//! | [`local`] | threads of one process | `memcpy` between registered regions |
+//! | [`shm`] | processes on one host | rings in a shared segment; direct stores into the shared heap; `process_vm_readv/writev` (or a bounce pipeline) for user memory |
+//! | [`tcp`] | processes on several hosts | framed messages on nonblocking sockets; the target's I/O thread performs puts and gets |
+//!
+//! [`bootstrap`] finds rank, size and peers (key-value store over TCP or a shared file system),
+//! and [`launch`] starts a job of processes on this host (`rdcoll-run`). See DESIGN.md, "Transport".
+
+
+mod config;
+mod error;
+mod fabric;
+
+pub mod local;
+mod region;
+
+
+mod types;
+mod wait;
+
+pub use config::FabricConfig;
+pub use error::{Result, TransportError};
+pub use fabric::Fabric;
+pub use region::{Region, REGION_ALIGN};
+pub use types::{
+    Event, OpId, Payload, Rank, RegionKey, RemoteAddr, RemoteRegion, MAX_MESSAGE_SIZE,
+    REMOTE_REGION_BYTES,
+};

@@ -1,0 +1,208 @@
+//! `local`: ranks are threads of one process. Puts and gets are `memcpy`s between registered
+//! regions done by the initiator; active messages go straight into the target's event queue.
+//! Used by tests, examples and users' own unit tests.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::{Result, TransportError};
+use crate::fabric::Fabric;
+use crate::region::{Backing, Region, RegionTable};
+use crate::types::{range_fits, Event, OpId, Payload, Rank, RemoteAddr};
+use crate::wait::EventQueue;
+
+struct Endpoint {
+    table: Arc<RegionTable>,
+    events: EventQueue,
+    alive: AtomicBool,
+}
+
+struct World {
+    endpoints: Vec<Endpoint>,
+    start: Instant,
+}
+
+/// One rank of an in-process job; dropping it is that rank leaving (peers see `PeerFailed`).
+pub struct LocalFabric {
+    rank: Rank,
+    world: Arc<World>,
+    next_op: AtomicU64,
+}
+
+/// Creates the endpoints of an `n`-rank in-process job, one per rank, to be moved into threads.
+pub fn create(n: usize) -> Result<Vec<LocalFabric>> {
+    create_with_limit(n, crate::FabricConfig::default().max_regions)
+}
+
+/// Like [`create`], with at most `max_regions` live regions per rank.
+pub fn create_with_limit(n: usize, max_regions: usize) -> Result<Vec<LocalFabric>> {
+    if n == 0 || n > u32::MAX as usize {
+        return Err(TransportError::InvalidArgument(format!("a job of {n} ranks")));
+    }
+    let world = Arc::new(World {
+        endpoints: (0..n)
+            .map(|r| Endpoint {
+                table: RegionTable::new(r as Rank, max_regions),
+                events: EventQueue::default(),
+                alive: AtomicBool::new(true),
+            })
+            .collect(),
+        start: Instant::now(),
+    });
+    Ok((0..n)
+        .map(|r| LocalFabric { rank: r as Rank, world: world.clone(), next_op: AtomicU64::new(0) })
+        .collect())
+}
+
+impl LocalFabric {
+    fn peer(&self, rank: Rank) -> Result<&Endpoint> {
+        let ep = self
+            .world
+            .endpoints
+            .get(rank as usize)
+            .ok_or(TransportError::InvalidRank { rank, size: self.world.endpoints.len() })?;
+        if ep.alive.load(Ordering::Acquire) {
+            Ok(ep)
+        } else {
+            Err(TransportError::PeerFailed(rank))
+        }
+    }
+
+    fn me(&self) -> &Endpoint {
+        &self.world.endpoints[self.rank as usize]
+    }
+
+    fn complete(&self, result: Result<()>) -> OpId {
+        let op = OpId(self.next_op.fetch_add(1, Ordering::Relaxed));
+        self.me().events.push(Event::Completed { op, result });
+        op
+    }
+
+    fn check_local(region: &Region, offset: usize, len: usize) -> Result<()> {
+        if range_fits(offset, len, region.len()) {
+            Ok(())
+        } else {
+            Err(TransportError::OutOfRange {
+                rank: region.rank(),
+                key: region.key().0,
+                offset: offset as u64,
+                len: len as u64,
+                region_len: region.len() as u64,
+            })
+        }
+    }
+}
+
+/// Copies `len` bytes between two regions, either of which may be the same region.
+fn copy_between(
+    from: &Region,
+    from_off: usize,
+    to: &Region,
+    to_off: usize,
+    len: usize,
+) -> Result<()> {
+    from.with_range(from_off, len, |s| {
+        to.with_range(to_off, len, |d| {
+            // SAFETY: both ranges were checked against live regions; `copy` allows overlap.
+            unsafe { std::ptr::copy(s, d, len) }
+        })
+    })?
+}
+
+impl Fabric for LocalFabric {
+    fn rank(&self) -> Rank {
+        self.rank
+    }
+    fn size(&self) -> usize {
+        self.world.endpoints.len()
+    }
+    fn backend(&self) -> &'static str {
+        "local"
+    }
+
+    fn alloc_region(&self, len: usize) -> Result<Region> {
+        let rank = self.rank;
+        self.me().table.insert(|key, p| Region::alloc_owned(rank, key, len, p))
+    }
+
+    unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
+        let ptr = std::ptr::NonNull::new(ptr)
+            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
+        let rank = self.rank;
+        self.me()
+            .table
+            .insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
+    }
+
+    fn put(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        imm: Option<u64>,
+    ) -> Result<OpId> {
+        Self::check_local(src, src_offset, len)?;
+        let target = self.peer(dst.rank)?;
+        let result = target
+            .table
+            .lookup(dst.key)
+            .and_then(|region| copy_between(src, src_offset, &region, dst.offset, len));
+        if result.is_ok() {
+            if let Some(imm) = imm {
+                target.events.push(Event::Immediate { src: self.rank, imm });
+            }
+        }
+        Ok(self.complete(result))
+    }
+
+    fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
+        Self::check_local(dst, dst_offset, len)?;
+        let target = self.peer(src.rank)?;
+        let result = target
+            .table
+            .lookup(src.key)
+            .and_then(|region| copy_between(&region, src.offset, dst, dst_offset, len));
+        Ok(self.complete(result))
+    }
+
+    fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
+        if data.len() > crate::MAX_MESSAGE_SIZE {
+            return Err(TransportError::MessageTooLarge {
+                len: data.len(),
+                max: crate::MAX_MESSAGE_SIZE,
+            });
+        }
+        let target = self.peer(dest)?;
+        target.events.push(Event::Message { src: self.rank, data: Payload::from_slice(data) });
+        Ok(())
+    }
+
+    fn poll(&self) -> Result<Option<Event>> {
+        Ok(self.me().events.pop())
+    }
+
+    fn block(&self, timeout: Duration) {
+        self.me().events.block(timeout)
+    }
+
+    fn now(&self) -> Duration {
+        self.world.start.elapsed()
+    }
+
+    fn is_failed(&self, rank: Rank) -> bool {
+        self.world.endpoints.get(rank as usize).is_some_and(|e| !e.alive.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for LocalFabric {
+    fn drop(&mut self) {
+        self.me().alive.store(false, Ordering::Release);
+        for (r, ep) in self.world.endpoints.iter().enumerate() {
+            if r as Rank != self.rank && ep.alive.load(Ordering::Acquire) {
+                ep.events.push(Event::PeerFailed { rank: self.rank });
+            }
+        }
+    }
+}

@@ -1,0 +1,402 @@
+//! Registered memory: the [`Region`] handle, its backing storage, and the per-rank table that
+//! turns a [`RegionKey`] from a peer into a region (checked: unknown, stale or out-of-range keys
+//! are errors, never an access outside the region).
+//!
+//! Region memory is shared with peers the way RDMA memory is: peers' puts may land at any time.
+//! It is therefore only touched through raw copies and atomics, never through Rust references to
+//! its bytes.
+
+use std::alloc::Layout;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Weak};
+
+use parking_lot::{Mutex, RwLock};
+
+use crate::error::{Result, TransportError};
+use crate::types::{range_fits, Rank, RegionKey, RemoteRegion};
+
+/// Alignment of regions the fabric allocates (a cache line).
+pub const REGION_ALIGN: usize = 64;
+
+/// Where a region's bytes live, and so how they are released.
+pub(crate) enum Backing {
+    /// Allocated by the fabric on the process heap.
+    Owned(Layout),
+    /// The caller's memory, registered with `register_memory`; never freed here.
+    External,
+    /// A block of a shared-memory heap; handed back to it on drop.
+    Shared(Box<dyn FnOnce() + Send + Sync>),
+}
+
+/// Something that published a region to peers and must forget it when the region goes.
+pub(crate) trait Publisher: Send + Sync {
+    /// Peers can no longer reach `key`.
+    fn unpublish(&self, key: RegionKey);
+}
+
+pub(crate) struct RegionInner {
+    rank: Rank,
+    key: RegionKey,
+    ptr: NonNull<u8>,
+    len: usize,
+    /// `false` once deregistered; held for reading during every copy driven by a peer.
+    alive: RwLock<bool>,
+    unpublished: AtomicBool,
+    backing: Mutex<Option<Backing>>,
+    publisher: Weak<dyn Publisher>,
+}
+
+// SAFETY: the pointer is to memory owned by (or, for external regions, promised to) the region
+// for its lifetime; every access is a raw copy or an atomic, as for memory a NIC writes into.
+unsafe impl Send for RegionInner {}
+// SAFETY: as above; concurrent access is the RDMA contract, made explicit at each access.
+unsafe impl Sync for RegionInner {}
+
+impl RegionInner {
+    fn unpublish(&self) {
+        if !self.unpublished.swap(true, Ordering::AcqRel) {
+            if let Some(p) = self.publisher.upgrade() {
+                p.unpublish(self.key);
+            }
+        }
+    }
+}
+
+impl Drop for RegionInner {
+    fn drop(&mut self) {
+        self.unpublish();
+        match self.backing.get_mut().take() {
+            Some(Backing::Owned(layout)) => {
+                // SAFETY: allocated in `alloc_owned` with exactly this layout; the last handle is
+                // gone, so nothing else refers to the memory.
+                unsafe { std::alloc::dealloc(self.ptr.as_ptr(), layout) }
+            }
+            Some(Backing::Shared(release)) => release(),
+            Some(Backing::External) | None => {}
+        }
+    }
+}
+
+/// A handle to registered memory that peers can name by its [`RegionKey`]. Cloning is cheap;
+/// memory the fabric allocated is freed when the last clone is dropped.
+#[derive(Clone)]
+pub struct Region {
+    pub(crate) inner: Arc<RegionInner>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region")
+            .field("rank", &self.inner.rank)
+            .field("key", &self.inner.key)
+            .field("len", &self.inner.len)
+            .finish()
+    }
+}
+
+impl Region {
+    /// Allocates zeroed, cache-line aligned process memory and wraps it.
+    pub(crate) fn alloc_owned(
+        rank: Rank,
+        key: RegionKey,
+        len: usize,
+        publisher: Weak<dyn Publisher>,
+    ) -> Result<Region> {
+        let layout = Layout::from_size_align(len.max(1), REGION_ALIGN)
+            .map_err(|_| TransportError::InvalidArgument(format!("region of {len} bytes")))?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        let ptr = NonNull::new(ptr).ok_or(TransportError::OutOfResources { what: "memory" })?;
+        Ok(Self::from_raw(rank, key, ptr, len, Backing::Owned(layout), publisher))
+    }
+
+    pub(crate) fn from_raw(
+        rank: Rank,
+        key: RegionKey,
+        ptr: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+        publisher: Weak<dyn Publisher>,
+    ) -> Region {
+        Region {
+            inner: Arc::new(RegionInner {
+                rank,
+                key,
+                ptr,
+                len,
+                alive: RwLock::new(true),
+                unpublished: AtomicBool::new(false),
+                backing: Mutex::new(Some(backing)),
+                publisher,
+            }),
+        }
+    }
+
+    /// The key peers use to name this region.
+    pub fn key(&self) -> RegionKey {
+        self.inner.key
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.len
+    }
+    /// Whether the region is zero bytes long.
+    pub fn is_empty(&self) -> bool {
+        self.inner.len == 0
+    }
+    /// The rank that owns it.
+    pub fn rank(&self) -> Rank {
+        self.inner.rank
+    }
+    /// The descriptor to hand to peers.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion { rank: self.inner.rank, key: self.inner.key, len: self.inner.len }
+    }
+    /// Whether the region is still registered.
+    pub fn is_registered(&self) -> bool {
+        *self.inner.alive.read()
+    }
+
+    /// Stops peers from reaching this region and waits until no peer-driven copy is touching
+    /// it. After this returns, memory registered with `register_memory` may be reused freely.
+    pub fn deregister(&self) {
+        let mut alive = self.inner.alive.write();
+        *alive = false;
+        drop(alive);
+        self.inner.unpublish();
+    }
+
+    /// Copies `out.len()` bytes at `offset` out of the region.
+    pub fn read(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.with_range(offset, out.len(), |src| {
+            // SAFETY: `src` is valid for `out.len()` bytes (checked range, region alive while
+            // the guard is held); `out` is a distinct exclusive buffer.
+            unsafe { std::ptr::copy_nonoverlapping(src, out.as_mut_ptr(), out.len()) }
+        })
+    }
+
+    /// Copies `data` into the region at `offset`.
+    pub fn write(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.with_range(offset, data.len(), |dst| {
+            // SAFETY: `dst` is valid for `data.len()` bytes (checked range, region alive while
+            // the guard is held); `data` cannot overlap region memory handed out as a slice.
+            unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), dst, data.len()) }
+        })
+    }
+
+    /// Fills `len` bytes at `offset` with `byte`.
+    pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
+        self.with_range(offset, len, |dst| {
+            // SAFETY: `dst` is valid for `len` bytes, see `with_range`.
+            unsafe { std::ptr::write_bytes(dst, byte, len) }
+        })
+    }
+
+    /// The byte at `offset` as an atomic, for flags and counter bytes that peers write with
+    /// `put`. Not available on memory registered with `register_memory`.
+    pub fn atomic_u8(&self, offset: usize) -> Result<&AtomicU8> {
+        let p = self.atomic_ptr(offset, 1)?;
+        // SAFETY: in range, inside memory that lives as long as `self`; AtomicU8 has alignment 1.
+        Ok(unsafe { &*(p as *const AtomicU8) })
+    }
+
+    /// The 8-byte word at `offset` (8-aligned) as an atomic.
+    pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64> {
+        if offset % 8 != 0 {
+            return Err(TransportError::InvalidArgument(format!(
+                "atomic u64 at offset {offset} is not 8-byte aligned"
+            )));
+        }
+        let p = self.atomic_ptr(offset, 8)?;
+        // SAFETY: in range, 8-aligned (regions are 64-aligned), lives as long as `self`.
+        Ok(unsafe { &*(p as *const AtomicU64) })
+    }
+
+    fn atomic_ptr(&self, offset: usize, size: usize) -> Result<*mut u8> {
+        if matches!(*self.inner.backing.lock(), Some(Backing::External)) {
+            return Err(TransportError::InvalidArgument(
+                "atomics are only offered on regions the fabric allocated".into(),
+            ));
+        }
+        self.check_range(offset, size)?;
+        // SAFETY: offset checked against the region length.
+        Ok(unsafe { self.inner.ptr.as_ptr().add(offset) })
+    }
+
+    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+        if range_fits(offset, len, self.inner.len) {
+            Ok(())
+        } else {
+            Err(TransportError::OutOfRange {
+                rank: self.inner.rank,
+                key: self.inner.key.0,
+                offset: offset as u64,
+                len: len as u64,
+                region_len: self.inner.len as u64,
+            })
+        }
+    }
+
+    /// Runs `f` with a pointer to `offset` after checking the range, holding the region alive
+    /// (deregistration waits for `f` to return).
+    pub(crate) fn with_range<R>(
+        &self,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R> {
+        self.check_range(offset, len)?;
+        let alive = self.inner.alive.read();
+        if !*alive {
+            return Err(TransportError::BadKey { rank: self.inner.rank, key: self.inner.key.0 });
+        }
+        // SAFETY: offset + len <= region length, checked above.
+        let p = unsafe { self.inner.ptr.as_ptr().add(offset) };
+        Ok(f(p))
+    }
+
+    /// Base address (for the shm backend's cross-process copies).
+    pub(crate) fn base_addr(&self) -> usize {
+        self.inner.ptr.as_ptr() as usize
+    }
+}
+
+struct Slot {
+    generation: u32,
+    region: Option<Weak<RegionInner>>,
+}
+
+/// The regions one rank has registered, by key. Lookups check index and generation.
+pub(crate) struct RegionTable {
+    rank: Rank,
+    slots: Mutex<(Vec<Slot>, Vec<u32>)>,
+    limit: usize,
+}
+
+impl RegionTable {
+    /// A table for `rank` that holds at most `limit` live regions.
+    pub(crate) fn new(rank: Rank, limit: usize) -> Arc<RegionTable> {
+        Arc::new(RegionTable { rank, slots: Mutex::new((Vec::new(), Vec::new())), limit })
+    }
+
+    /// Reserves a slot and builds the region for its key with `make`.
+    pub(crate) fn insert(
+        self: &Arc<Self>,
+        make: impl FnOnce(RegionKey, Weak<dyn Publisher>) -> Result<Region>,
+    ) -> Result<Region> {
+        let mut guard = self.slots.lock();
+        let (slots, free) = &mut *guard;
+        let index = match free.pop() {
+            Some(i) => i,
+            None if slots.len() < self.limit => {
+                slots.push(Slot { generation: 0, region: None });
+                (slots.len() - 1) as u32
+            }
+            None => return Err(TransportError::OutOfResources { what: "region slots" }),
+        };
+        let slot = &mut slots[index as usize];
+        slot.generation = slot.generation.wrapping_add(1).max(1);
+        let key = RegionKey::new(index, slot.generation);
+        let weak_self: Weak<RegionTable> = Arc::downgrade(self);
+        match make(key, weak_self) {
+            Ok(region) => {
+                slot.region = Some(Arc::downgrade(&region.inner));
+                Ok(region)
+            }
+            Err(e) => {
+                free.push(index);
+                Err(e)
+            }
+        }
+    }
+
+    /// The live region named by `key`, or the error a peer should see.
+    pub(crate) fn lookup(&self, key: RegionKey) -> Result<Region> {
+        let bad = || TransportError::BadKey { rank: self.rank, key: key.0 };
+        let guard = self.slots.lock();
+        let slot = guard.0.get(key.index() as usize).ok_or_else(bad)?;
+        if slot.generation != key.generation() {
+            return Err(bad());
+        }
+        let inner = slot.region.as_ref().and_then(Weak::upgrade).ok_or_else(bad)?;
+        Ok(Region { inner })
+    }
+
+    /// Number of live regions.
+    #[cfg(test)]
+    pub(crate) fn live(&self) -> usize {
+        self.slots.lock().0.iter().filter(|s| s.region.is_some()).count()
+    }
+}
+
+impl Publisher for RegionTable {
+    fn unpublish(&self, key: RegionKey) {
+        let mut guard = self.slots.lock();
+        let (slots, free) = &mut *guard;
+        if let Some(slot) = slots.get_mut(key.index() as usize) {
+            if slot.generation == key.generation() && slot.region.is_some() {
+                slot.region = None;
+                slot.generation = slot.generation.wrapping_add(1).max(1);
+                free.push(key.index());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc(table: &Arc<RegionTable>, len: usize) -> Region {
+        table.insert(|key, p| Region::alloc_owned(0, key, len, p)).unwrap()
+    }
+
+    #[test]
+    fn stale_key_is_rejected_after_drop() {
+        let table = RegionTable::new(0, 4);
+        let r = alloc(&table, 16);
+        let key = r.key();
+        assert!(table.lookup(key).is_ok());
+        drop(r);
+        assert_eq!(table.lookup(key).unwrap_err(), TransportError::BadKey { rank: 0, key: key.0 });
+        let r2 = alloc(&table, 16);
+        assert_eq!(r2.key().index(), key.index());
+        assert_ne!(r2.key(), key);
+        assert!(table.lookup(key).is_err());
+        assert_eq!(table.live(), 1);
+    }
+
+    #[test]
+    fn deregister_blocks_peer_access() {
+        let table = RegionTable::new(0, 4);
+        let r = alloc(&table, 16);
+        r.deregister();
+        assert!(table.lookup(r.key()).is_err());
+        assert!(r.write(0, &[1]).is_err());
+    }
+
+    #[test]
+    fn ranges_are_checked() {
+        let table = RegionTable::new(0, 4);
+        let r = alloc(&table, 16);
+        r.write(8, &[7; 8]).unwrap();
+        assert!(matches!(r.write(9, &[7; 8]), Err(TransportError::OutOfRange { .. })));
+        assert!(r.read(usize::MAX, &mut [0; 2]).is_err());
+        let mut out = [0u8; 8];
+        r.read(8, &mut out).unwrap();
+        assert_eq!(out, [7; 8]);
+        assert!(r.atomic_u64(4).is_err());
+        r.atomic_u64(8).unwrap().store(5, Ordering::Release);
+    }
+
+    #[test]
+    fn slot_limit_is_an_error() {
+        let table = RegionTable::new(0, 1);
+        let _a = alloc(&table, 1);
+        assert!(matches!(
+            table.insert(|key, p| Region::alloc_owned(0, key, 1, p)),
+            Err(TransportError::OutOfResources { .. })
+        ));
+    }
+}

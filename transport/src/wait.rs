@@ -1,0 +1,88 @@
+//! Waiting without starving: spin, then yield, then block on the fabric. With more ranks than
+//! cores, a rank that only spun would steal the core its peer needs to make the progress it
+//! waits for.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::error::Result;
+use crate::fabric::Fabric;
+use crate::types::Event;
+
+/// Polls to spin before yielding (roughly a few microseconds).
+const SPIN_POLLS: u32 = 200;
+/// Yields before blocking.
+const YIELD_POLLS: u32 = 20;
+/// Longest single block, so liveness checks keep running.
+const MAX_BLOCK: Duration = Duration::from_millis(100);
+
+/// Spin, yield, then block until `fabric` reports an event or `timeout` passes.
+pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
+    fabric: &F,
+    timeout: Option<Duration>,
+) -> Result<Option<Event>> {
+    let deadline = timeout.map(|t| Instant::now() + t);
+    for i in 0..SPIN_POLLS + YIELD_POLLS {
+        if let Some(ev) = fabric.poll()? {
+            return Ok(Some(ev));
+        }
+        if i >= SPIN_POLLS {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+    }
+    loop {
+        if let Some(ev) = fabric.poll()? {
+            return Ok(Some(ev));
+        }
+        let slice = match deadline {
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Ok(None);
+                }
+                (d - now).min(MAX_BLOCK)
+            }
+            None => MAX_BLOCK,
+        };
+        fabric.block(slice);
+    }
+}
+
+/// A queue of events with a condition variable, for backends whose events are produced by
+/// other threads (local peers, the tcp I/O thread).
+#[derive(Default)]
+pub(crate) struct EventQueue {
+    events: Mutex<VecDeque<Event>>,
+    ready: Condvar,
+}
+
+impl EventQueue {
+    /// Appends an event and wakes a blocked waiter.
+    pub(crate) fn push(&self, ev: Event) {
+        self.events.lock().push_back(ev);
+        self.ready.notify_one();
+    }
+    /// Takes the oldest event.
+    pub(crate) fn pop(&self) -> Option<Event> {
+        self.events.lock().pop_front()
+    }
+    /// Blocks until the queue is non-empty or `timeout` passes.
+    pub(crate) fn block(&self, timeout: Duration) {
+        let mut q = self.events.lock();
+        if q.is_empty() {
+            self.ready.wait_for(&mut q, timeout);
+        }
+    }
+    /// Wakes every blocked waiter (used on peer failure and shutdown).
+    pub(crate) fn wake_all(&self) {
+        let _q = self.events.lock();
+        self.ready.notify_all();
+    }
+}

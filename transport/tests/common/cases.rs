@@ -1,0 +1,314 @@
+//! The transport conformance suite: the same cases run on every backend, on every rank of a
+//! job. Each returns `Err` with what went wrong instead of panicking, so a process-based run
+//! can report it.
+
+use std::time::{Duration, Instant};
+
+use rdcoll_transport::{Fabric, Rank, RegionKey, RemoteAddr, TransportError, MAX_MESSAGE_SIZE};
+
+use super::harness::Harness;
+
+/// Every case, by name, with the smallest job it needs.
+pub const CASES: &[(&str, usize)] = &[
+    ("messages_fifo_all_pairs", 1),
+    ("message_limits", 1),
+    ("put_get_sizes", 2),
+    ("put_many_peers", 2),
+    ("bad_keys_and_offsets", 2),
+    ("peer_death", 3),
+];
+
+/// Runs one case on this rank. `die` ends this rank abruptly (the victim in `peer_death`).
+pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String> {
+    let mut h = Harness::new(f);
+    match name {
+        "messages_fifo_all_pairs" => messages_fifo_all_pairs(&mut h),
+        "message_limits" => message_limits(&mut h),
+        "put_get_sizes" => put_get_sizes(&mut h),
+        "put_many_peers" => put_many_peers(&mut h),
+        "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
+        "peer_death" => peer_death(&mut h, die),
+        _ => Err(format!("no conformance case named {name}")),
+    }
+}
+
+/// The byte at `i` of rank `r`'s test pattern.
+fn pattern(r: Rank, i: usize) -> u8 {
+    ((i as u64).wrapping_mul(0x9E37_79B9) >> 7) as u8 ^ (r as u8).wrapping_mul(37) ^ (i as u8)
+}
+
+fn pattern_vec(r: Rank, start: usize, len: usize) -> Vec<u8> {
+    (start..start + len).map(|i| pattern(r, i)).collect()
+}
+
+fn fail<T>(h: &Harness, what: impl std::fmt::Display) -> Result<T, String> {
+    Err(format!("rank {}: {what}", h.f.rank()))
+}
+
+fn messages_fifo_all_pairs(h: &mut Harness) -> Result<(), String> {
+    const PER_PEER: usize = 300;
+    let (me, n) = (h.f.rank(), h.f.size());
+    let body = |src: Rank, seq: usize| -> Vec<u8> {
+        let len = match seq % 5 {
+            0 => 0,
+            1 => 8,
+            2 => 100,
+            3 => 4000,
+            _ => MAX_MESSAGE_SIZE,
+        };
+        let mut v = pattern_vec(src, seq, len);
+        if len >= 8 {
+            v[..8].copy_from_slice(&(seq as u64).to_le_bytes());
+        }
+        v
+    };
+    // Interleave destinations so every pair is busy at once.
+    for seq in 0..PER_PEER {
+        for k in 0..n {
+            let dest = ((me as usize + k) % n) as Rank;
+            h.f.send(dest, &body(me, seq)).map_err(|e| format!("send to {dest}: {e}"))?;
+        }
+        // Drain as we go so bounded rings cannot fill up on every side at once.
+        while let Ok(Some(ev)) = h.f.poll() {
+            h.file(ev);
+        }
+    }
+    for src in 0..n as Rank {
+        for seq in 0..PER_PEER {
+            let got = h.message_from(src)?;
+            if got != body(src, seq) {
+                return fail(h, format!("message {seq} from {src} is wrong or out of order"));
+            }
+        }
+    }
+    h.barrier()
+}
+
+fn message_limits(h: &mut Harness) -> Result<(), String> {
+    let (me, n) = (h.f.rank(), h.f.size());
+    let big = vec![1u8; MAX_MESSAGE_SIZE + 1];
+    match h.f.send(me, &big) {
+        Err(TransportError::MessageTooLarge { len, max }) if len == big.len() && max == MAX_MESSAGE_SIZE => {}
+        other => return fail(h, format!("oversized message gave {other:?}")),
+    }
+    match h.f.send(n as Rank, b"x") {
+        Err(TransportError::InvalidRank { .. }) => {}
+        other => return fail(h, format!("send to rank {n} gave {other:?}")),
+    }
+    h.f.send(me, &big[..MAX_MESSAGE_SIZE]).map_err(|e| e.to_string())?;
+    h.f.send(me, b"").map_err(|e| e.to_string())?;
+    if h.message_from(me)?.len() != MAX_MESSAGE_SIZE || !h.message_from(me)?.is_empty() {
+        return fail(h, "self messages came back wrong");
+    }
+    h.barrier()
+}
+
+const SIZES: &[usize] = &[0, 1, 7, 64, 4096, 65_537, (1 << 20) + 3, 64 << 20];
+
+fn put_get_sizes(h: &mut Harness) -> Result<(), String> {
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let max = *SIZES.last().unwrap_or(&0);
+    let src = h.f.alloc_region(max + 64).map_err(|e| e.to_string())?;
+    src.write(0, &pattern_vec(me, 0, max + 64)).map_err(|e| e.to_string())?;
+    let dst = h.f.alloc_region(max + 64).map_err(|e| e.to_string())?;
+    let srcs = h.exchange(&src.remote())?;
+    let dsts = h.exchange(&dst.remote())?;
+    let mut got = vec![0u8; max];
+    for &size in SIZES {
+        let off = size % 13;
+        let op = h
+            .f
+            .put(&src, 0, size, dsts[right as usize].at(off), Some(size as u64 + 1))
+            .map_err(|e| format!("put {size}: {e}"))?;
+        h.op_ok(op, &format!("put of {size} bytes"))?;
+        let imm = h.imm_from(left)?;
+        if imm != size as u64 + 1 {
+            return fail(h, format!("immediate {imm} from {left}, expected {}", size + 1));
+        }
+        dst.read(off, &mut got[..size]).map_err(|e| e.to_string())?;
+        if got[..size] != pattern_vec(left, 0, size)[..] {
+            return fail(h, format!("put of {size} bytes from {left} landed wrong"));
+        }
+        h.barrier()?;
+        let op = h
+            .f
+            .get(&dst, 1, size, srcs[right as usize].at(off))
+            .map_err(|e| format!("get {size}: {e}"))?;
+        h.op_ok(op, &format!("get of {size} bytes"))?;
+        dst.read(1, &mut got[..size]).map_err(|e| e.to_string())?;
+        if got[..size] != pattern_vec(right, off, size)[..] {
+            return fail(h, format!("get of {size} bytes from {right} read wrong data"));
+        }
+        h.barrier()?;
+    }
+    Ok(())
+}
+
+fn put_many_peers(h: &mut Harness) -> Result<(), String> {
+    const SLOT: usize = 3 * 4096 + 5;
+    const ROUNDS: usize = 20;
+    let (me, n) = (h.f.rank(), h.f.size());
+    let inbox = h.f.alloc_region(SLOT * n).map_err(|e| e.to_string())?;
+    let outbox = h.f.alloc_region(SLOT).map_err(|e| e.to_string())?;
+    let inboxes = h.exchange(&inbox.remote())?;
+    for round in 0..ROUNDS {
+        outbox.write(0, &pattern_vec(me, round, SLOT)).map_err(|e| e.to_string())?;
+        let mut ops = Vec::new();
+        for dest in 0..n {
+            let at = inboxes[dest].at(SLOT * me as usize);
+            ops.push(h.f.put(&outbox, 0, SLOT, at, Some(round as u64)).map_err(|e| e.to_string())?);
+        }
+        for op in ops {
+            h.op_ok(op, "put to a peer")?;
+        }
+        let mut slot = vec![0u8; SLOT];
+        for src in 0..n as Rank {
+            let imm = h.imm_from(src)?;
+            if imm != round as u64 {
+                return fail(h, format!("round {round}: immediate {imm} from {src}"));
+            }
+            inbox.read(SLOT * src as usize, &mut slot).map_err(|e| e.to_string())?;
+            if slot != pattern_vec(src, round, SLOT) {
+                return fail(h, format!("round {round}: slot of {src} is wrong"));
+            }
+        }
+        h.barrier()?;
+    }
+    Ok(())
+}
+
+fn expect_remote_error(
+    h: &mut Harness,
+    res: Result<rdcoll_transport::OpId, TransportError>,
+    what: &str,
+    ok: impl Fn(&TransportError) -> bool,
+) -> Result<(), String> {
+    let err = match res {
+        Err(e) => e,
+        Ok(op) => match h.op(op)? {
+            Err(e) => e,
+            Ok(()) => return fail(h, format!("{what} succeeded")),
+        },
+    };
+    if ok(&err) {
+        Ok(())
+    } else {
+        fail(h, format!("{what} failed with the wrong error: {err}"))
+    }
+}
+
+fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let right = (me + 1) % n;
+    let guarded = h.f.alloc_region(64).map_err(|e| e.to_string())?;
+    let neighbour = h.f.alloc_region(64).map_err(|e| e.to_string())?;
+    let doomed = h.f.alloc_region(64).map_err(|e| e.to_string())?;
+    let src = h.f.alloc_region(128).map_err(|e| e.to_string())?;
+    src.fill(0, 128, 0xAB).map_err(|e| e.to_string())?;
+    let guardeds = h.exchange(&guarded.remote())?;
+    let doomeds = h.exchange(&doomed.remote())?;
+    drop(doomed);
+    h.barrier()?;
+    let r = right as usize;
+    let is_range = |e: &TransportError| matches!(e, TransportError::OutOfRange { .. });
+    let is_key = |e: &TransportError| matches!(e, TransportError::BadKey { .. });
+    expect_remote_error(h, h.f.put(&src, 0, 8, guardeds[r].at(60), None), "put past the end", is_range)?;
+    expect_remote_error(h, h.f.put(&src, 0, 1, guardeds[r].at(usize::MAX), None), "put at usize::MAX", is_range)?;
+    expect_remote_error(h, h.f.put(&src, 0, 128, guardeds[r].at(0), None), "put longer than the region", is_range)?;
+    expect_remote_error(h, h.f.get(&src, 0, 1, guardeds[r].at(64)), "get at the end", is_range)?;
+    expect_remote_error(h, h.f.put(&src, 0, 8, doomeds[r].at(0), Some(9)), "put to a deregistered region", is_key)?;
+    expect_remote_error(h, h.f.get(&src, 0, 8, doomeds[r].at(0)), "get from a deregistered region", is_key)?;
+    let unknown = RemoteAddr { rank: right, key: RegionKey::new(9999, 3), offset: 0 };
+    expect_remote_error(h, h.f.put(&src, 0, 8, unknown, None), "put to an unknown key", is_key)?;
+    expect_remote_error(h, h.f.get(&src, 0, 8, unknown), "get from an unknown key", is_key)?;
+    // Local mistakes are reported at once.
+    if !matches!(h.f.put(&src, 100, 29, guardeds[r].at(0), None), Err(TransportError::OutOfRange { .. })) {
+        return fail(h, "put from beyond the local region was not refused");
+    }
+    if !matches!(h.f.get(&src, 0, 8, RemoteAddr { rank: n, key: RegionKey(0), offset: 0 }), Err(TransportError::InvalidRank { .. })) {
+        return fail(h, "get from a rank out of range was not refused");
+    }
+    h.barrier()?;
+    // Nothing landed in the guarded region or beside it, and no stray immediate arrived.
+    let mut bytes = [0u8; 64];
+    guarded.read(0, &mut bytes).map_err(|e| e.to_string())?;
+    neighbour.read(0, &mut bytes[..]).map_err(|e| e.to_string())?;
+    let mut g = [0u8; 64];
+    guarded.read(0, &mut g).map_err(|e| e.to_string())?;
+    if g.iter().chain(bytes.iter()).any(|&b| b != 0) {
+        return fail(h, "a refused put wrote into memory");
+    }
+    h.barrier()?;
+    // The fabric still works: a valid put to the last 8 bytes, with an immediate.
+    let op = h.f.put(&src, 0, 8, guardeds[r].at(56), Some(77)).map_err(|e| e.to_string())?;
+    h.op_ok(op, "valid put after errors")?;
+    if h.imm_from((me + n - 1) % n)? != 77 {
+        return fail(h, "a stray immediate arrived from a refused put");
+    }
+    guarded.read(56, &mut g[..8]).map_err(|e| e.to_string())?;
+    if g[..8] != [0xAB; 8] {
+        return fail(h, "valid put after errors landed wrong");
+    }
+    h.barrier()
+}
+
+/// The last rank dies in the middle of large gets the others are making from it; every
+/// survivor must learn `PeerFailed` for it within the bound, and keep working with the others.
+fn peer_death(h: &mut Harness, die: &dyn Fn()) -> Result<(), String> {
+    const BIG: usize = 8 << 20;
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let victim = n - 1;
+    let region = h.f.alloc_region(BIG).map_err(|e| e.to_string())?;
+    let regions = h.exchange(&region.remote())?;
+    if me == victim {
+        for _ in 0..n - 1 {
+            let m = h.message()?;
+            if m.1 != b"busy" {
+                return fail(h, "victim expected 'busy'");
+            }
+        }
+        std::thread::sleep(Duration::from_millis(30));
+        die();
+        return fail(h, "die() returned");
+    }
+    h.f.send(victim, b"busy").map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let failed_at = loop {
+        if start.elapsed() > Duration::from_secs(30) {
+            return fail(h, "no PeerFailed within 30 s of the victim's death");
+        }
+        if h.failed.contains(&victim) {
+            break start.elapsed();
+        }
+        match h.f.get(&region, 0, BIG, regions[victim as usize].at(0)) {
+            Err(TransportError::PeerFailed(r)) if r == victim => break start.elapsed(),
+            Err(e) => return fail(h, format!("get from the victim failed with {e}")),
+            Ok(op) => match h.op(op)? {
+                Ok(()) => {}
+                Err(TransportError::PeerFailed(r)) if r == victim => break start.elapsed(),
+                Err(e) => return fail(h, format!("get from the victim completed with {e}")),
+            },
+        }
+    };
+    if failed_at > Duration::from_secs(15) {
+        return fail(h, format!("PeerFailed took {failed_at:?}"));
+    }
+    if !h.f.is_failed(victim) {
+        return fail(h, "is_failed(victim) is false after PeerFailed");
+    }
+    match h.f.send(victim, b"x") {
+        Err(TransportError::PeerFailed(r)) if r == victim => {}
+        other => return fail(h, format!("send to the dead rank gave {other:?}")),
+    }
+    // Survivors still talk to each other.
+    for dest in 0..victim {
+        h.f.send(dest, b"alive").map_err(|e| e.to_string())?;
+    }
+    for src in 0..victim {
+        if h.message_from(src)? != b"alive" {
+            return fail(h, format!("survivor {src} sent the wrong thing"));
+        }
+    }
+    Ok(())
+}

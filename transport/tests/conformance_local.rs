@@ -1,0 +1,41 @@
+//! The conformance suite on the `local` backend (ranks as threads).
+
+mod common;
+
+use common::cases::{run_case, CASES};
+
+fn run_local(case: &str, n: usize) {
+    let fabrics = rdcoll_transport::local::create(n).expect("create local job");
+    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = fabrics
+            .into_iter()
+            .map(|f| {
+                s.spawn(move || {
+                    // The victim "dies" by unwinding, which drops its endpoint as a crash would.
+                    let die = || std::panic::panic_any("rank died on purpose");
+                    run_case(case, &f, &die)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(rank, h)| match h.join() {
+                Ok(r) => r,
+                Err(p) if p.downcast_ref::<&str>() == Some(&"rank died on purpose") => Ok(()),
+                Err(_) => Err(format!("rank {rank} panicked")),
+            })
+            .collect()
+    });
+    let errors: Vec<String> = results.into_iter().filter_map(Result::err).collect();
+    assert!(errors.is_empty(), "{case} on {n} local ranks: {errors:#?}");
+}
+
+#[test]
+fn every_case_on_local_ranks() {
+    for &(case, min) in CASES {
+        for n in [min.max(1), 4] {
+            run_local(case, n);
+        }
+    }
+}
