@@ -11,7 +11,7 @@
 //! [`bootstrap`] finds rank, size and peers (key-value store over TCP or a shared file system),
 //! and [`launch`] starts a job of processes on this host (`rdcoll-run`). See DESIGN.md, "Transport".
 
-
+pub mod bootstrap;
 mod config;
 mod error;
 mod fabric;
@@ -19,8 +19,9 @@ mod fabric;
 pub mod local;
 mod region;
 
-
+pub mod tcp;
 mod types;
+pub mod launch;
 mod wait;
 
 pub use config::FabricConfig;

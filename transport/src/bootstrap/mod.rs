@@ -1,0 +1,172 @@
+//! Starting a job: rank and size from the launcher's environment, a key-value store to exchange
+//! addresses (TCP, served by rank 0 or by `rdcoll-run`; or files on a shared path), the per-job
+//! secret, and the choice of backend (same host: shm; otherwise tcp).
+//!
+//! | variable | meaning |
+//! |---|---|
+//! | `RDCOLL_RANK`, `RDCOLL_SIZE` | rank and size (else Slurm, Open MPI, MPICH Hydra variables) |
+//! | `RDCOLL_STORE` | `host:port` (rank 0 serves it unless `RDCOLL_STORE_SERVER=launcher`) or `file:/dir` |
+//! | `RDCOLL_TRANSPORT` | `auto` (default), `shm` or `tcp` |
+//! | `RDCOLL_TCP_HOST` | address this rank listens on for tcp (default: the one that reaches the store) |
+
+mod env;
+mod file_store;
+mod store;
+mod tcp_store;
+
+use std::net::IpAddr;
+use std::sync::Arc;
+
+pub use env::{rank_and_size, rank_and_size_from, RANK_SIZE_VARS};
+pub use file_store::FileStore;
+pub use store::Store;
+pub use tcp_store::{StoreServer, TcpStore};
+
+use crate::config::FabricConfig;
+use crate::error::{Result, TransportError};
+use crate::fabric::Fabric;
+use crate::types::Rank;
+
+/// Store key holding the per-job random secret checked on every tcp connection.
+pub const SECRET_KEY: &str = "job/secret";
+/// Store key holding the random job id (names shared-memory segments).
+pub const JOB_ID_KEY: &str = "job/id";
+
+/// Which backend to build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransportChoice {
+    /// shm when every rank is on this host (same kernel, network and mount namespace), else tcp.
+    Auto,
+    /// Shared memory between processes on one host.
+    Shm,
+    /// TCP sockets, across hosts.
+    Tcp,
+}
+
+impl TransportChoice {
+    /// Parses `RDCOLL_TRANSPORT`.
+    pub fn from_env() -> Result<Self> {
+        match std::env::var("RDCOLL_TRANSPORT").as_deref() {
+            Err(_) | Ok("") | Ok("auto") => Ok(TransportChoice::Auto),
+            Ok("shm") => Ok(TransportChoice::Shm),
+            Ok("tcp") => Ok(TransportChoice::Tcp),
+            Ok(other) => Err(TransportError::InvalidArgument(format!(
+                "RDCOLL_TRANSPORT={other:?}: expected auto, shm or tcp"
+            ))),
+        }
+    }
+}
+
+/// A connected store plus what bootstrap learnt about this process.
+pub struct StoreHandle {
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// Kept alive while this rank serves the store.
+    pub server: Option<StoreServer>,
+    /// The local address that reaches the store (a good address to listen on).
+    pub local_ip: Option<IpAddr>,
+}
+
+/// Connects to (or, as rank 0, serves) the store named by `RDCOLL_STORE`, and makes sure the job
+/// secret and id are set.
+pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
+    let spec = std::env::var("RDCOLL_STORE").map_err(|_| {
+        TransportError::Bootstrap(
+            "RDCOLL_STORE is not set: start the job with rdcoll-run, or set RDCOLL_STORE=host:port \
+             (rank 0 serves it) or RDCOLL_STORE=file:/shared/dir"
+                .into(),
+        )
+    })?;
+    let external = std::env::var("RDCOLL_STORE_SERVER").is_ok_and(|v| v == "launcher");
+    let handle = if let Some(dir) = spec.strip_prefix("file:") {
+        StoreHandle { store: Arc::new(FileStore::open(dir)?), server: None, local_ip: None }
+    } else {
+        let addr = spec.strip_prefix("tcp://").unwrap_or(&spec).to_string();
+        let server = if rank == 0 && !external {
+            let port = addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("");
+            Some(StoreServer::start(addr.as_str()).or_else(|_| {
+                StoreServer::start(format!("0.0.0.0:{port}")).map_err(|e| {
+                    TransportError::Bootstrap(format!("rank 0 could not serve the store at {addr}: {e}"))
+                })
+            })?)
+        } else {
+            None
+        };
+        let client = TcpStore::connect(&addr, cfg.bootstrap_timeout)?;
+        let local_ip = client.local_ip();
+        StoreHandle { store: Arc::new(client), server, local_ip }
+    };
+    if rank == 0 && !external {
+        publish_job_identity(handle.store.as_ref())?;
+    }
+    Ok(handle)
+}
+
+/// Sets a fresh random secret and job id (done once per job by whoever owns the store).
+pub fn publish_job_identity(store: &dyn Store) -> Result<()> {
+    let secret: [u8; 16] = rand::random();
+    store.set(SECRET_KEY, &secret)?;
+    store.set(JOB_ID_KEY, format!("{:016x}", rand::random::<u64>()).as_bytes())
+}
+
+/// Identifies "this host" for choosing shm: boot id, plus network and mount namespaces (ranks in
+/// different namespaces are treated as different hosts).
+pub fn host_identity() -> String {
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+    let ns = |n: &str| {
+        std::fs::read_link(format!("/proc/self/ns/{n}"))
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    };
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}|{}|{}|{}", host.trim(), boot.trim(), ns("net"), ns("mnt"))
+}
+
+/// Builds this rank's fabric from the environment: the normal way a program joins its job.
+pub fn init_from_env() -> Result<Box<dyn Fabric>> {
+    let (rank, size) = rank_and_size()?;
+    let cfg = FabricConfig::from_env()?;
+    let choice = TransportChoice::from_env()?;
+    if size == 1 && std::env::var("RDCOLL_STORE").is_err() {
+        return Ok(Box::new(crate::local::create(1)?.remove(0)));
+    }
+    let handle = connect_store(rank, &cfg)?;
+    init_with_store(rank, size, &handle, choice, &cfg)
+}
+
+/// Builds the fabric for `rank` of `size` over an already connected store.
+pub fn init_with_store(
+    rank: Rank,
+    size: usize,
+    handle: &StoreHandle,
+    choice: TransportChoice,
+    cfg: &FabricConfig,
+) -> Result<Box<dyn Fabric>> {
+    let store = handle.store.as_ref();
+    let choice = match choice {
+        TransportChoice::Auto => {
+            let me = host_identity();
+            store.set(&format!("host/{rank}"), me.as_bytes())?;
+            let mut same = true;
+            for r in 0..size {
+                same &= store.get(&format!("host/{r}"), cfg.bootstrap_timeout)? == me.as_bytes();
+            }
+            // Every rank must take the same decision: agree on "all on one host" via a counter.
+            let key = "host/all-same";
+            store.add(key, i64::from(same))?;
+            store.barrier("host-decided", size, cfg.bootstrap_timeout)?;
+            if store.add(key, 0)? == size as i64 {
+                TransportChoice::Shm
+            } else {
+                TransportChoice::Tcp
+            }
+        }
+        c => c,
+    };
+    let fabric: Box<dyn Fabric> = match choice {
+
+        _ => Box::new(crate::tcp::TcpFabric::new(rank, size, store, cfg, handle.local_ip)?),
+    };
+    store.barrier("bootstrap-done", size, cfg.bootstrap_timeout)?;
+    Ok(fabric)
+}

@@ -1,0 +1,209 @@
+//! Starting a job of processes on this host (the engine of `rdcoll-run`): serves the bootstrap
+//! store, sets each rank's environment, forwards output (optionally prefixed with the rank),
+//! and when a rank dies, stops the others and says which rank died and how.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::bootstrap::{publish_job_identity, StoreServer, TcpStore};
+use crate::error::{Result, TransportError};
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// Number of ranks.
+    pub ranks: usize,
+    /// The program and its arguments, passed through untouched.
+    pub command: Vec<OsString>,
+    /// `RDCOLL_TRANSPORT` for the ranks (`None`: leave the environment's).
+    pub transport: Option<String>,
+    /// Prefix each output line with `[rank]`.
+    pub prefix_output: bool,
+    /// Extra environment for every rank.
+    pub env: Vec<(OsString, OsString)>,
+    /// When a rank fails, stop the others (the default). Tests of failure handling turn it off
+    /// to see what the survivors do.
+    pub stop_on_failure: bool,
+}
+
+impl JobSpec {
+    /// `ranks` copies of `command` with the defaults.
+    pub fn new(ranks: usize, command: Vec<OsString>) -> Self {
+        JobSpec { ranks, command, transport: None, prefix_output: false, env: Vec::new(), stop_on_failure: true }
+    }
+}
+
+/// How one rank ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RankExit {
+    /// The rank.
+    pub rank: usize,
+    /// Its exit status.
+    pub status: ExitStatus,
+    /// Whether the launcher stopped it because another rank failed first.
+    pub stopped_by_launcher: bool,
+}
+
+/// How the job ended.
+#[derive(Debug, Clone)]
+pub struct JobReport {
+    /// Every rank's end, by rank.
+    pub exits: Vec<RankExit>,
+    /// The first rank that failed on its own (non-zero exit or a signal), if any.
+    pub first_failure: Option<RankExit>,
+}
+
+impl JobReport {
+    /// The launcher's exit code: the first failed rank's code (128 + signal for a signal), else 0.
+    pub fn exit_code(&self) -> i32 {
+        self.first_failure.map_or(0, |f| exit_code_of(f.status))
+    }
+}
+
+/// The shell-style exit code of a status.
+pub fn exit_code_of(status: ExitStatus) -> i32 {
+    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+/// Says how a rank ended, for people: "exited with status 3", "was killed by signal 9 (SIGKILL)".
+pub fn describe(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    let sig = status.signal().unwrap_or(0);
+    // SAFETY: strsignal returns a pointer to a static or thread-local string, or null.
+    let name = unsafe {
+        let p = libc::strsignal(sig);
+        if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() }
+    };
+    let core = if status.core_dumped() { ", core dumped" } else { "" };
+    format!("was killed by signal {sig} ({name}{core})")
+}
+
+/// How long a rank gets between SIGTERM and SIGKILL when the job is being stopped.
+const TERM_GRACE: Duration = Duration::from_millis(700);
+
+fn forward(rank: usize, stream: impl std::io::Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let reader = BufReader::new(stream);
+        for line in reader.split(b'\n') {
+            let Ok(line) = line else { return };
+            let mut out = Vec::with_capacity(line.len() + 8);
+            out.extend_from_slice(format!("[{rank}] ").as_bytes());
+            out.extend_from_slice(&line);
+            out.push(b'\n');
+            let _ = if to_stderr { std::io::stderr().write_all(&out) } else { std::io::stdout().write_all(&out) };
+        }
+    })
+}
+
+fn spawn_rank(spec: &JobSpec, rank: usize, store_addr: &str) -> Result<Child> {
+    let (program, args) = spec
+        .command
+        .split_first()
+        .ok_or_else(|| TransportError::InvalidArgument("no program to run".into()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("RDCOLL_RANK", rank.to_string())
+        .env("RDCOLL_SIZE", spec.ranks.to_string())
+        .env("RDCOLL_STORE", store_addr)
+        .env("RDCOLL_STORE_SERVER", "launcher")
+        .envs(spec.env.iter().map(|(k, v)| (k, v)));
+    if let Some(t) = &spec.transport {
+        cmd.env("RDCOLL_TRANSPORT", t);
+    }
+    if spec.prefix_output {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
+    // SAFETY: the closure only calls async-signal-safe prctl between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            // If the launcher dies, take the rank with it.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| TransportError::io(format!("starting {}", program.to_string_lossy()), e))?;
+    if spec.prefix_output {
+        if let Some(o) = child.stdout.take() {
+            forward(rank, o, false);
+        }
+        if let Some(e) = child.stderr.take() {
+            forward(rank, e, true);
+        }
+    }
+    Ok(child)
+}
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, sig);
+    }
+}
+
+/// Runs the job to its end.
+pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
+    if spec.ranks == 0 {
+        return Err(TransportError::InvalidArgument("a job needs at least one rank".into()));
+    }
+    let server = StoreServer::start("127.0.0.1:0")?;
+    let addr = server.addr().to_string();
+    publish_job_identity(&TcpStore::connect(&addr, Duration::from_secs(5))?)?;
+    let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
+    for rank in 0..spec.ranks {
+        match spawn_rank(spec, rank, &addr) {
+            Ok(c) => children.push(Some(c)),
+            Err(e) => {
+                for c in children.iter_mut().flatten() {
+                    signal(c, libc::SIGKILL);
+                    let _ = c.wait();
+                }
+                return Err(e);
+            }
+        }
+    }
+    let mut exits: Vec<Option<RankExit>> = vec![None; spec.ranks];
+    let mut first_failure: Option<RankExit> = None;
+    let mut stopping: Option<Instant> = None;
+    while exits.iter().any(Option::is_none) {
+        for rank in 0..spec.ranks {
+            let Some(child) = children[rank].as_mut() else { continue };
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    let e = RankExit { rank, status, stopped_by_launcher: stopping.is_some() && first_failure.is_some_and(|f| f.rank != rank) };
+                    if !status.success() && first_failure.is_none() {
+                        first_failure = Some(e);
+                        eprintln!("rdcoll-run: rank {rank} {}", describe(status));
+                        if spec.stop_on_failure {
+                            stopping = Some(Instant::now());
+                            for c in children.iter().flatten() {
+                                signal(c, libc::SIGTERM);
+                            }
+                        }
+                    }
+                    exits[rank] = Some(e);
+                    children[rank] = None;
+                }
+                Ok(None) => {}
+                Err(e) => return Err(TransportError::io(format!("waiting for rank {rank}"), e)),
+            }
+        }
+        if let Some(t) = stopping {
+            if t.elapsed() >= TERM_GRACE {
+                for c in children.iter().flatten() {
+                    signal(c, libc::SIGKILL);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(server);
+    let exits: Vec<RankExit> = exits.into_iter().flatten().collect();
+    Ok(JobReport { exits, first_failure })
+}

@@ -1,0 +1,152 @@
+//! Building the tcp mesh: every rank listens, publishes its address in the store, connects to
+//! lower ranks and accepts higher ones. The connecting side proves membership with the per-job
+//! secret; a connection without it is closed and the listener keeps waiting for real peers.
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use super::wire::{check_hello, hello, HELLO_LEN};
+use crate::bootstrap::{Store, SECRET_KEY};
+use crate::error::{Result, TransportError};
+use crate::types::Rank;
+
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The address this rank listens on: `RDCOLL_TCP_HOST`, else the one that reaches the store.
+fn listen_ip(local_ip: Option<IpAddr>) -> Result<IpAddr> {
+    match std::env::var("RDCOLL_TCP_HOST") {
+        Ok(h) => h.parse().map_err(|_| {
+            TransportError::InvalidArgument(format!("RDCOLL_TCP_HOST={h:?} is not an IP address"))
+        }),
+        Err(_) => Ok(local_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))),
+    }
+}
+
+fn read_secret(store: &dyn Store, timeout: Duration) -> Result<[u8; 16]> {
+    let s = store.get(SECRET_KEY, timeout)?;
+    <[u8; 16]>::try_from(s.as_slice())
+        .map_err(|_| TransportError::Bootstrap("the job secret in the store is malformed".into()))
+}
+
+/// Connects this rank to every other; entry `r` is the stream to rank `r` (`None` for self).
+pub(crate) fn connect_mesh(
+    rank: Rank,
+    size: usize,
+    store: &dyn Store,
+    timeout: Duration,
+    local_ip: Option<IpAddr>,
+) -> Result<Vec<Option<TcpStream>>> {
+    let secret = read_secret(store, timeout)?;
+    let ip = listen_ip(local_ip)?;
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| TransportError::io(format!("listening on {ip}"), e))?;
+    let addr = listener.local_addr().map_err(|e| TransportError::io("listener address", e))?;
+    store.set(&format!("tcp/{rank}"), addr.to_string().as_bytes())?;
+    let deadline = Instant::now() + timeout;
+
+    let expected_higher = size - 1 - rank as usize;
+    let acceptor = std::thread::Builder::new()
+        .name("rdcoll-tcp-accept".into())
+        .spawn(move || accept_higher(listener, rank, size, expected_higher, &secret, deadline))
+        .map_err(|e| TransportError::io("starting the accept thread", e))?;
+
+    let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
+    for peer in 0..rank {
+        let addr = store.get(&format!("tcp/{peer}"), deadline.saturating_duration_since(Instant::now()))?;
+        let addr = String::from_utf8_lossy(&addr).to_string();
+        streams[peer as usize] = Some(connect_lower(&addr, rank, peer, &secret, deadline)?);
+    }
+    let accepted = acceptor
+        .join()
+        .map_err(|_| TransportError::Bootstrap("the accept thread panicked".into()))??;
+    for (peer, s) in accepted {
+        streams[peer as usize] = Some(s);
+    }
+    Ok(streams)
+}
+
+fn connect_lower(addr: &str, me: Rank, peer: Rank, secret: &[u8; 16], deadline: Instant) -> Result<TcpStream> {
+    let sock: SocketAddr = addr
+        .parse()
+        .map_err(|_| TransportError::Bootstrap(format!("rank {peer} published a bad address {addr:?}")))?;
+    let mut delay = Duration::from_millis(2);
+    loop {
+        let attempt = (|| -> std::io::Result<TcpStream> {
+            let mut s = TcpStream::connect_timeout(&sock, Duration::from_secs(2))?;
+            s.set_nodelay(true)?;
+            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+            s.write_all(&hello(me, secret))?;
+            let mut ack = [0u8; 4];
+            s.read_exact(&mut ack)?;
+            if u32::from_le_bytes(ack) != peer {
+                return Err(std::io::Error::other("the listener is a different rank"));
+            }
+            s.set_read_timeout(None)?;
+            Ok(s)
+        })();
+        match attempt {
+            Ok(s) => return Ok(s),
+            Err(e) if Instant::now() >= deadline => {
+                return Err(TransportError::Bootstrap(format!(
+                    "rank {me} could not connect to rank {peer} at {addr}: {e}"
+                )))
+            }
+            Err(_) => {
+                std::thread::sleep(delay);
+                delay = (delay * 2).min(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+fn accept_higher(
+    listener: TcpListener,
+    me: Rank,
+    size: usize,
+    expected: usize,
+    secret: &[u8; 16],
+    deadline: Instant,
+) -> Result<Vec<(Rank, TcpStream)>> {
+    let mut got: Vec<(Rank, TcpStream)> = Vec::with_capacity(expected);
+    listener.set_nonblocking(true).map_err(|e| TransportError::io("listener", e))?;
+    while got.len() < expected {
+        let (mut s, from) = match listener.accept() {
+            Ok(c) => c,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() >= deadline {
+                    let have: Vec<Rank> = got.iter().map(|(r, _)| *r).collect();
+                    return Err(TransportError::Timeout {
+                        what: format!("rank {me}: connections from higher ranks (have {have:?})"),
+                        after: HANDSHAKE_TIMEOUT,
+                    });
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            }
+            Err(e) => return Err(TransportError::io("accept", e)),
+        };
+        let checked = (|| -> std::result::Result<Rank, String> {
+            s.set_nonblocking(false).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| e.to_string())?;
+            let mut h = [0u8; HELLO_LEN];
+            s.read_exact(&mut h).map_err(|e| e.to_string())?;
+            let peer = check_hello(&h, secret)?;
+            if peer <= me || peer as usize >= size || got.iter().any(|(r, _)| *r == peer) {
+                return Err(format!("unexpected rank {peer}"));
+            }
+            s.write_all(&me.to_le_bytes()).map_err(|e| e.to_string())?;
+            s.set_read_timeout(None).map_err(|e| e.to_string())?;
+            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            Ok(peer)
+        })();
+        match checked {
+            Ok(peer) => got.push((peer, s)),
+            Err(why) => {
+                tracing::warn!("rank {me}: refused a connection from {from}: {why}");
+                drop(s);
+            }
+        }
+    }
+    Ok(got)
+}

@@ -1,0 +1,253 @@
+//! The tcp I/O thread: reads frames, performs peers' puts and gets against this rank's regions,
+//! completes this rank's operations, keeps heartbeats going and fails silent peers.
+
+use std::io::Read;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::wire::{self, decode, Frame, CHUNK, HEADER, MAX_BODY};
+use super::{PendingKind, Shared};
+use crate::types::{range_fits, Event, Payload, Rank, RegionKey};
+
+/// How long a closing endpoint keeps flushing queued frames.
+const CLOSE_FLUSH: Duration = Duration::from_secs(2);
+
+struct ReadBuf {
+    buf: Vec<u8>,
+    filled: usize,
+}
+
+pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
+    let mut events = mio::Events::with_capacity(256);
+    let mut bufs: Vec<ReadBuf> =
+        (0..sh.size).map(|_| ReadBuf { buf: vec![0u8; 2 * (HEADER + MAX_BODY)], filled: 0 }).collect();
+    let mut last_heard = vec![Instant::now(); sh.size];
+    let beat = (sh.peer_timeout / 5).max(Duration::from_millis(20));
+    let mut last_beat = Instant::now();
+    loop {
+        if sh.stop.load(Ordering::Acquire) {
+            close(&sh, &mut poll);
+            return;
+        }
+        if let Err(e) = poll.poll(&mut events, Some(beat)) {
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                tracing::error!("rank {}: poll failed: {e}", sh.rank);
+                for r in 0..sh.size as Rank {
+                    if r != sh.rank {
+                        sh.fail_peer(r, "the poller failed");
+                    }
+                }
+                return;
+            }
+        }
+        for ev in events.iter() {
+            let r = ev.token().0;
+            if r >= sh.size || sh.peers[r].failed.load(Ordering::Acquire) {
+                continue;
+            }
+            if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                last_heard[r] = Instant::now();
+                if let Err(why) = read_peer(&sh, r as Rank, &mut bufs[r]) {
+                    sh.fail_peer(r as Rank, &why);
+                    continue;
+                }
+            }
+            if ev.is_writable() {
+                let res = {
+                    let mut out = sh.peers[r].out.lock();
+                    sh.flush_locked(r as Rank, &mut out)
+                };
+                if let Err(why) = res {
+                    sh.fail_peer(r as Rank, &why);
+                }
+            }
+        }
+        let now = Instant::now();
+        if now.duration_since(last_beat) >= beat {
+            last_beat = now;
+            for r in 0..sh.size {
+                if r as Rank == sh.rank || sh.peers[r].failed.load(Ordering::Acquire) {
+                    continue;
+                }
+                if now.duration_since(last_heard[r]) > sh.peer_timeout {
+                    sh.fail_peer(r as Rank, "silent for longer than the peer timeout");
+                } else {
+                    let _ = sh.enqueue(r as Rank, Frame::Heartbeat.encode());
+                }
+            }
+        }
+    }
+}
+
+/// Flushes what is queued (a Bye among it) for a bounded time, then returns.
+fn close(sh: &Shared, poll: &mut mio::Poll) {
+    let deadline = Instant::now() + CLOSE_FLUSH;
+    let mut events = mio::Events::with_capacity(64);
+    loop {
+        let mut busy = false;
+        for r in 0..sh.size {
+            if r as Rank == sh.rank || sh.peers[r].failed.load(Ordering::Acquire) {
+                continue;
+            }
+            let mut out = sh.peers[r].out.lock();
+            if sh.flush_locked(r as Rank, &mut out).is_ok() && !out.frames.is_empty() {
+                busy = true;
+            }
+        }
+        if !busy || Instant::now() >= deadline {
+            return;
+        }
+        let _ = poll.poll(&mut events, Some(Duration::from_millis(10)));
+    }
+}
+
+/// Reads everything the socket has and handles each complete frame.
+fn read_peer(sh: &Shared, from: Rank, rb: &mut ReadBuf) -> Result<(), String> {
+    let Some(stream) = sh.peers[from as usize].stream.as_ref() else {
+        return Err("no connection".into());
+    };
+    let mut s: &mio::net::TcpStream = stream;
+    loop {
+        match s.read(&mut rb.buf[rb.filled..]) {
+            Ok(0) => return Err("connection closed".into()),
+            Ok(n) => rb.filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e.to_string()),
+        }
+        let mut at = 0;
+        while let Some((frame, used)) = decode(&rb.buf[at..rb.filled])? {
+            let gone = matches!(frame, Frame::Bye);
+            handle(sh, from, frame)?;
+            at += used;
+            if gone {
+                return Err("peer closed its endpoint".into());
+            }
+        }
+        rb.buf.copy_within(at..rb.filled, 0);
+        rb.filled -= at;
+    }
+}
+
+fn status_of(e: &crate::TransportError) -> u8 {
+    match e {
+        crate::TransportError::OutOfRange { .. } => wire::ST_OUT_OF_RANGE,
+        _ => wire::ST_BAD_KEY,
+    }
+}
+
+fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
+    match frame {
+        Frame::Message { data } => sh.events.push(Event::Message { src: from, data: Payload::from_slice(data) }),
+        Frame::Put { op, key, base, total, chunk_off, imm, data } => {
+            let in_range = chunk_off
+                .checked_add(data.len() as u64)
+                .is_some_and(|end| end <= total);
+            if !in_range {
+                return Err("put chunk outside its own range".into());
+            }
+            let result = sh.table.lookup(RegionKey(key)).and_then(|region| {
+                let (base, total) = (usize::try_from(base).unwrap_or(usize::MAX), total as usize);
+                if !range_fits(base, total, region.len()) {
+                    return Err(crate::TransportError::OutOfRange {
+                        rank: sh.rank,
+                        key,
+                        offset: base as u64,
+                        len: total as u64,
+                        region_len: region.len() as u64,
+                    });
+                }
+                region.write(base + chunk_off as usize, data).map(|()| region.len())
+            });
+            let last = chunk_off + data.len() as u64 == total;
+            match result {
+                Ok(region_len) if last => {
+                    if let Some(imm) = imm {
+                        sh.events.push(Event::Immediate { src: from, imm });
+                    }
+                    let ack = Frame::PutAck { op, status: wire::ST_OK, region_len: region_len as u64 };
+                    let _ = sh.enqueue(from, ack.encode());
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let len = if let crate::TransportError::OutOfRange { region_len, .. } = e { region_len } else { 0 };
+                    let ack = Frame::PutAck { op, status: status_of(&e), region_len: len };
+                    let _ = sh.enqueue(from, ack.encode());
+                }
+            }
+        }
+        Frame::PutAck { op, status, region_len } => sh.complete(op, |p| {
+            if status == wire::ST_OK {
+                Ok(())
+            } else {
+                Err(sh.remote_error(p, status, region_len))
+            }
+        }),
+        Frame::Get { op, key, offset, len } => serve_get(sh, from, op, key, offset, len),
+        Frame::GetData { op, chunk_off, status, region_len, data } => {
+            if status != wire::ST_OK {
+                sh.complete(op, |p| Err(sh.remote_error(p, status, region_len)));
+                return Ok(());
+            }
+            let mut pending = sh.pending.lock();
+            let Some(p) = pending.get_mut(&op) else { return Ok(()) };
+            let PendingKind::Get { dst, dst_off, received } = &mut p.kind else {
+                return Err("get data for a put".into());
+            };
+            let fits = chunk_off.checked_add(data.len() as u64).is_some_and(|e| e <= p.len as u64);
+            if !fits {
+                return Err("get data beyond the requested length".into());
+            }
+            let written = dst.write(*dst_off + chunk_off as usize, data);
+            *received += data.len();
+            let done = written.is_err() || *received >= p.len;
+            drop(pending);
+            if done {
+                sh.complete(op, |_| written);
+            }
+        }
+        Frame::Heartbeat | Frame::Bye => {}
+    }
+    Ok(())
+}
+
+fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) {
+    let region = sh.table.lookup(RegionKey(key));
+    let checked = region.and_then(|r| {
+        let (o, l) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(len).unwrap_or(usize::MAX));
+        if range_fits(o, l, r.len()) {
+            Ok((r, o, l))
+        } else {
+            Err(crate::TransportError::OutOfRange { rank: sh.rank, key, offset, len, region_len: r.len() as u64 })
+        }
+    });
+    let (region, offset, len) = match checked {
+        Ok(x) => x,
+        Err(e) => {
+            let region_len = if let crate::TransportError::OutOfRange { region_len, .. } = e { region_len } else { 0 };
+            let f = Frame::GetData { op, chunk_off: 0, status: status_of(&e), region_len, data: &[] };
+            let _ = sh.enqueue(from, f.encode());
+            return;
+        }
+    };
+    let mut chunk_off = 0;
+    loop {
+        let n = (len - chunk_off).min(CHUNK);
+        let frame = region.with_range(offset + chunk_off, n, |p| {
+            // SAFETY: range checked by `with_range`; the bytes are copied into the frame.
+            let data = unsafe { std::slice::from_raw_parts(p, n) };
+            Frame::GetData { op, chunk_off: chunk_off as u64, status: wire::ST_OK, region_len: 0, data }.encode()
+        });
+        let frame = frame.unwrap_or_else(|e| {
+            Frame::GetData { op, chunk_off: 0, status: status_of(&e), region_len: 0, data: &[] }.encode()
+        });
+        if sh.enqueue(from, frame).is_err() {
+            return;
+        }
+        chunk_off += n;
+        if chunk_off >= len {
+            return;
+        }
+    }
+}

@@ -1,0 +1,411 @@
+//! `tcp`: processes on several hosts. One nonblocking socket per pair of ranks, a framed wire
+//! format ([`wire`]), and an I/O thread per rank that performs peers' puts and gets on their
+//! behalf (software RDMA), so a get is served even while the target's owner computes.
+//!
+//! Liveness: the I/O thread sends a heartbeat every fifth of the peer timeout; a peer whose link
+//! closes, errors, sends garbage, or stays silent for the peer timeout is failed, and every
+//! pending operation that involves it completes with `PeerFailed`.
+
+mod connect;
+mod engine;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::bootstrap::Store;
+use crate::config::FabricConfig;
+use crate::error::{Result, TransportError};
+use crate::fabric::Fabric;
+use crate::region::{Backing, Region, RegionTable};
+use crate::types::{range_fits, Event, OpId, Payload, Rank, RemoteAddr};
+use crate::wait::EventQueue;
+use wire::{Frame, CHUNK};
+
+pub(crate) struct OutQueue {
+    frames: std::collections::VecDeque<Vec<u8>>,
+    offset: usize,
+}
+
+pub(crate) struct Peer {
+    stream: Option<mio::net::TcpStream>,
+    out: Mutex<OutQueue>,
+    failed: AtomicBool,
+}
+
+pub(crate) enum PendingKind {
+    Put,
+    Get { dst: Region, dst_off: usize, received: usize },
+}
+
+pub(crate) struct Pending {
+    peer: Rank,
+    key: u64,
+    offset: usize,
+    len: usize,
+    kind: PendingKind,
+}
+
+pub(crate) struct Shared {
+    rank: Rank,
+    size: usize,
+    start: Instant,
+    table: Arc<RegionTable>,
+    events: EventQueue,
+    peers: Vec<Peer>,
+    /// Pending operations; peer failure is decided under this lock so none is missed.
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_op: AtomicU64,
+    stop: AtomicBool,
+    waker: mio::Waker,
+    peer_timeout: Duration,
+}
+
+/// One rank's tcp endpoint.
+pub struct TcpFabric {
+    shared: Arc<Shared>,
+    io_thread: Option<JoinHandle<()>>,
+}
+
+impl TcpFabric {
+    /// Connects rank `rank` of `size` to its peers through `store`.
+    pub fn new(
+        rank: Rank,
+        size: usize,
+        store: &dyn Store,
+        cfg: &FabricConfig,
+        local_ip: Option<IpAddr>,
+    ) -> Result<TcpFabric> {
+        let streams = connect::connect_mesh(rank, size, store, cfg.bootstrap_timeout, local_ip)?;
+        let poll = mio::Poll::new().map_err(|e| TransportError::io("creating the poller", e))?;
+        let waker = mio::Waker::new(poll.registry(), mio::Token(size))
+            .map_err(|e| TransportError::io("creating the waker", e))?;
+        let mut peers = Vec::with_capacity(size);
+        for (r, s) in streams.into_iter().enumerate() {
+            let stream = match s {
+                Some(s) => {
+                    s.set_nonblocking(true).map_err(|e| TransportError::io("nonblocking socket", e))?;
+                    let mut s = mio::net::TcpStream::from_std(s);
+                    poll.registry()
+                        .register(&mut s, mio::Token(r), mio::Interest::READABLE | mio::Interest::WRITABLE)
+                        .map_err(|e| TransportError::io("registering a socket", e))?;
+                    Some(s)
+                }
+                None => None,
+            };
+            peers.push(Peer {
+                stream,
+                out: Mutex::new(OutQueue { frames: Default::default(), offset: 0 }),
+                failed: AtomicBool::new(false),
+            });
+        }
+        let shared = Arc::new(Shared {
+            rank,
+            size,
+            start: Instant::now(),
+            table: RegionTable::new(rank, cfg.max_regions),
+            events: EventQueue::default(),
+            peers,
+            pending: Mutex::new(HashMap::new()),
+            next_op: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+            waker,
+            peer_timeout: cfg.peer_timeout,
+        });
+        let s2 = shared.clone();
+        let io_thread = std::thread::Builder::new()
+            .name(format!("rdcoll-tcp-{rank}"))
+            .spawn(move || engine::run(s2, poll))
+            .map_err(|e| TransportError::io("starting the I/O thread", e))?;
+        Ok(TcpFabric { shared, io_thread: Some(io_thread) })
+    }
+}
+
+impl Shared {
+    fn check_rank(&self, rank: Rank) -> Result<()> {
+        if (rank as usize) < self.size {
+            Ok(())
+        } else {
+            Err(TransportError::InvalidRank { rank, size: self.size })
+        }
+    }
+
+    fn new_op(&self) -> OpId {
+        OpId(self.next_op.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Queues a frame for `dest` and writes what the socket takes now.
+    pub(crate) fn enqueue(&self, dest: Rank, frame: Vec<u8>) -> Result<()> {
+        let peer = &self.peers[dest as usize];
+        if peer.failed.load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(dest));
+        }
+        let broken = {
+            let mut out = peer.out.lock();
+            out.frames.push_back(frame);
+            // With older frames queued, the socket is full; its writable edge drains the queue.
+            if out.frames.len() == 1 {
+                self.flush_locked(dest, &mut out).err()
+            } else {
+                None
+            }
+        };
+        if let Some(why) = broken {
+            self.fail_peer(dest, &why);
+            return Err(TransportError::PeerFailed(dest));
+        }
+        Ok(())
+    }
+
+    /// Writes queued frames until the socket would block. Caller holds the queue's lock.
+    pub(crate) fn flush_locked(&self, dest: Rank, out: &mut OutQueue) -> std::result::Result<(), String> {
+        use std::io::Write;
+        let Some(stream) = self.peers[dest as usize].stream.as_ref() else {
+            return Err("no connection".into());
+        };
+        let mut w: &mio::net::TcpStream = stream;
+        while let Some(front) = out.frames.front() {
+            match w.write(&front[out.offset..]) {
+                Ok(0) => return Err("connection closed".into()),
+                Ok(n) => {
+                    out.offset += n;
+                    if out.offset == front.len() {
+                        out.frames.pop_front();
+                        out.offset = 0;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `rank` failed (once), completes its pending operations with `PeerFailed`, reports
+    /// it, and closes the link.
+    pub(crate) fn fail_peer(&self, rank: Rank, why: &str) {
+        let peer = &self.peers[rank as usize];
+        let drained: Vec<u64> = {
+            let mut pending = self.pending.lock();
+            if peer.failed.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let ids: Vec<u64> = pending.iter().filter(|(_, p)| p.peer == rank).map(|(id, _)| *id).collect();
+            for id in &ids {
+                pending.remove(id);
+            }
+            ids
+        };
+        tracing::debug!("rank {}: peer {rank} failed: {why}", self.rank);
+        for op in drained {
+            self.events.push(Event::Completed { op: OpId(op), result: Err(TransportError::PeerFailed(rank)) });
+        }
+        self.events.push(Event::PeerFailed { rank });
+        if let Some(s) = peer.stream.as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        let mut out = peer.out.lock();
+        out.frames.clear();
+        out.offset = 0;
+    }
+
+    /// Records a pending operation unless the peer already failed.
+    fn add_pending(&self, op: OpId, p: Pending) -> Result<()> {
+        let mut pending = self.pending.lock();
+        if self.peers[p.peer as usize].failed.load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(p.peer));
+        }
+        pending.insert(op.0, p);
+        Ok(())
+    }
+
+    /// Completes a pending operation (ignored if it already completed).
+    pub(crate) fn complete(&self, op: u64, result: impl FnOnce(&Pending) -> Result<()>) {
+        let removed = self.pending.lock().remove(&op);
+        if let Some(p) = removed {
+            let result = result(&p);
+            self.events.push(Event::Completed { op: OpId(op), result });
+        }
+    }
+
+    /// The error an initiator reports for a remote status code.
+    pub(crate) fn remote_error(&self, p: &Pending, status: u8, region_len: u64) -> TransportError {
+        if status == wire::ST_OUT_OF_RANGE {
+            TransportError::OutOfRange {
+                rank: p.peer,
+                key: p.key,
+                offset: p.offset as u64,
+                len: p.len as u64,
+                region_len,
+            }
+        } else {
+            TransportError::BadKey { rank: p.peer, key: p.key }
+        }
+    }
+
+    fn local_copy(&self, from: &Region, from_off: usize, to: &Region, to_off: usize, len: usize) -> Result<()> {
+        from.with_range(from_off, len, |s| {
+            to.with_range(to_off, len, |d| {
+                // SAFETY: both ranges checked on live regions; `copy` allows overlap.
+                unsafe { std::ptr::copy(s, d, len) }
+            })
+        })?
+    }
+}
+
+fn check_local(region: &Region, offset: usize, len: usize) -> Result<()> {
+    if range_fits(offset, len, region.len()) {
+        Ok(())
+    } else {
+        Err(TransportError::OutOfRange {
+            rank: region.rank(),
+            key: region.key().0,
+            offset: offset as u64,
+            len: len as u64,
+            region_len: region.len() as u64,
+        })
+    }
+}
+
+impl Fabric for TcpFabric {
+    fn rank(&self) -> Rank {
+        self.shared.rank
+    }
+    fn size(&self) -> usize {
+        self.shared.size
+    }
+    fn backend(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn alloc_region(&self, len: usize) -> Result<Region> {
+        let rank = self.shared.rank;
+        self.shared.table.insert(|key, p| Region::alloc_owned(rank, key, len, p))
+    }
+
+    unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
+        let ptr = std::ptr::NonNull::new(ptr)
+            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
+        let rank = self.shared.rank;
+        self.shared.table.insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
+    }
+
+    fn put(&self, src: &Region, src_offset: usize, len: usize, dst: RemoteAddr, imm: Option<u64>) -> Result<OpId> {
+        let sh = &self.shared;
+        check_local(src, src_offset, len)?;
+        sh.check_rank(dst.rank)?;
+        let op = sh.new_op();
+        if dst.rank == sh.rank {
+            let result = sh.table.lookup(dst.key).and_then(|r| sh.local_copy(src, src_offset, &r, dst.offset, len));
+            if let (Ok(()), Some(imm)) = (&result, imm) {
+                sh.events.push(Event::Immediate { src: sh.rank, imm });
+            }
+            sh.events.push(Event::Completed { op, result });
+            return Ok(op);
+        }
+        sh.add_pending(op, Pending { peer: dst.rank, key: dst.key.0, offset: dst.offset, len, kind: PendingKind::Put })?;
+        let mut chunk_off = 0;
+        loop {
+            let n = (len - chunk_off).min(CHUNK);
+            let frame = src.with_range(src_offset + chunk_off, n, |p| {
+                // SAFETY: range checked by `with_range`; copied out before the guard drops.
+                let data = unsafe { std::slice::from_raw_parts(p, n) };
+                Frame::Put {
+                    op: op.0,
+                    key: dst.key.0,
+                    base: dst.offset as u64,
+                    total: len as u64,
+                    chunk_off: chunk_off as u64,
+                    imm,
+                    data,
+                }
+                .encode()
+            });
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => {
+                    sh.complete(op.0, |_| Err(e));
+                    return Ok(op);
+                }
+            };
+            // A failure here already completed the op with PeerFailed.
+            if sh.enqueue(dst.rank, frame).is_err() {
+                return Ok(op);
+            }
+            chunk_off += n;
+            if chunk_off >= len {
+                return Ok(op);
+            }
+        }
+    }
+
+    fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
+        let sh = &self.shared;
+        check_local(dst, dst_offset, len)?;
+        sh.check_rank(src.rank)?;
+        let op = sh.new_op();
+        if src.rank == sh.rank {
+            let result = sh.table.lookup(src.key).and_then(|r| sh.local_copy(&r, src.offset, dst, dst_offset, len));
+            sh.events.push(Event::Completed { op, result });
+            return Ok(op);
+        }
+        let kind = PendingKind::Get { dst: dst.clone(), dst_off: dst_offset, received: 0 };
+        sh.add_pending(op, Pending { peer: src.rank, key: src.key.0, offset: src.offset, len, kind })?;
+        let frame = Frame::Get { op: op.0, key: src.key.0, offset: src.offset as u64, len: len as u64 };
+        let _ = sh.enqueue(src.rank, frame.encode());
+        Ok(op)
+    }
+
+    fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
+        let sh = &self.shared;
+        if data.len() > crate::MAX_MESSAGE_SIZE {
+            return Err(TransportError::MessageTooLarge { len: data.len(), max: crate::MAX_MESSAGE_SIZE });
+        }
+        sh.check_rank(dest)?;
+        if dest == sh.rank {
+            sh.events.push(Event::Message { src: dest, data: Payload::from_slice(data) });
+            return Ok(());
+        }
+        sh.enqueue(dest, Frame::Message { data }.encode())
+    }
+
+    fn poll(&self) -> Result<Option<Event>> {
+        Ok(self.shared.events.pop())
+    }
+
+    fn block(&self, timeout: Duration) {
+        self.shared.events.block(timeout)
+    }
+
+    fn now(&self) -> Duration {
+        self.shared.start.elapsed()
+    }
+
+    fn is_failed(&self, rank: Rank) -> bool {
+        self.shared.peers.get(rank as usize).is_some_and(|p| p.failed.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for TcpFabric {
+    fn drop(&mut self) {
+        let sh = &self.shared;
+        for r in 0..sh.size as Rank {
+            if r != sh.rank {
+                let _ = sh.enqueue(r, Frame::Bye.encode());
+            }
+        }
+        sh.stop.store(true, Ordering::Release);
+        let _ = sh.waker.wake();
+        if let Some(t) = self.io_thread.take() {
+            let _ = t.join();
+        }
+        sh.events.wake_all();
+    }
+}

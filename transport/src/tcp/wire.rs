@@ -1,0 +1,289 @@
+//! The tcp wire format. Every frame is `body_len:u32, kind:u8, body`, little endian; the body
+//! length is checked against [`MAX_BODY`] before anything is allocated, and every field is read
+//! with bounds checks, so a malformed or truncated frame is an error that closes the link.
+
+use crate::types::Rank;
+
+/// Largest data chunk one frame carries; larger puts and get replies are split.
+pub const CHUNK: usize = 256 * 1024;
+/// Largest frame body accepted.
+pub const MAX_BODY: usize = CHUNK + 64;
+/// Bytes before the body.
+pub const HEADER: usize = 5;
+
+/// Handshake magic and version, sent first by the connecting side with the job secret.
+pub const MAGIC: [u8; 4] = *b"RDCL";
+/// Wire protocol version.
+pub const VERSION: u16 = 1;
+/// Size of the hello: magic, version, rank, secret.
+pub const HELLO_LEN: usize = 4 + 2 + 4 + 16;
+
+/// Remote-access status carried in acknowledgements.
+pub const ST_OK: u8 = 0;
+/// The key is unknown or stale.
+pub const ST_BAD_KEY: u8 = 1;
+/// The range does not fit the region.
+pub const ST_OUT_OF_RANGE: u8 = 2;
+
+/// One decoded frame; `data` borrows from the read buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame<'a> {
+    /// An active message.
+    Message { data: &'a [u8] },
+    /// One chunk of a put: `chunk_off` within the range `base..base+total` of region `key`.
+    Put { op: u64, key: u64, base: u64, total: u64, chunk_off: u64, imm: Option<u64>, data: &'a [u8] },
+    /// The target's answer to a put.
+    PutAck { op: u64, status: u8, region_len: u64 },
+    /// A request to read `len` bytes at `offset` of region `key`.
+    Get { op: u64, key: u64, offset: u64, len: u64 },
+    /// One chunk of a get's reply (or its failure, with no data).
+    GetData { op: u64, chunk_off: u64, status: u8, region_len: u64, data: &'a [u8] },
+    /// Keeps the link's liveness timer fed.
+    Heartbeat,
+    /// The peer is closing its endpoint.
+    Bye,
+}
+
+const K_MESSAGE: u8 = 1;
+const K_PUT: u8 = 2;
+const K_PUT_ACK: u8 = 3;
+const K_GET: u8 = 4;
+const K_GET_DATA: u8 = 5;
+const K_HEARTBEAT: u8 = 6;
+const K_BYE: u8 = 7;
+
+struct Writer(Vec<u8>);
+impl Writer {
+    fn new(kind: u8, body_hint: usize) -> Self {
+        let mut v = Vec::with_capacity(HEADER + body_hint);
+        v.extend_from_slice(&[0, 0, 0, 0, kind]);
+        Writer(v)
+    }
+    fn u8(mut self, x: u8) -> Self {
+        self.0.push(x);
+        self
+    }
+    fn u64(mut self, x: u64) -> Self {
+        self.0.extend_from_slice(&x.to_le_bytes());
+        self
+    }
+    fn bytes(mut self, b: &[u8]) -> Self {
+        self.0.extend_from_slice(b);
+        self
+    }
+    fn finish(mut self) -> Vec<u8> {
+        let body = (self.0.len() - HEADER) as u32;
+        self.0[..4].copy_from_slice(&body.to_le_bytes());
+        self.0
+    }
+}
+
+impl Frame<'_> {
+    /// Encodes the frame, header included.
+    pub fn encode(&self) -> Vec<u8> {
+        match *self {
+            Frame::Message { data } => Writer::new(K_MESSAGE, data.len()).bytes(data).finish(),
+            Frame::Put { op, key, base, total, chunk_off, imm, data } => Writer::new(K_PUT, 49 + data.len())
+                .u64(op)
+                .u64(key)
+                .u64(base)
+                .u64(total)
+                .u64(chunk_off)
+                .u8(imm.is_some() as u8)
+                .u64(imm.unwrap_or(0))
+                .bytes(data)
+                .finish(),
+            Frame::PutAck { op, status, region_len } => {
+                Writer::new(K_PUT_ACK, 17).u64(op).u8(status).u64(region_len).finish()
+            }
+            Frame::Get { op, key, offset, len } => {
+                Writer::new(K_GET, 32).u64(op).u64(key).u64(offset).u64(len).finish()
+            }
+            Frame::GetData { op, chunk_off, status, region_len, data } => Writer::new(K_GET_DATA, 25 + data.len())
+                .u64(op)
+                .u64(chunk_off)
+                .u8(status)
+                .u64(region_len)
+                .bytes(data)
+                .finish(),
+            Frame::Heartbeat => Writer::new(K_HEARTBEAT, 0).finish(),
+            Frame::Bye => Writer::new(K_BYE, 0).finish(),
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+impl<'a> Reader<'a> {
+    fn u8(&mut self) -> Result<u8, String> {
+        let (&b, rest) = self.0.split_first().ok_or("frame too short")?;
+        self.0 = rest;
+        Ok(b)
+    }
+    fn u64(&mut self) -> Result<u64, String> {
+        if self.0.len() < 8 {
+            return Err("frame too short".into());
+        }
+        let (a, rest) = self.0.split_at(8);
+        self.0 = rest;
+        let mut b = [0u8; 8];
+        b.copy_from_slice(a);
+        Ok(u64::from_le_bytes(b))
+    }
+    fn end(&self) -> Result<(), String> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} trailing bytes", self.0.len()))
+        }
+    }
+}
+
+/// Splits one complete frame off the front of `buf`: `Ok(None)` if more bytes are needed,
+/// `Ok(Some((frame, consumed)))`, or an error for a frame that can never be valid.
+pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, String> {
+    if buf.len() < HEADER {
+        return Ok(None);
+    }
+    let body_len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if body_len > MAX_BODY {
+        return Err(format!("frame body of {body_len} bytes exceeds {MAX_BODY}"));
+    }
+    if buf.len() < HEADER + body_len {
+        return Ok(None);
+    }
+    let kind = buf[4];
+    let mut r = Reader(&buf[HEADER..HEADER + body_len]);
+    let frame = match kind {
+        K_MESSAGE => {
+            if body_len > crate::MAX_MESSAGE_SIZE {
+                return Err(format!("message of {body_len} bytes exceeds the limit"));
+            }
+            Frame::Message { data: r.0 }
+        }
+        K_PUT => {
+            let (op, key, base, total, chunk_off) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            let has_imm = r.u8()?;
+            let imm = r.u64()?;
+            if has_imm > 1 {
+                return Err("bad immediate flag".into());
+            }
+            Frame::Put { op, key, base, total, chunk_off, imm: (has_imm == 1).then_some(imm), data: r.0 }
+        }
+        K_PUT_ACK => {
+            let f = Frame::PutAck { op: r.u64()?, status: r.u8()?, region_len: r.u64()? };
+            r.end()?;
+            f
+        }
+        K_GET => {
+            let f = Frame::Get { op: r.u64()?, key: r.u64()?, offset: r.u64()?, len: r.u64()? };
+            r.end()?;
+            f
+        }
+        K_GET_DATA => {
+            let (op, chunk_off, status, region_len) = (r.u64()?, r.u64()?, r.u8()?, r.u64()?);
+            Frame::GetData { op, chunk_off, status, region_len, data: r.0 }
+        }
+        K_HEARTBEAT => Frame::Heartbeat,
+        K_BYE => Frame::Bye,
+        other => return Err(format!("unknown frame kind {other}")),
+    };
+    if matches!(kind, K_HEARTBEAT | K_BYE) && body_len != 0 {
+        return Err("control frame with a body".into());
+    }
+    Ok(Some((frame, HEADER + body_len)))
+}
+
+/// The hello a connecting rank sends.
+pub fn hello(rank: Rank, secret: &[u8; 16]) -> [u8; HELLO_LEN] {
+    let mut h = [0u8; HELLO_LEN];
+    h[0..4].copy_from_slice(&MAGIC);
+    h[4..6].copy_from_slice(&VERSION.to_le_bytes());
+    h[6..10].copy_from_slice(&rank.to_le_bytes());
+    h[10..26].copy_from_slice(secret);
+    h
+}
+
+/// Checks a hello against the job secret; returns the peer's rank.
+pub fn check_hello(h: &[u8; HELLO_LEN], secret: &[u8; 16]) -> Result<Rank, String> {
+    if h[0..4] != MAGIC {
+        return Err("not an rdcoll connection".into());
+    }
+    if u16::from_le_bytes([h[4], h[5]]) != VERSION {
+        return Err("wire protocol version mismatch".into());
+    }
+    // Compare in constant time: the secret is the job's only credential.
+    let diff = h[10..26].iter().zip(secret).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    if diff != 0 {
+        return Err("wrong job secret".into());
+    }
+    Ok(u32::from_le_bytes([h[6], h[7], h[8], h[9]]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip() {
+        let frames = [
+            Frame::Message { data: b"hello" },
+            Frame::Put { op: 1, key: 2, base: 3, total: 4, chunk_off: 0, imm: Some(9), data: b"abcd" },
+            Frame::Put { op: 1, key: 2, base: 3, total: 0, chunk_off: 0, imm: None, data: b"" },
+            Frame::PutAck { op: 5, status: ST_OUT_OF_RANGE, region_len: 64 },
+            Frame::Get { op: 6, key: 7, offset: 8, len: 9 },
+            Frame::GetData { op: 6, chunk_off: 0, status: ST_OK, region_len: 0, data: b"xyz" },
+            Frame::Heartbeat,
+            Frame::Bye,
+        ];
+        let mut stream = Vec::new();
+        for f in &frames {
+            stream.extend_from_slice(&f.encode());
+        }
+        let mut at = 0;
+        for f in &frames {
+            let (got, used) = decode(&stream[at..]).unwrap().unwrap();
+            assert_eq!(&got, f);
+            at += used;
+        }
+        assert_eq!(at, stream.len());
+    }
+
+    #[test]
+    fn truncated_and_malformed_frames() {
+        let enc = Frame::Get { op: 1, key: 2, offset: 3, len: 4 }.encode();
+        for cut in 0..enc.len() {
+            assert_eq!(decode(&enc[..cut]).unwrap(), None, "prefix of {cut} bytes");
+        }
+        // A lying length is refused before any allocation.
+        assert!(decode(&[0xff, 0xff, 0xff, 0x7f, K_MESSAGE]).is_err());
+        // Short body for its kind.
+        assert!(decode(&[3, 0, 0, 0, K_GET, 1, 2, 3]).is_err());
+        assert!(decode(&[0, 0, 0, 0, 99]).is_err());
+        assert!(decode(&[1, 0, 0, 0, K_HEARTBEAT, 0]).is_err());
+        // Random bytes never panic.
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..20_000 {
+            let mut buf = [0u8; 40];
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+            buf[1] = 0;
+            buf[2] = 0;
+            buf[3] = 0;
+            let _ = decode(&buf);
+        }
+    }
+
+    #[test]
+    fn hello_checks_the_secret() {
+        let s = [7u8; 16];
+        assert_eq!(check_hello(&hello(3, &s), &s), Ok(3));
+        assert!(check_hello(&hello(3, &[8u8; 16]), &s).is_err());
+        let mut bad = hello(3, &s);
+        bad[0] = b'X';
+        assert!(check_hello(&bad, &s).is_err());
+    }
+}

@@ -1,0 +1,24 @@
+//! The conformance suite over the `tcp` backend, every rank a process.
+
+mod common;
+
+use common::cases::CASES;
+use common::procs::{run_procs, worker_entry};
+
+#[test]
+fn worker_process_entry() {
+    worker_entry();
+}
+
+#[test]
+fn every_case_over_tcp_processes() {
+    let mut failures = Vec::new();
+    for &(case, min) in CASES {
+        for n in [min.max(2), 4] {
+            if let Err(e) = run_procs("tcp", n, case, &[]) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
