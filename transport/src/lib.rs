@@ -15,13 +15,12 @@ pub mod bootstrap;
 mod config;
 mod error;
 mod fabric;
-
+pub mod launch;
 pub mod local;
 mod region;
-
+pub mod shm;
 pub mod tcp;
 mod types;
-pub mod launch;
 mod wait;
 
 pub use config::FabricConfig;

@@ -285,6 +285,17 @@ impl RegionTable {
         self: &Arc<Self>,
         make: impl FnOnce(RegionKey, Weak<dyn Publisher>) -> Result<Region>,
     ) -> Result<Region> {
+        let weak_self: Weak<RegionTable> = Arc::downgrade(self);
+        self.insert_via(weak_self, make)
+    }
+
+    /// Like [`RegionTable::insert`], with another publisher (which must unpublish from this
+    /// table too) handed to the region.
+    pub(crate) fn insert_via(
+        self: &Arc<Self>,
+        publisher: Weak<dyn Publisher>,
+        make: impl FnOnce(RegionKey, Weak<dyn Publisher>) -> Result<Region>,
+    ) -> Result<Region> {
         let mut guard = self.slots.lock();
         let (slots, free) = &mut *guard;
         let index = match free.pop() {
@@ -298,8 +309,7 @@ impl RegionTable {
         let slot = &mut slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1).max(1);
         let key = RegionKey::new(index, slot.generation);
-        let weak_self: Weak<RegionTable> = Arc::downgrade(self);
-        match make(key, weak_self) {
+        match make(key, publisher) {
             Ok(region) => {
                 slot.region = Some(Arc::downgrade(&region.inner));
                 Ok(region)

@@ -164,6 +164,7 @@ pub fn init_with_store(
         c => c,
     };
     let fabric: Box<dyn Fabric> = match choice {
+        TransportChoice::Shm => Box::new(crate::shm::ShmFabric::new(rank, size, store, cfg)?),
 
         _ => Box::new(crate::tcp::TcpFabric::new(rank, size, store, cfg, handle.local_ip)?),
     };

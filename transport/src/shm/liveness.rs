@@ -1,0 +1,107 @@
+//! The shm watchdog: one thread per rank that sleeps on pidfds of all peers and fails a peer the
+//! moment its process exits (falling back to polling `kill(pid, 0)` where pidfds are missing).
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use super::{os, Inner};
+use crate::error::{Result, TransportError};
+use crate::types::Rank;
+
+/// Fallback polling period when a pidfd could not be opened.
+const POLL_MS: i32 = 100;
+
+/// A running watchdog; [`Watchdog::stop`] ends it.
+pub(crate) struct Watchdog {
+    thread: Option<JoinHandle<()>>,
+    wake_fd: i32,
+}
+
+impl Watchdog {
+    pub(crate) fn start(inner: Arc<Inner>, pids: Vec<i32>) -> Result<Watchdog> {
+        let mut pipe = [0i32; 2];
+        // SAFETY: pipe2 fills two descriptors we own.
+        if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(TransportError::io("watchdog pipe", std::io::Error::last_os_error()));
+        }
+        let me = inner.rank as usize;
+        let peers: Vec<(Rank, i32, Option<i32>)> = pids
+            .iter()
+            .enumerate()
+            .filter(|(r, _)| *r != me)
+            .map(|(r, &pid)| (r as Rank, pid, os::pidfd_open(pid)))
+            .collect();
+        let stop_fd = pipe[0];
+        let thread = std::thread::Builder::new()
+            .name(format!("rdcoll-shm-watch-{me}"))
+            .spawn(move || watch(inner, peers, stop_fd))
+            .map_err(|e| TransportError::io("starting the watchdog", e))?;
+        Ok(Watchdog { thread: Some(thread), wake_fd: pipe[1] })
+    }
+
+    pub(crate) fn stop(mut self) {
+        // SAFETY: writing one byte to our pipe, then closing it.
+        unsafe {
+            libc::write(self.wake_fd, [1u8].as_ptr() as *const libc::c_void, 1);
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        // SAFETY: closing our write end after the thread is gone.
+        unsafe { libc::close(self.wake_fd) };
+    }
+}
+
+fn watch(inner: Arc<Inner>, mut peers: Vec<(Rank, i32, Option<i32>)>, stop_fd: i32) {
+    loop {
+        let mut fds = vec![libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 }];
+        let mut owners = Vec::new();
+        let mut need_polling = false;
+        for (i, (_, _, pidfd)) in peers.iter().enumerate() {
+            match pidfd {
+                Some(fd) => {
+                    fds.push(libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 });
+                    owners.push(i);
+                }
+                None => need_polling = true,
+            }
+        }
+        let timeout = if need_polling { POLL_MS } else { -1 };
+        // SAFETY: polling descriptors we own, with a correctly sized array.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+        if fds[0].revents != 0 {
+            break;
+        }
+        let mut dead = Vec::new();
+        for (slot, &i) in owners.iter().enumerate() {
+            if fds[slot + 1].revents != 0 {
+                dead.push(i);
+            }
+        }
+        for (i, (_, pid, pidfd)) in peers.iter().enumerate() {
+            if pidfd.is_none() && !os::process_alive(*pid) {
+                dead.push(i);
+            }
+        }
+        dead.sort_unstable();
+        for &i in dead.iter().rev() {
+            let (rank, _, pidfd) = peers.remove(i);
+            if let Some(fd) = pidfd {
+                // SAFETY: closing a pidfd we opened.
+                unsafe { libc::close(fd) };
+            }
+            inner.fail_peer(rank);
+        }
+    }
+    for (_, _, pidfd) in peers {
+        if let Some(fd) = pidfd {
+            // SAFETY: closing pidfds we opened.
+            unsafe { libc::close(fd) };
+        }
+    }
+    // SAFETY: closing our read end.
+    unsafe { libc::close(stop_fd) };
+}

@@ -1,0 +1,654 @@
+//! `shm`: processes on one host.
+//!
+//! Each rank creates one segment ([`layout`]) holding its control words, its region table, the
+//! rings its peers write messages into, and a heap. Every rank maps every segment; each is
+//! unlinked as soon as all have mapped it.
+//!
+//! - Messages: one SPSC ring per ordered pair ([`ring`]), in the receiver's segment; no locks
+//!   shared between processes. A sender whose ring is full keeps a private backlog, flushed by
+//!   its own progress, and the receiver wakes it when space frees up.
+//! - Regions the fabric allocates live in the heap: a peer's put is a direct store, a get a
+//!   direct load, after a seqlocked check of the owner's region table.
+//! - Memory the caller registers is reached with `process_vm_readv` (single copy): gets by the
+//!   initiator, puts by the target pulling from the initiator. When the kernel refuses (EPERM),
+//!   or with `RDCOLL_SHM_CMA=0`, data goes through bounce chunks in the rings instead.
+//! - Waiting: spin, yield, then sleep on a futex in the segment; senders wake sleepers only when
+//!   one is registered (a Dekker-style flag, so there is no syscall on the fast path).
+//! - Liveness: a watchdog thread waits on pidfds of all peers; a dead peer fails every pending
+//!   and later operation that involves it.
+
+mod heap;
+mod layout;
+mod liveness;
+mod os;
+mod records;
+mod ring;
+mod segment;
+mod service;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+
+use crate::bootstrap::{Store, JOB_ID_KEY};
+use crate::config::FabricConfig;
+use crate::error::{Result, TransportError};
+use crate::fabric::Fabric;
+use crate::region::{Backing, Publisher, Region, RegionTable};
+use crate::types::{range_fits, Event, OpId, Rank, RegionKey, RemoteAddr};
+use heap::HeapAlloc;
+use layout::{Layout, View, MAGIC};
+use records::*;
+use segment::Segment;
+
+/// Kind of a region-table entry: a block of the owner's heap (addr = heap offset).
+const KIND_HEAP: u64 = 1;
+/// Kind of a region-table entry: caller memory (addr = virtual address in the owner).
+const KIND_EXTERNAL: u64 = 2;
+
+struct ProducerSide {
+    ring: ring::Producer,
+    backlog: VecDeque<(u32, Vec<u8>)>,
+}
+
+pub(crate) enum PendingKind {
+    Put { src: Region, src_off: usize, imm: Option<u64> },
+    Get { dst: Region, dst_off: usize, received: usize },
+}
+
+pub(crate) struct Pending {
+    peer: Rank,
+    key: RegionKey,
+    offset: usize,
+    len: usize,
+    kind: PendingKind,
+}
+
+/// A validated view of a peer's region-table entry.
+#[derive(Clone, Copy)]
+struct Entry {
+    kind: u64,
+    addr: usize,
+    len: usize,
+    seq: u64,
+}
+
+pub(crate) struct Inner {
+    rank: Rank,
+    size: usize,
+    start: Instant,
+    layout: Layout,
+    segs: Vec<Arc<Segment>>,
+    pids: Vec<i32>,
+    table: Arc<RegionTable>,
+    heap: Arc<Mutex<HeapAlloc>>,
+    local_events: Mutex<VecDeque<Event>>,
+    producers: Vec<Mutex<ProducerSide>>,
+    any_backlog: AtomicBool,
+    consumers: Mutex<(Vec<ring::Consumer>, usize)>,
+    pending: Mutex<HashMap<u64, Pending>>,
+    failed: Vec<AtomicBool>,
+    cma_ok: Vec<AtomicBool>,
+    next_op: AtomicU64,
+}
+
+/// Unpublishes regions from both the shared table and the local one.
+struct ShmPublisher {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl Publisher for ShmPublisher {
+    fn unpublish(&self, key: RegionKey) {
+        if let Some(inner) = self.inner.upgrade() {
+            inner.view(inner.rank).entry(key.index() as usize, 0).store(0, Ordering::Release);
+            inner.table.unpublish(key);
+        }
+    }
+}
+
+/// One rank's shared-memory endpoint.
+pub struct ShmFabric {
+    inner: Arc<Inner>,
+    publisher: Arc<ShmPublisher>,
+    watchdog: Option<liveness::Watchdog>,
+}
+
+fn parse_peer(bytes: &[u8]) -> Option<(String, usize, i32, [usize; 3])> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    let f: Vec<&str> = s.split(' ').collect();
+    if f.len() != 6 {
+        return None;
+    }
+    let n = |i: usize| f[i].parse::<usize>().ok();
+    Some((f[0].to_string(), n(1)?, f[2].parse().ok()?, [n(3)?, n(4)?, n(5)?]))
+}
+
+impl ShmFabric {
+    /// Creates this rank's segment, maps every peer's, and starts the liveness watchdog.
+    pub fn new(rank: Rank, size: usize, store: &dyn Store, cfg: &FabricConfig) -> Result<ShmFabric> {
+        let timeout = cfg.bootstrap_timeout;
+        let job = String::from_utf8_lossy(&store.get(JOB_ID_KEY, timeout)?).to_string();
+        let layout = Layout { size, max_regions: cfg.max_regions, ring_bytes: cfg.shm_ring_bytes, heap_bytes: cfg.shm_heap_bytes };
+        let name = format!("/rdcoll-{job}-{rank}");
+        let own = Arc::new(Segment::create(&name, layout.total())?);
+        let pid = std::process::id() as i32;
+        {
+            let v = View { seg: &own, layout };
+            v.pid().store(pid as u64, Ordering::Relaxed);
+            v.owner_base().store(own.base() as u64, Ordering::Relaxed);
+            v.magic().store(MAGIC, Ordering::Release);
+        }
+        // Allow peers to attach to our memory where Yama restricts ptrace to descendants.
+        // SAFETY: prctl with constant arguments.
+        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+        let shape = [layout.max_regions, layout.ring_bytes, layout.heap_bytes];
+        let me = format!("{name} {} {pid} {} {} {}", layout.total(), shape[0], shape[1], shape[2]);
+        store.set(&format!("shm/{rank}"), me.as_bytes())?;
+        let mut segs = Vec::with_capacity(size);
+        let mut pids = Vec::with_capacity(size);
+        for r in 0..size {
+            if r == rank as usize {
+                segs.push(own.clone());
+                pids.push(pid);
+                continue;
+            }
+            let info = store.get(&format!("shm/{r}"), timeout)?;
+            let (pname, total, ppid, pshape) = parse_peer(&info)
+                .ok_or_else(|| TransportError::Bootstrap(format!("rank {r} published a malformed shm entry")))?;
+            if pshape != shape || total != layout.total() {
+                return Err(TransportError::Bootstrap(format!(
+                    "rank {r} uses a different shm layout {pshape:?} from ours {shape:?}: set the same RDCOLL_SHM_* on every rank"
+                )));
+            }
+            let seg = Segment::open(&pname, total)?;
+            if (View { seg: &seg, layout }).magic().load(Ordering::Acquire) != MAGIC {
+                return Err(TransportError::Bootstrap(format!("rank {r}'s segment is not initialised")));
+            }
+            segs.push(Arc::new(seg));
+            pids.push(ppid);
+        }
+        let barrier = store.barrier("shm-mapped", size, timeout);
+        own.unlink();
+        barrier?;
+        let cma_ok: Vec<AtomicBool> = (0..size)
+            .map(|r| {
+                let ok = cfg.shm_cma && (r == rank as usize || cma_probe(pids[r], &segs[r], layout));
+                AtomicBool::new(ok)
+            })
+            .collect();
+        let heap_ptr_len = layout.heap_bytes;
+        let inner = Arc::new(Inner {
+            rank,
+            size,
+            start: Instant::now(),
+            layout,
+            segs,
+            pids: pids.clone(),
+            table: RegionTable::new(rank, cfg.max_regions),
+            heap: Arc::new(Mutex::new(HeapAlloc::new(heap_ptr_len))),
+            local_events: Mutex::new(VecDeque::new()),
+            producers: (0..size).map(|_| Mutex::new(ProducerSide { ring: Default::default(), backlog: VecDeque::new() })).collect(),
+            any_backlog: AtomicBool::new(false),
+            consumers: Mutex::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
+            pending: Mutex::new(HashMap::new()),
+            failed: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            cma_ok,
+            next_op: AtomicU64::new(0),
+        });
+        let publisher = Arc::new(ShmPublisher { inner: Arc::downgrade(&inner) });
+        let watchdog = liveness::Watchdog::start(inner.clone(), pids)?;
+        Ok(ShmFabric { inner, publisher, watchdog: Some(watchdog) })
+    }
+}
+
+/// Whether `process_vm_readv` from `pid` works: read the peer's magic through it.
+fn cma_probe(pid: i32, seg: &Segment, layout: Layout) -> bool {
+    let remote = (View { seg, layout }).owner_base().load(Ordering::Acquire) as usize;
+    let mut word = [0u8; 8];
+    os::read_remote(pid, remote, word.as_mut_ptr(), 8).is_ok() && u64::from_le_bytes(word) == MAGIC
+}
+
+impl Inner {
+    fn view(&self, rank: Rank) -> View<'_> {
+        View { seg: &self.segs[rank as usize], layout: self.layout }
+    }
+
+    fn check_peer(&self, rank: Rank) -> Result<()> {
+        if rank as usize >= self.size {
+            return Err(TransportError::InvalidRank { rank, size: self.size });
+        }
+        if self.failed[rank as usize].load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(rank));
+        }
+        Ok(())
+    }
+
+    fn new_op(&self) -> OpId {
+        OpId(self.next_op.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Queues an event for this rank and wakes a sleeping thread of it.
+    fn push_local(&self, ev: Event) {
+        self.local_events.lock().push_back(ev);
+        self.ring_doorbell(self.rank);
+    }
+
+    /// Wakes `rank` if any of its threads sleeps.
+    fn ring_doorbell(&self, rank: Rank) {
+        fence(Ordering::SeqCst);
+        let v = self.view(rank);
+        if v.sleepers().load(Ordering::Relaxed) > 0 {
+            v.doorbell().fetch_add(1, Ordering::Release);
+            os::futex_wake(v.doorbell());
+        }
+    }
+
+    /// Writes one record into `dest`'s ring from us; false if the ring is full.
+    fn try_push(&self, dest: Rank, side: &mut ProducerSide, kind: u32, parts: &[&[u8]]) -> bool {
+        let v = self.view(dest);
+        let data = v.ring_data(self.rank as usize);
+        // SAFETY: the ring from us to `dest` lives in dest's mapped segment and only this rank
+        // (under the producer lock) writes it.
+        unsafe { side.ring.try_push(data, self.layout.ring_bytes, v.ring_head(self.rank as usize), kind, parts) }
+    }
+
+    /// Sends a record to `dest`, behind any backlog so order per pair holds.
+    fn send_record(&self, dest: Rank, kind: u32, parts: &[&[u8]]) -> Result<()> {
+        self.check_peer(dest)?;
+        let mut side = self.producers[dest as usize].lock();
+        if side.backlog.is_empty() && self.try_push(dest, &mut side, kind, parts) {
+            drop(side);
+            self.ring_doorbell(dest);
+            return Ok(());
+        }
+        side.backlog.push_back((kind, parts.concat()));
+        self.any_backlog.store(true, Ordering::Release);
+        self.view(dest).ring_producer_waiting(self.rank as usize).store(1, Ordering::Release);
+        Ok(())
+    }
+
+    /// Moves backlogged records into rings that have room again.
+    fn flush_backlogs(&self) {
+        if !self.any_backlog.swap(false, Ordering::AcqRel) {
+            return;
+        }
+        for dest in 0..self.size as Rank {
+            let mut side = self.producers[dest as usize].lock();
+            let mut pushed = false;
+            while let Some((kind, bytes)) = side.backlog.pop_front() {
+                if self.try_push(dest, &mut side, kind, &[&bytes]) {
+                    pushed = true;
+                } else {
+                    side.backlog.push_front((kind, bytes));
+                    break;
+                }
+            }
+            if !side.backlog.is_empty() {
+                self.any_backlog.store(true, Ordering::Release);
+                self.view(dest).ring_producer_waiting(self.rank as usize).store(1, Ordering::Release);
+            }
+            drop(side);
+            if pushed {
+                self.ring_doorbell(dest);
+            }
+        }
+    }
+
+    /// Reads and validates entry `key` of `rank`'s region table.
+    fn entry(&self, rank: Rank, key: RegionKey) -> Result<Entry> {
+        let bad = || TransportError::BadKey { rank, key: key.0 };
+        let index = key.index() as usize;
+        if index >= self.layout.max_regions {
+            return Err(bad());
+        }
+        let v = self.view(rank);
+        let seq = v.entry(index, 0).load(Ordering::Acquire);
+        if seq != (key.generation() as u64) << 1 {
+            return Err(bad());
+        }
+        let (kind, addr, len) = (
+            v.entry(index, 1).load(Ordering::Relaxed),
+            v.entry(index, 2).load(Ordering::Relaxed),
+            v.entry(index, 3).load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        if v.entry(index, 0).load(Ordering::Relaxed) != seq {
+            return Err(bad());
+        }
+        let (addr, len) = (addr as usize, len as usize);
+        if kind == KIND_HEAP && !range_fits(addr, len, self.layout.heap_bytes) || kind != KIND_HEAP && kind != KIND_EXTERNAL {
+            return Err(TransportError::Protocol { rank, what: "corrupt region table entry".into() });
+        }
+        Ok(Entry { kind, addr, len, seq })
+    }
+
+    /// Whether the entry is unchanged since `e` was read (the region was not deregistered).
+    fn still_valid(&self, rank: Rank, key: RegionKey, e: &Entry) -> bool {
+        self.view(rank).entry(key.index() as usize, 0).load(Ordering::Acquire) == e.seq
+    }
+
+    fn check_remote_range(&self, rank: Rank, key: RegionKey, e: &Entry, offset: usize, len: usize) -> Result<()> {
+        if range_fits(offset, len, e.len) {
+            Ok(())
+        } else {
+            Err(TransportError::OutOfRange { rank, key: key.0, offset: offset as u64, len: len as u64, region_len: e.len as u64 })
+        }
+    }
+
+    /// Address of heap byte `addr` of `rank`, as mapped here.
+    fn heap_ptr(&self, rank: Rank, addr: usize, len: usize) -> Result<*mut u8> {
+        self.segs[rank as usize].at(self.layout.heap_offset() + addr, len)
+    }
+
+    /// Publishes one of our regions in the shared table (seqlock write).
+    fn publish(&self, key: RegionKey, kind: u64, addr: usize, len: usize) {
+        let v = self.view(self.rank);
+        let i = key.index() as usize;
+        let gen = (key.generation() as u64) << 1;
+        v.entry(i, 0).store(gen | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        v.entry(i, 1).store(kind, Ordering::Relaxed);
+        v.entry(i, 2).store(addr as u64, Ordering::Relaxed);
+        v.entry(i, 3).store(len as u64, Ordering::Relaxed);
+        v.entry(i, 0).store(gen, Ordering::Release);
+    }
+
+    fn add_pending(&self, op: OpId, p: Pending) -> Result<()> {
+        let mut pending = self.pending.lock();
+        if self.failed[p.peer as usize].load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(p.peer));
+        }
+        pending.insert(op.0, p);
+        Ok(())
+    }
+
+    /// Fails `rank` once: pending operations complete with `PeerFailed`, then the event.
+    pub(crate) fn fail_peer(&self, rank: Rank) {
+        let drained: Vec<u64> = {
+            let mut pending = self.pending.lock();
+            if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
+                return;
+            }
+            let ids: Vec<u64> = pending.iter().filter(|(_, p)| p.peer == rank).map(|(k, _)| *k).collect();
+            for id in &ids {
+                pending.remove(id);
+            }
+            ids
+        };
+        self.producers[rank as usize].lock().backlog.clear();
+        let mut q = self.local_events.lock();
+        for op in drained {
+            q.push_back(Event::Completed { op: OpId(op), result: Err(TransportError::PeerFailed(rank)) });
+        }
+        q.push_back(Event::PeerFailed { rank });
+        drop(q);
+        let own = self.view(self.rank);
+        own.doorbell().fetch_add(1, Ordering::Release);
+        os::futex_wake(own.doorbell());
+    }
+
+    /// Whether anything is ready for this rank's progress to pick up.
+    fn anything_ready(&self) -> bool {
+        if !self.local_events.lock().is_empty() || self.any_backlog.load(Ordering::Acquire) {
+            return true;
+        }
+        let Some(cons) = self.consumers.try_lock() else { return true };
+        let own = self.view(self.rank);
+        (0..self.size).any(|src| {
+            // SAFETY: our own incoming ring from `src`, read under the consumer lock.
+            unsafe { cons.0[src].ready(own.ring_data(src), self.layout.ring_bytes) }
+        })
+    }
+
+    fn copy_local(&self, from: &Region, from_off: usize, to: &Region, to_off: usize, len: usize) -> Result<()> {
+        from.with_range(from_off, len, |s| {
+            to.with_range(to_off, len, |d| {
+                // SAFETY: both ranges checked on live regions; `copy` allows overlap.
+                unsafe { std::ptr::copy(s, d, len) }
+            })
+        })?
+    }
+}
+
+fn check_local(region: &Region, offset: usize, len: usize) -> Result<()> {
+    if range_fits(offset, len, region.len()) {
+        Ok(())
+    } else {
+        Err(TransportError::OutOfRange {
+            rank: region.rank(),
+            key: region.key().0,
+            offset: offset as u64,
+            len: len as u64,
+            region_len: region.len() as u64,
+        })
+    }
+}
+
+impl Fabric for ShmFabric {
+    fn rank(&self) -> Rank {
+        self.inner.rank
+    }
+    fn size(&self) -> usize {
+        self.inner.size
+    }
+    fn backend(&self) -> &'static str {
+        "shm"
+    }
+
+    fn alloc_region(&self, len: usize) -> Result<Region> {
+        let inner = &self.inner;
+        let rank = inner.rank;
+        let off = inner.heap.lock().alloc(len);
+        let weak: std::sync::Weak<dyn Publisher> = Arc::downgrade(&self.publisher) as _;
+        let Some(off) = off else {
+            // The shared heap is full: fall back to private memory, reached by peers through
+            // cross-memory attach like registered memory.
+            return inner.table.insert_via(weak, |key, p| {
+                let r = Region::alloc_owned(rank, key, len, p)?;
+                inner.publish(key, KIND_EXTERNAL, r.base_addr(), len);
+                Ok(r)
+            });
+        };
+        let ptr = match inner.heap_ptr(rank, off, len) {
+            Ok(p) => p,
+            Err(e) => {
+                inner.heap.lock().free(off, len);
+                return Err(e);
+            }
+        };
+        // Zero it: the block may have been used before.
+        // SAFETY: `ptr` covers `len` bytes of our own heap block, not yet handed out.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        let heap = inner.heap.clone();
+        // The region keeps the mapping alive even if it outlives the fabric.
+        let mapping = inner.segs[rank as usize].clone();
+        let res = inner.table.insert_via(weak, |key, p| {
+            inner.publish(key, KIND_HEAP, off, len);
+            let nn = std::ptr::NonNull::new(ptr).ok_or(TransportError::OutOfResources { what: "shm heap" })?;
+            let release = Box::new(move || {
+                heap.lock().free(off, len);
+                drop(mapping);
+            });
+            Ok(Region::from_raw(rank, key, nn, len, Backing::Shared(release), p))
+        });
+        if res.is_err() {
+            inner.heap.lock().free(off, len);
+        }
+        res
+    }
+
+    unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
+        let nn = std::ptr::NonNull::new(ptr).ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
+        let inner = &self.inner;
+        let rank = inner.rank;
+        let weak: std::sync::Weak<dyn Publisher> = Arc::downgrade(&self.publisher) as _;
+        inner.table.insert_via(weak, |key, p| {
+            inner.publish(key, KIND_EXTERNAL, ptr as usize, len);
+            Ok(Region::from_raw(rank, key, nn, len, Backing::External, p))
+        })
+    }
+
+    fn put(&self, src: &Region, src_offset: usize, len: usize, dst: RemoteAddr, imm: Option<u64>) -> Result<OpId> {
+        let inner = &self.inner;
+        check_local(src, src_offset, len)?;
+        inner.check_peer(dst.rank)?;
+        let op = inner.new_op();
+        if dst.rank == inner.rank {
+            let result = inner.table.lookup(dst.key).and_then(|r| inner.copy_local(src, src_offset, &r, dst.offset, len));
+            if let (Ok(()), Some(imm)) = (&result, imm) {
+                inner.push_local(Event::Immediate { src: inner.rank, imm });
+            }
+            inner.push_local(Event::Completed { op, result });
+            return Ok(op);
+        }
+        let entry = inner.entry(dst.rank, dst.key).and_then(|e| {
+            inner.check_remote_range(dst.rank, dst.key, &e, dst.offset, len)?;
+            Ok(e)
+        });
+        let e = match entry {
+            Ok(e) => e,
+            Err(err) => {
+                inner.push_local(Event::Completed { op, result: Err(err) });
+                return Ok(op);
+            }
+        };
+        if e.kind == KIND_HEAP {
+            let result = inner.heap_ptr(dst.rank, e.addr + dst.offset, len).and_then(|d| {
+                src.with_range(src_offset, len, |s| {
+                    // SAFETY: `d` is inside the peer's heap block (validated entry and range),
+                    // `s` inside our live source region.
+                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                })
+            });
+            let result = result.and_then(|()| {
+                if inner.still_valid(dst.rank, dst.key, &e) {
+                    Ok(())
+                } else {
+                    Err(TransportError::BadKey { rank: dst.rank, key: dst.key.0 })
+                }
+            });
+            if let (Ok(()), Some(imm)) = (&result, imm) {
+                inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()])?;
+            }
+            inner.push_local(Event::Completed { op, result });
+            return Ok(op);
+        }
+        let kind = PendingKind::Put { src: src.clone(), src_off: src_offset, imm };
+        inner.add_pending(op, Pending { peer: dst.rank, key: dst.key, offset: dst.offset, len, kind })?;
+        if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
+            let words = [op.0, dst.key.0, dst.offset as u64, len as u64, (src.base_addr() + src_offset) as u64, imm.is_some() as u64, imm.unwrap_or(0)];
+            inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])?;
+        } else {
+            service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)?;
+        }
+        Ok(op)
+    }
+
+    fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
+        let inner = &self.inner;
+        check_local(dst, dst_offset, len)?;
+        inner.check_peer(src.rank)?;
+        let op = inner.new_op();
+        if src.rank == inner.rank {
+            let result = inner.table.lookup(src.key).and_then(|r| inner.copy_local(&r, src.offset, dst, dst_offset, len));
+            inner.push_local(Event::Completed { op, result });
+            return Ok(op);
+        }
+        let entry = inner.entry(src.rank, src.key).and_then(|e| {
+            inner.check_remote_range(src.rank, src.key, &e, src.offset, len)?;
+            Ok(e)
+        });
+        let e = match entry {
+            Ok(e) => e,
+            Err(err) => {
+                inner.push_local(Event::Completed { op, result: Err(err) });
+                return Ok(op);
+            }
+        };
+        let stale = || TransportError::BadKey { rank: src.rank, key: src.key.0 };
+        if e.kind == KIND_HEAP {
+            let result = inner.heap_ptr(src.rank, e.addr + src.offset, len).and_then(|s| {
+                dst.with_range(dst_offset, len, |d| {
+                    // SAFETY: `s` is inside the peer's heap block (validated entry and range),
+                    // `d` inside our live destination region.
+                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                })
+            });
+            let result = result.and_then(|()| if inner.still_valid(src.rank, src.key, &e) { Ok(()) } else { Err(stale()) });
+            inner.push_local(Event::Completed { op, result });
+            return Ok(op);
+        }
+        if inner.cma_ok[src.rank as usize].load(Ordering::Acquire) {
+            let pid = inner.pids[src.rank as usize];
+            let read = dst.with_range(dst_offset, len, |d| os::read_remote(pid, e.addr + src.offset, d, len))?;
+            match read {
+                Ok(()) => {
+                    // A region deregistered during the copy may have yielded garbage: refuse it.
+                    let result = if inner.still_valid(src.rank, src.key, &e) { Ok(()) } else { Err(stale()) };
+                    inner.push_local(Event::Completed { op, result });
+                    return Ok(op);
+                }
+                Err(errno) if errno == libc::EPERM || errno == libc::ENOSYS => {
+                    inner.cma_ok[src.rank as usize].store(false, Ordering::Release);
+                }
+                Err(errno) => {
+                    let gone = errno == libc::ESRCH || inner.failed[src.rank as usize].load(Ordering::Acquire);
+                    let result = if gone || !os::process_alive(pid) {
+                        inner.fail_peer(src.rank);
+                        Err(TransportError::PeerFailed(src.rank))
+                    } else {
+                        Err(stale())
+                    };
+                    inner.push_local(Event::Completed { op, result });
+                    return Ok(op);
+                }
+            }
+        }
+        let kind = PendingKind::Get { dst: dst.clone(), dst_off: dst_offset, received: 0 };
+        inner.add_pending(op, Pending { peer: src.rank, key: src.key, offset: src.offset, len, kind })?;
+        inner.send_record(src.rank, K_GET_REQ, &[&header([op.0, src.key.0, src.offset as u64, len as u64])])?;
+        Ok(op)
+    }
+
+    fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
+        if data.len() > crate::MAX_MESSAGE_SIZE {
+            return Err(TransportError::MessageTooLarge { len: data.len(), max: crate::MAX_MESSAGE_SIZE });
+        }
+        self.inner.send_record(dest, K_MSG, &[data])
+    }
+
+    fn poll(&self) -> Result<Option<Event>> {
+        service::poll(&self.inner)
+    }
+
+    fn block(&self, timeout: Duration) {
+        let inner = &self.inner;
+        let own = inner.view(inner.rank);
+        let seen = own.doorbell().load(Ordering::Acquire);
+        own.sleepers().fetch_add(1, Ordering::SeqCst);
+        fence(Ordering::SeqCst);
+        if !inner.anything_ready() {
+            os::futex_wait(own.doorbell(), seen, timeout);
+        }
+        own.sleepers().fetch_sub(1, Ordering::SeqCst);
+    }
+
+    fn now(&self) -> Duration {
+        self.inner.start.elapsed()
+    }
+
+    fn is_failed(&self, rank: Rank) -> bool {
+        self.inner.failed.get(rank as usize).is_some_and(|f| f.load(Ordering::Acquire))
+    }
+}
+
+impl Drop for ShmFabric {
+    fn drop(&mut self) {
+        if let Some(w) = self.watchdog.take() {
+            w.stop();
+        }
+    }
+}

@@ -1,0 +1,51 @@
+//! The record kinds that travel in shm rings, and their fixed headers (little-endian u64s).
+//!
+//! Besides active messages and put immediates, the rings carry the target-served operations:
+//! puts into memory the caller registered (the target pulls with `process_vm_readv`, or takes
+//! bounce chunks when the kernel refuses cross-memory attach) and bounce gets.
+
+/// An active message; payload = the message.
+pub(crate) const K_MSG: u32 = 1;
+/// A put with immediate landed; payload = imm.
+pub(crate) const K_IMM: u32 = 2;
+/// Pull request: [op, key, offset, len, src_addr, has_imm, imm].
+pub(crate) const K_PUT_PULL: u32 = 3;
+/// Bounce put chunk: [op, key, base, total, chunk_off, has_imm, imm] + data.
+pub(crate) const K_PUT_CHUNK: u32 = 4;
+/// Bounce get request: [op, key, offset, len].
+pub(crate) const K_GET_REQ: u32 = 5;
+/// Bounce get data: [op, chunk_off] + data.
+pub(crate) const K_GET_CHUNK: u32 = 6;
+/// End of a target-served operation: [op, status, region_len].
+pub(crate) const K_DONE: u32 = 7;
+
+/// Status: done.
+pub(crate) const ST_OK: u64 = 0;
+/// Status: unknown or stale key.
+pub(crate) const ST_BAD_KEY: u64 = 1;
+/// Status: range outside the region.
+pub(crate) const ST_OUT_OF_RANGE: u64 = 2;
+/// Status: the target could not attach to the initiator's memory; resend as bounce chunks.
+pub(crate) const ST_CMA_REFUSED: u64 = 3;
+
+/// Bytes of data in one bounce chunk.
+pub(crate) const BOUNCE_CHUNK: usize = crate::MAX_MESSAGE_SIZE;
+
+/// Encodes a fixed header.
+pub(crate) fn header<const N: usize>(words: [u64; N]) -> Vec<u8> {
+    words.iter().flat_map(|w| w.to_le_bytes()).collect()
+}
+
+/// Splits `N` words off the front of a record; `None` if it is too short.
+pub(crate) fn parse<const N: usize>(payload: &[u8]) -> Option<([u64; N], &[u8])> {
+    if payload.len() < N * 8 {
+        return None;
+    }
+    let mut out = [0u64; N];
+    for (i, w) in out.iter_mut().enumerate() {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&payload[i * 8..i * 8 + 8]);
+        *w = u64::from_le_bytes(b);
+    }
+    Some((out, &payload[N * 8..]))
+}

@@ -1,0 +1,182 @@
+//! A single-producer, single-consumer byte ring in shared memory, one per ordered pair of ranks.
+//!
+//! Each record is a 16-byte header (`seq:u64, len:u32, kind:u32`) and its payload padded to 16
+//! bytes. `seq` is the record's absolute position plus one, stored last with release order, so
+//! the consumer polls the very cache line the record starts on (one miss per small message) and
+//! a record from an earlier lap can never be mistaken for a new one. The consumer publishes its
+//! position for the producer, which reads it only when its cached view says the ring is full.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Bytes of a record header.
+pub(crate) const REC_HEADER: usize = 16;
+/// Kind of the filler record that skips to the start of the ring.
+const K_WRAP: u32 = u32::MAX;
+
+fn padded(len: usize) -> usize {
+    REC_HEADER + len.next_multiple_of(16)
+}
+
+
+/// # Safety
+/// `data + off` must be 8-aligned and inside a live ring of which it is a record start.
+unsafe fn seq_at(data: *mut u8, off: usize) -> &'static AtomicU64 {
+    // SAFETY: the caller guarantees alignment and liveness of the ring memory.
+    unsafe { &*(data.add(off) as *const AtomicU64) }
+}
+
+/// The producer's private state for one ring.
+#[derive(Default)]
+pub(crate) struct Producer {
+    tail: u64,
+    cached_head: u64,
+}
+
+impl Producer {
+    /// Appends a record made of `parts`, or returns false when the ring lacks space.
+    ///
+    /// # Safety
+    /// `data` must point to a ring of `cap` bytes (a power of two, 16-aligned) that only this
+    /// producer writes, and `head` must be its consumer position.
+    pub(crate) unsafe fn try_push(&mut self, data: *mut u8, cap: usize, head: &AtomicU64, kind: u32, parts: &[&[u8]]) -> bool {
+        let len: usize = parts.iter().map(|p| p.len()).sum();
+        let size = padded(len);
+        let mut off = (self.tail as usize) & (cap - 1);
+        let filler = if cap - off < size { cap - off } else { 0 };
+        let need = (filler + size) as u64;
+        if self.tail + need - self.cached_head > cap as u64 {
+            self.cached_head = head.load(Ordering::Acquire);
+            if self.tail + need - self.cached_head > cap as u64 {
+                return false;
+            }
+        }
+        // SAFETY (whole block): offsets stay inside the ring (checked sizes, 16-byte records),
+        // and the space between tail and head + cap belongs to the producer.
+        unsafe {
+            if filler > 0 {
+                let h = data.add(off);
+                std::ptr::write(h.add(8) as *mut u32, 0);
+                std::ptr::write(h.add(12) as *mut u32, K_WRAP);
+                seq_at(data, off).store(self.tail + 1, Ordering::Release);
+                self.tail += filler as u64;
+                off = 0;
+            }
+            let h = data.add(off);
+            let mut p = h.add(REC_HEADER);
+            for part in parts {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), p, part.len());
+                p = p.add(part.len());
+            }
+            std::ptr::write(h.add(8) as *mut u32, len as u32);
+            std::ptr::write(h.add(12) as *mut u32, kind);
+            seq_at(data, off).store(self.tail + 1, Ordering::Release);
+        }
+        self.tail += size as u64;
+        true
+    }
+}
+
+/// The consumer's private state for one ring.
+#[derive(Default)]
+pub(crate) struct Consumer {
+    head: u64,
+}
+
+/// A record the ring held something malformed: the producer broke the format.
+#[derive(Debug)]
+pub(crate) struct Corrupt;
+
+impl Consumer {
+    /// Whether a record is ready.
+    ///
+    /// # Safety
+    /// As for [`Consumer::try_pop`].
+    pub(crate) unsafe fn ready(&self, data: *mut u8, cap: usize) -> bool {
+        let off = (self.head as usize) & (cap - 1);
+        // SAFETY: `off` is a record start inside the ring.
+        unsafe { seq_at(data, off).load(Ordering::Acquire) == self.head + 1 }
+    }
+
+    /// Hands the next record to `f` (kind, payload) and releases its space.
+    ///
+    /// # Safety
+    /// `data` must point to a live ring of `cap` bytes that only this consumer reads, and
+    /// `head` must be its published consumer position.
+    pub(crate) unsafe fn try_pop<R>(
+        &mut self,
+        data: *mut u8,
+        cap: usize,
+        head: &AtomicU64,
+        f: impl FnOnce(u32, &[u8]) -> R,
+    ) -> Result<Option<R>, Corrupt> {
+        loop {
+            let off = (self.head as usize) & (cap - 1);
+            // SAFETY (whole block): `off` is a record start; after the acquire load matched,
+            // the producer has finished writing the record and will not touch it until the
+            // head moves past it. Lengths are checked against the ring before any slice.
+            unsafe {
+                if seq_at(data, off).load(Ordering::Acquire) != self.head + 1 {
+                    return Ok(None);
+                }
+                let h = data.add(off);
+                let len = std::ptr::read(h.add(8) as *const u32) as usize;
+                let kind = std::ptr::read(h.add(12) as *const u32);
+                if kind == K_WRAP {
+                    self.head += (cap - off) as u64;
+                    head.store(self.head, Ordering::Release);
+                    continue;
+                }
+                if padded(len) > cap - off {
+                    return Err(Corrupt);
+                }
+                let payload = std::slice::from_raw_parts(h.add(REC_HEADER), len);
+                let r = f(kind, payload);
+                self.head += padded(len) as u64;
+                head.store(self.head, Ordering::Release);
+                return Ok(Some(r));
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wraps_and_keeps_order_across_threads() {
+        const CAP: usize = 4096;
+        #[repr(align(64))]
+        struct Mem([u8; CAP]);
+        let mem = Box::leak(Box::new(Mem([0; CAP])));
+        let data = mem.0.as_mut_ptr() as usize;
+        let head: &'static AtomicU64 = Box::leak(Box::new(AtomicU64::new(0)));
+        let producer = std::thread::spawn(move || {
+            let mut p = Producer::default();
+            for i in 0u32..20_000 {
+                let len = (i as usize * 7) % 300;
+                let body = vec![i as u8; len];
+                // SAFETY: the leaked ring is only written by this thread.
+                while !unsafe { p.try_push(data as *mut u8, CAP, head, i, &[&body]) } {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut c = Consumer::default();
+        let mut next = 0u32;
+        while next < 20_000 {
+            // SAFETY: the leaked ring is only read by this thread.
+            let got = unsafe { c.try_pop(data as *mut u8, CAP, head, |k, p| (k, p.to_vec())) }.unwrap();
+            match got {
+                Some((k, p)) => {
+                    assert_eq!(k, next);
+                    assert_eq!(p.len(), (next as usize * 7) % 300);
+                    assert!(p.iter().all(|&b| b == next as u8));
+                    next += 1;
+                }
+                None => std::thread::yield_now(),
+            }
+        }
+        producer.join().unwrap();
+    }
+}

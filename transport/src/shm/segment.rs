@@ -1,0 +1,108 @@
+//! POSIX shared-memory segments: created mode 0600 by their owner, mapped by every rank of the
+//! job, and unlinked as soon as all have mapped them, so a crash leaves nothing in /dev/shm.
+
+use std::ffi::CString;
+
+use crate::error::{Result, TransportError};
+
+/// A mapped segment; unmapped on drop.
+pub(crate) struct Segment {
+    base: *mut u8,
+    len: usize,
+    name: CString,
+}
+
+// SAFETY: the mapping is shared memory accessed only through raw copies and atomics.
+unsafe impl Send for Segment {}
+// SAFETY: as above.
+unsafe impl Sync for Segment {}
+
+fn os_err(what: String) -> TransportError {
+    TransportError::io(what, std::io::Error::last_os_error())
+}
+
+impl Segment {
+    /// Creates (exclusively) and maps a zeroed segment of `len` bytes.
+    pub(crate) fn create(name: &str, len: usize) -> Result<Segment> {
+        let cname = CString::new(name).map_err(|_| TransportError::InvalidArgument(name.into()))?;
+        // SAFETY: shm_open with a valid C string; the descriptor is closed below.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+        if fd < 0 {
+            return Err(os_err(format!("creating shared memory {name}")));
+        }
+        // SAFETY: fd is a fresh shm descriptor we own.
+        let sized = unsafe { libc::ftruncate(fd, len as libc::off_t) };
+        if sized != 0 {
+            let e = os_err(format!("sizing shared memory {name} to {len} bytes"));
+            // SAFETY: closing and unlinking what we just created.
+            unsafe {
+                libc::close(fd);
+                libc::shm_unlink(cname.as_ptr());
+            }
+            return Err(e);
+        }
+        Self::map(fd, cname, len)
+    }
+
+    /// Opens and maps a segment a peer created.
+    pub(crate) fn open(name: &str, len: usize) -> Result<Segment> {
+        let cname = CString::new(name).map_err(|_| TransportError::InvalidArgument(name.into()))?;
+        // SAFETY: shm_open with a valid C string.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_RDWR, 0) };
+        if fd < 0 {
+            return Err(os_err(format!("opening shared memory {name}")));
+        }
+        // SAFETY: fstat on our descriptor into a zeroed stat buffer.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < len {
+            // SAFETY: closing our descriptor.
+            unsafe { libc::close(fd) };
+            return Err(TransportError::Bootstrap(format!("shared memory {name} is smaller than {len} bytes")));
+        }
+        Self::map(fd, cname, len)
+    }
+
+    fn map(fd: i32, name: CString, len: usize) -> Result<Segment> {
+        // SAFETY: mapping `len` bytes of a descriptor sized to at least `len`; then closing it
+        // (the mapping keeps the memory).
+        let base = unsafe {
+            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+            libc::close(fd);
+            p
+        };
+        if base == libc::MAP_FAILED {
+            return Err(os_err(format!("mapping {} bytes of shared memory", len)));
+        }
+        Ok(Segment { base: base as *mut u8, len, name })
+    }
+
+    /// Removes the name from /dev/shm (mappings stay valid).
+    pub(crate) fn unlink(&self) {
+        // SAFETY: unlinking by name; harmless if already gone.
+        unsafe { libc::shm_unlink(self.name.as_ptr()) };
+    }
+
+    /// Address of byte `offset`; `offset + size` must be within the segment.
+    pub(crate) fn at(&self, offset: usize, size: usize) -> Result<*mut u8> {
+        if offset.checked_add(size).is_some_and(|e| e <= self.len) {
+            // SAFETY: checked to be inside the mapping.
+            Ok(unsafe { self.base.add(offset) })
+        } else {
+            Err(TransportError::InvalidArgument(format!("segment range {offset}+{size} beyond {}", self.len)))
+        }
+    }
+
+    /// Base address of the mapping.
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.base
+    }
+}
+
+impl Drop for Segment {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped; no references into it outlive the
+        // segment (every user holds an Arc to it).
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}

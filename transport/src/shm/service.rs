@@ -1,0 +1,241 @@
+//! Progress for the shm backend: draining the incoming rings, and serving the operations that
+//! need the target (puts into registered memory, bounce gets) or complete through it.
+
+use std::sync::atomic::Ordering;
+
+use super::records::*;
+use super::{os, Inner, PendingKind};
+use crate::error::{Result, TransportError};
+use crate::region::Region;
+use crate::types::{range_fits, Event, OpId, Payload, Rank, RegionKey, RemoteAddr};
+
+/// One step of progress; returns the next event if there is one.
+pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
+    if let Some(ev) = inner.local_events.lock().pop_front() {
+        return Ok(Some(ev));
+    }
+    inner.flush_backlogs();
+    let Some(mut cons) = inner.consumers.try_lock() else { return Ok(None) };
+    let own = inner.view(inner.rank);
+    let size = inner.size;
+    let start = cons.1;
+    for i in 0..size {
+        let src = (start + i) % size;
+        let data = own.ring_data(src);
+        let head = own.ring_head(src);
+        loop {
+            // SAFETY: our own incoming ring from `src`, read only under the consumer lock.
+            let popped = unsafe { cons.0[src].try_pop(data, inner.layout.ring_bytes, head, |kind, payload| handle(inner, src as Rank, kind, payload)) };
+            let waiting = own.ring_producer_waiting(src);
+            if waiting.load(Ordering::Acquire) != 0 {
+                waiting.store(0, Ordering::Release);
+                let peer = inner.view(src as Rank);
+                peer.doorbell().fetch_add(1, Ordering::Release);
+                os::futex_wake(peer.doorbell());
+            }
+            match popped {
+                Ok(Some(Some(ev))) => {
+                    cons.1 = (src + 1) % size;
+                    return Ok(Some(ev));
+                }
+                Ok(Some(None)) => continue,
+                Ok(None) => break,
+                Err(_) => {
+                    drop(cons);
+                    inner.fail_peer(src as Rank);
+                    return Ok(inner.local_events.lock().pop_front());
+                }
+            }
+        }
+    }
+    drop(cons);
+    Ok(inner.local_events.lock().pop_front())
+}
+
+fn status_of(e: &TransportError) -> (u64, u64) {
+    match e {
+        TransportError::OutOfRange { region_len, .. } => (ST_OUT_OF_RANGE, *region_len),
+        _ => (ST_BAD_KEY, 0),
+    }
+}
+
+fn done(inner: &Inner, to: Rank, op: u64, status: u64, region_len: u64) {
+    let _ = inner.send_record(to, K_DONE, &[&header([op, status, region_len])]);
+}
+
+/// Looks up one of our regions for a peer and checks the range.
+fn target_region(inner: &Inner, key: u64, offset: u64, len: u64) -> Result<(Region, usize, usize)> {
+    let region = inner.table.lookup(RegionKey(key))?;
+    let (o, l) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(len).unwrap_or(usize::MAX));
+    if range_fits(o, l, region.len()) {
+        Ok((region, o, l))
+    } else {
+        Err(TransportError::OutOfRange { rank: inner.rank, key, offset, len, region_len: region.len() as u64 })
+    }
+}
+
+/// Handles one record from `src`; returns the event it raises, if any.
+fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> {
+    match kind {
+        K_MSG => Some(Event::Message { src, data: Payload::from_slice(payload) }),
+        K_IMM => parse::<1>(payload).map(|([imm], _)| Event::Immediate { src, imm }),
+        K_PUT_PULL => {
+            let ([op, key, offset, len, src_addr, has_imm, imm], _) = parse::<7>(payload)?;
+            let result = target_region(inner, key, offset, len).and_then(|(region, o, l)| {
+                region.with_range(o, l, |d| os::read_remote(inner.pids[src as usize], src_addr as usize, d, l))
+            });
+            match result {
+                Ok(Ok(())) => {
+                    done(inner, src, op, ST_OK, 0);
+                    (has_imm == 1).then_some(Event::Immediate { src, imm })
+                }
+                Ok(Err(_)) => {
+                    done(inner, src, op, ST_CMA_REFUSED, 0);
+                    None
+                }
+                Err(e) => {
+                    let (st, rl) = status_of(&e);
+                    done(inner, src, op, st, rl);
+                    None
+                }
+            }
+        }
+        K_PUT_CHUNK => {
+            let ([op, key, base, total, chunk_off, has_imm, imm], data) = parse::<7>(payload)?;
+            let end = chunk_off.checked_add(data.len() as u64).filter(|&e| e <= total);
+            let result = match end {
+                None => Err(TransportError::Protocol { rank: src, what: "put chunk outside its range".into() }),
+                Some(_) => target_region(inner, key, base, total)
+                    .and_then(|(region, o, _)| region.write(o + chunk_off as usize, data)),
+            };
+            match result {
+                Ok(()) if end == Some(total) => {
+                    done(inner, src, op, ST_OK, 0);
+                    (has_imm == 1).then_some(Event::Immediate { src, imm })
+                }
+                Ok(()) => None,
+                Err(e) => {
+                    let (st, rl) = status_of(&e);
+                    done(inner, src, op, st, rl);
+                    None
+                }
+            }
+        }
+        K_GET_REQ => {
+            let ([op, key, offset, len], _) = parse::<4>(payload)?;
+            match target_region(inner, key, offset, len) {
+                Ok((region, o, l)) => {
+                    let mut at = 0;
+                    while at < l {
+                        let n = (l - at).min(BOUNCE_CHUNK);
+                        let mut chunk = header([op, at as u64]);
+                        let start = chunk.len();
+                        chunk.resize(start + n, 0);
+                        if region.read(o + at, &mut chunk[start..]).is_err() {
+                            done(inner, src, op, ST_BAD_KEY, 0);
+                            return None;
+                        }
+                        let _ = inner.send_record(src, K_GET_CHUNK, &[&chunk]);
+                        at += n;
+                    }
+                    done(inner, src, op, ST_OK, 0);
+                }
+                Err(e) => {
+                    let (st, rl) = status_of(&e);
+                    done(inner, src, op, st, rl);
+                }
+            }
+            None
+        }
+        K_GET_CHUNK => {
+            let ([op, chunk_off], data) = parse::<2>(payload)?;
+            let mut pending = inner.pending.lock();
+            let p = pending.get_mut(&op)?;
+            if p.peer != src {
+                return None;
+            }
+            let fits = chunk_off.checked_add(data.len() as u64).is_some_and(|e| e <= p.len as u64);
+            if let (true, PendingKind::Get { dst, dst_off, received }) = (fits, &mut p.kind) {
+                if dst.write(*dst_off + chunk_off as usize, data).is_ok() {
+                    *received += data.len();
+                }
+            }
+            None
+        }
+        K_DONE => {
+            let ([op, status, region_len], _) = parse::<3>(payload)?;
+            finish(inner, src, op, status, region_len)
+        }
+        _ => None,
+    }
+}
+
+/// Completes a target-served operation from its `K_DONE`.
+fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Option<Event> {
+    let p = {
+        let mut pending = inner.pending.lock();
+        if pending.get(&op).is_none_or(|p| p.peer != src) {
+            return None;
+        }
+        pending.remove(&op)?
+    };
+    if status == ST_CMA_REFUSED {
+        // The target cannot attach to our memory: send the data through the ring instead.
+        inner.cma_ok[src as usize].store(false, Ordering::Release);
+        if let PendingKind::Put { src: region, src_off, imm } = &p.kind {
+            let (region, src_off, imm) = (region.clone(), *src_off, *imm);
+            let dst = RemoteAddr { rank: p.peer, key: p.key, offset: p.offset };
+            let len = p.len;
+            if inner.add_pending(OpId(op), p).is_ok() {
+                if let Err(e) = send_put_chunks(inner, op, dst, &region, src_off, len, imm) {
+                    inner.pending.lock().remove(&op);
+                    return Some(Event::Completed { op: OpId(op), result: Err(e) });
+                }
+            }
+            return None;
+        }
+    }
+    let result = match status {
+        ST_OK => match &p.kind {
+            PendingKind::Get { received, .. } if *received != p.len => {
+                Err(TransportError::Protocol { rank: src, what: format!("get returned {received} of {} bytes", p.len) })
+            }
+            _ => Ok(()),
+        },
+        ST_OUT_OF_RANGE => Err(TransportError::OutOfRange {
+            rank: src,
+            key: p.key.0,
+            offset: p.offset as u64,
+            len: p.len as u64,
+            region_len,
+        }),
+        _ => Err(TransportError::BadKey { rank: src, key: p.key.0 }),
+    };
+    Some(Event::Completed { op: OpId(op), result })
+}
+
+/// Sends a put as bounce chunks through the ring (when cross-memory attach is refused).
+pub(super) fn send_put_chunks(
+    inner: &Inner,
+    op: u64,
+    dst: RemoteAddr,
+    src: &Region,
+    src_off: usize,
+    len: usize,
+    imm: Option<u64>,
+) -> Result<()> {
+    let mut at = 0;
+    loop {
+        let n = (len - at).min(BOUNCE_CHUNK);
+        let words = [op, dst.key.0, dst.offset as u64, len as u64, at as u64, imm.is_some() as u64, imm.unwrap_or(0)];
+        let mut chunk = header(words);
+        let start = chunk.len();
+        chunk.resize(start + n, 0);
+        src.read(src_off + at, &mut chunk[start..])?;
+        inner.send_record(dst.rank, K_PUT_CHUNK, &[&chunk])?;
+        at += n;
+        if at >= len {
+            return Ok(());
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! The conformance suite over the `shm` backend, every rank a process: once with cross-memory
+//! attach (`process_vm_readv`), once forced through the bounce path, and once with a heap too
+//! small for the test regions (so fabric-allocated regions fall back to private memory).
+
+mod common;
+
+use common::cases::CASES;
+use common::procs::{run_procs, worker_entry};
+
+#[test]
+fn worker_process_entry() {
+    worker_entry();
+}
+
+fn all_cases(env: &[(&str, &str)]) {
+    let mut failures = Vec::new();
+    for &(case, min) in CASES {
+        for n in [min.max(2), 4] {
+            if let Err(e) = run_procs("shm", n, case, env) {
+                failures.push(e);
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{env:?}: {failures:#?}");
+}
+
+#[test]
+fn every_case_over_shm_processes() {
+    all_cases(&[]);
+}
+
+#[test]
+fn every_case_over_shm_with_private_regions_and_cma() {
+    all_cases(&[("RDCOLL_SHM_HEAP_BYTES", "65536")]);
+}
+
+#[test]
+fn every_case_over_shm_with_private_regions_and_bounce() {
+    all_cases(&[("RDCOLL_SHM_HEAP_BYTES", "65536"), ("RDCOLL_SHM_CMA", "0")]);
+}
