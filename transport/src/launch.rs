@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::{publish_job_identity, StoreServer, TcpStore};
@@ -41,6 +42,8 @@ impl JobSpec {
 pub struct RankExit {
     /// The rank.
     pub rank: usize,
+    /// Its process id (and process group).
+    pub pid: u32,
     /// Its exit status.
     pub status: ExitStatus,
     /// Whether the launcher stopped it because another rank failed first.
@@ -54,11 +57,16 @@ pub struct JobReport {
     pub exits: Vec<RankExit>,
     /// The first rank that failed on its own (non-zero exit or a signal), if any.
     pub first_failure: Option<RankExit>,
+    /// The signal that interrupted the launcher (Ctrl-C: SIGINT), if one did.
+    pub interrupted: Option<i32>,
 }
 
 impl JobReport {
     /// The launcher's exit code: the first failed rank's code (128 + signal for a signal), else 0.
     pub fn exit_code(&self) -> i32 {
+        if let Some(sig) = self.interrupted {
+            return 128 + sig;
+        }
         self.first_failure.map_or(0, |f| exit_code_of(f.status))
     }
 }
@@ -118,11 +126,13 @@ fn spawn_rank(spec: &JobSpec, rank: usize, store_addr: &str) -> Result<Child> {
     if spec.prefix_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
-    // SAFETY: the closure only calls async-signal-safe prctl between fork and exec.
+    // SAFETY: the closure only calls async-signal-safe prctl and setpgid between fork and exec.
     unsafe {
         cmd.pre_exec(|| {
             // If the launcher dies, take the rank with it.
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            // Each rank leads a process group, so stopping it stops what it started too.
+            libc::setpgid(0, 0);
             Ok(())
         });
     }
@@ -140,10 +150,28 @@ fn spawn_rank(spec: &JobSpec, rank: usize, store_addr: &str) -> Result<Child> {
     Ok(child)
 }
 
+/// Signals a rank's whole process group (the rank and anything it started).
 fn signal(child: &Child, sig: i32) {
-    // SAFETY: kill(2) on the pid of a child we have not reaped yet.
+    // SAFETY: kill(2) on the process group our unreaped child leads.
     unsafe {
-        libc::kill(child.id() as libc::pid_t, sig);
+        libc::kill(-(child.id() as libc::pid_t), sig);
+    }
+}
+
+static INTERRUPTED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: libc::c_int) {
+    INTERRUPTED.store(sig, Ordering::SeqCst);
+}
+
+/// Ranks run in their own process groups, so the terminal's Ctrl-C reaches only the launcher:
+/// catch it (and SIGTERM, SIGHUP) and stop the job.
+fn catch_interrupts() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
+        unsafe {
+            libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+        }
     }
 }
 
@@ -152,6 +180,7 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     if spec.ranks == 0 {
         return Err(TransportError::InvalidArgument("a job needs at least one rank".into()));
     }
+    catch_interrupts();
     let server = StoreServer::start("127.0.0.1:0")?;
     let addr = server.addr().to_string();
     publish_job_identity(&TcpStore::connect(&addr, Duration::from_secs(5))?)?;
@@ -171,12 +200,13 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     let mut exits: Vec<Option<RankExit>> = vec![None; spec.ranks];
     let mut first_failure: Option<RankExit> = None;
     let mut stopping: Option<Instant> = None;
+    let mut interrupted: Option<i32> = None;
     while exits.iter().any(Option::is_none) {
         for rank in 0..spec.ranks {
             let Some(child) = children[rank].as_mut() else { continue };
             match child.try_wait() {
                 Ok(Some(status)) => {
-                    let e = RankExit { rank, status, stopped_by_launcher: stopping.is_some() && first_failure.is_some_and(|f| f.rank != rank) };
+                    let e = RankExit { rank, pid: child.id(), status, stopped_by_launcher: stopping.is_some() && first_failure.is_some_and(|f| f.rank != rank) };
                     if !status.success() && first_failure.is_none() {
                         first_failure = Some(e);
                         eprintln!("rdcoll-run: rank {rank} {}", describe(status));
@@ -194,6 +224,15 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
                 Err(e) => return Err(TransportError::io(format!("waiting for rank {rank}"), e)),
             }
         }
+        let sig = INTERRUPTED.swap(0, Ordering::SeqCst);
+        if sig != 0 && stopping.is_none() {
+            eprintln!("rdcoll-run: interrupted (signal {sig}), stopping the job");
+            stopping = Some(Instant::now());
+            interrupted = Some(sig);
+            for c in children.iter().flatten() {
+                signal(c, libc::SIGTERM);
+            }
+        }
         if let Some(t) = stopping {
             if t.elapsed() >= TERM_GRACE {
                 for c in children.iter().flatten() {
@@ -204,6 +243,11 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(server);
+    // Reap anything a rank left behind in its group.
+    for e in exits.iter().flatten() {
+        // SAFETY: signalling a process group that may no longer exist (then ESRCH, ignored).
+        unsafe { libc::kill(-(e.pid as libc::pid_t), libc::SIGKILL) };
+    }
     let exits: Vec<RankExit> = exits.into_iter().flatten().collect();
-    Ok(JobReport { exits, first_failure })
+    Ok(JobReport { exits, first_failure, interrupted })
 }

@@ -1,0 +1,72 @@
+//! Ranks as threads of this process, for tests, examples and users' own unit tests.
+
+use crate::{Comm, Error, Rank, Result};
+
+/// Runs `f` on `n` ranks, each a thread with its own [`Comm`] over the `local` transport, and
+/// returns their results by rank. A rank that panics makes its peers see `PeerFailed` for it,
+/// and `run` returns [`Error::RankPanicked`] for the lowest such rank once all have ended.
+pub fn run<T, F>(n: usize, f: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(Comm) -> T + Sync,
+{
+    let fabrics = rdcoll_transport::local::create(n)?;
+    std::thread::scope(|s| {
+        let handles: Vec<_> = fabrics
+            .into_iter()
+            .map(|fabric| {
+                let f = &f;
+                s.spawn(move || f(Comm::from_fabric(Box::new(fabric))))
+            })
+            .collect();
+        let mut out = Vec::with_capacity(n);
+        let mut first_panic = None;
+        for (rank, h) in handles.into_iter().enumerate() {
+            match h.join() {
+                Ok(v) => out.push(v),
+                Err(p) => {
+                    let message = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    first_panic.get_or_insert(Error::RankPanicked { rank: rank as Rank, message });
+                }
+            }
+        }
+        match first_panic {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use rdcoll_transport::{Event, TransportError};
+
+    #[test]
+    fn results_come_back_by_rank() {
+        let v = super::run(5, |c| (c.rank(), c.size(), c.backend())).unwrap();
+        assert_eq!(v, (0..5).map(|r| (r, 5, "local")).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_panicking_rank_is_reported_and_its_peers_see_it_fail() {
+        let err = super::run(2, |c| {
+            if c.rank() == 1 {
+                panic!("boom");
+            }
+            loop {
+                match c.fabric().wait(None) {
+                    Ok(Some(Event::PeerFailed { rank: 1 })) => break,
+                    Ok(_) => {}
+                    Err(e) => panic!("{e}"),
+                }
+            }
+            assert_eq!(c.fabric().send(1, b"x"), Err(TransportError::PeerFailed(1)));
+        })
+        .unwrap_err();
+        assert!(matches!(err, crate::Error::RankPanicked { rank: 1, ref message } if message == "boom"), "{err}");
+    }
+}
