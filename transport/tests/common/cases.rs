@@ -28,6 +28,7 @@ pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String
         "put_many_peers" => put_many_peers(&mut h),
         "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
         "peer_death" => peer_death(&mut h, die),
+        "link_break" => link_break(&mut h),
         _ => Err(format!("no conformance case named {name}")),
     }
 }
@@ -311,4 +312,31 @@ fn peer_death(h: &mut Harness, die: &dyn Fn()) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Not in [`CASES`]: the test driving it breaks the network link between the ranks. Every
+/// rank reads from its neighbour until it learns `PeerFailed` for some peer.
+fn link_break(h: &mut Harness) -> Result<(), String> {
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let right = (me + 1) % n;
+    let region = h.f.alloc_region(1 << 20).map_err(|e| e.to_string())?;
+    let regions = h.exchange(&region.remote())?;
+    println!("link_break: rank {me} ready");
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if !h.failed.is_empty() {
+            println!("link_break: rank {me} saw PeerFailed after {:?}", start.elapsed());
+            return Ok(());
+        }
+        match h.f.get(&region, 0, 1 << 20, regions[right as usize].at(0)) {
+            Err(TransportError::PeerFailed(_)) => return Ok(()),
+            Err(e) => return fail(h, format!("get failed with {e}")),
+            Ok(op) => match h.op(op)? {
+                Ok(()) | Err(TransportError::PeerFailed(_)) => {}
+                Err(e) => return fail(h, format!("get completed with {e}")),
+            },
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    fail(h, "no PeerFailed within 60 s of the link breaking")
 }
