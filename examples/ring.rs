@@ -25,11 +25,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let region = f.alloc_region(4096)?;
     region.write(0, &[rank as u8 + 1; 4096])?;
     for dest in 0..n {
-        f.send(dest, &[b"D".as_slice(), &region.remote().to_bytes()].concat())?;
+        f.send(
+            dest,
+            &[b"D".as_slice(), &region.remote().to_bytes()].concat(),
+        )?;
     }
     let mut peers = vec![None; n as usize];
     for _ in 0..n {
-        let is_descriptor = |e: &Event| matches!(e, Event::Message { data, .. } if data.first() == Some(&b'D'));
+        let is_descriptor =
+            |e: &Event| matches!(e, Event::Message { data, .. } if data.first() == Some(&b'D'));
         if let Event::Message { src, data } = next_event(f, is_descriptor, &mut stash) {
             peers[src as usize] = Some(RemoteRegion::from_bytes(&data[1..])?);
         }
@@ -46,7 +50,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let op = f.put(&region, 0, 8, right.at(4088), Some(token + 1))?;
-    next_event(f, |e| matches!(e, Event::Completed { op: o, .. } if *o == op), &mut stash);
+    next_event(
+        f,
+        |e| matches!(e, Event::Completed { op: o, .. } if *o == op),
+        &mut stash,
+    );
     if rank == 0 {
         match next_event(f, |e| matches!(e, Event::Immediate { .. }), &mut stash) {
             Event::Immediate { imm, .. } if imm == n as u64 => {}
@@ -55,7 +63,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let check = f.alloc_region(4096)?;
     let op = f.get(&check, 0, 4088, right.at(0))?;
-    match next_event(f, |e| matches!(e, Event::Completed { op: o, .. } if *o == op), &mut stash) {
+    match next_event(
+        f,
+        |e| matches!(e, Event::Completed { op: o, .. } if *o == op),
+        &mut stash,
+    ) {
         Event::Completed { result: Ok(()), .. } => {}
         other => return Err(format!("get failed: {other:?}").into()),
     }
@@ -75,7 +87,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         f.send(dest, b"done")?;
     }
     for _ in 0..n {
-        next_event(f, |e| matches!(e, Event::Message { data, .. } if &data[..] == b"done"), &mut stash);
+        next_event(
+            f,
+            |e| matches!(e, Event::Message { data, .. } if &data[..] == b"done"),
+            &mut stash,
+        );
     }
     Ok(())
 }

@@ -6,16 +6,21 @@
 //! immediates, active messages); point-to-point and collectives build on it. See DESIGN.md.
 //!
 //! ```
-//! let sums = rdcoll::local::run(3, |comm| {
+//! use rdcoll::transport::Event;
+//!
+//! // Each rank sends its number to the next one around the ring.
+//! let got = rdcoll::local::run(3, |comm| {
 //!     let f = comm.fabric();
-//!     f.send((comm.rank() + 1) % comm.size() as u32, &[comm.rank() as u8]).unwrap();
-//!     match f.wait(None).unwrap() {
-//!         Some(rdcoll::transport::Event::Message { data, .. }) => data[0],
-//!         other => panic!("{other:?}"),
+//!     let next = (comm.rank() + 1) % comm.size() as u32;
+//!     f.send(next, &[comm.rank() as u8]).unwrap();
+//!     loop {
+//!         if let Some(Event::Message { data, .. }) = f.wait(None).unwrap() {
+//!             break data[0];
+//!         }
 //!     }
 //! })
 //! .unwrap();
-//! assert_eq!(sums, vec![2, 0, 1]);
+//! assert_eq!(got, vec![2, 0, 1]);
 //! ```
 
 pub mod local;
@@ -80,5 +85,7 @@ impl Comm {
 /// (or Slurm, Open MPI, MPICH), peers through `RDCOLL_STORE`, transport by `RDCOLL_TRANSPORT`
 /// (`auto`: shm on one host, tcp across hosts). A process started alone is a job of one.
 pub fn init() -> Result<Comm> {
-    Ok(Comm { fabric: rdcoll_transport::bootstrap::init_from_env()? })
+    Ok(Comm {
+        fabric: rdcoll_transport::bootstrap::init_from_env()?,
+    })
 }

@@ -30,7 +30,10 @@ where
                         .map(|s| s.to_string())
                         .or_else(|| p.downcast_ref::<String>().cloned())
                         .unwrap_or_default();
-                    first_panic.get_or_insert(Error::RankPanicked { rank: rank as Rank, message });
+                    first_panic.get_or_insert(Error::RankPanicked {
+                        rank: rank as Rank,
+                        message,
+                    });
                 }
             }
         }
@@ -67,6 +70,9 @@ mod tests {
             assert_eq!(c.fabric().send(1, b"x"), Err(TransportError::PeerFailed(1)));
         })
         .unwrap_err();
-        assert!(matches!(err, crate::Error::RankPanicked { rank: 1, ref message } if message == "boom"), "{err}");
+        assert!(
+            matches!(err, crate::Error::RankPanicked { rank: 1, ref message } if message == "boom"),
+            "{err}"
+        );
     }
 }

@@ -11,18 +11,36 @@ fn launcher() -> Command {
 
 fn example(name: &str) -> PathBuf {
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_rdcoll-run"));
-    bin.parent().expect("target dir").join("examples").join(name)
+    bin.parent()
+        .expect("target dir")
+        .join("examples")
+        .join(name)
 }
 
 #[test]
 fn ring_example_runs_on_four_ranks_over_each_transport() {
     for transport in ["shm", "tcp", "auto"] {
-        let out = launcher().args(["-n", "4", "--transport", transport]).arg(example("ring")).output().unwrap();
+        let out = launcher()
+            .args(["-n", "4", "--transport", transport])
+            .arg(example("ring"))
+            .output()
+            .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{transport}: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        let backend = if transport == "auto" { "shm" } else { transport };
+        assert!(
+            out.status.success(),
+            "{transport}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let backend = if transport == "auto" {
+            "shm"
+        } else {
+            transport
+        };
         for r in 0..4 {
-            assert!(stdout.contains(&format!("rank {r} of 4 over {backend}: token passed")), "{transport}: {stdout}");
+            assert!(
+                stdout.contains(&format!("rank {r} of 4 over {backend}: token passed")),
+                "{transport}: {stdout}"
+            );
         }
     }
 }
@@ -30,19 +48,40 @@ fn ring_example_runs_on_four_ranks_over_each_transport() {
 #[test]
 fn program_arguments_pass_through_untouched() {
     let out = launcher()
-        .args(["-n", "3", "--tag-output", "sh", "-c", "echo \"$RDCOLL_RANK/$RDCOLL_SIZE $0 $1\"", "-n", "--transport"])
+        .args([
+            "-n",
+            "3",
+            "--tag-output",
+            "sh",
+            "-c",
+            "echo \"$RDCOLL_RANK/$RDCOLL_SIZE $0 $1\"",
+            "-n",
+            "--transport",
+        ])
         .output()
         .unwrap();
     assert!(out.status.success());
     let stdout = String::from_utf8_lossy(&out.stdout);
     for r in 0..3 {
-        assert!(stdout.contains(&format!("[{r}] {r}/3 -n --transport")), "{stdout}");
+        assert!(
+            stdout.contains(&format!("[{r}] {r}/3 -n --transport")),
+            "{stdout}"
+        );
     }
 }
 
 #[test]
 fn exit_status_of_the_failing_rank_is_returned() {
-    let out = launcher().args(["-n", "3", "sh", "-c", "[ $RDCOLL_RANK = 1 ] && exit 7; exit 0"]).output().unwrap();
+    let out = launcher()
+        .args([
+            "-n",
+            "3",
+            "sh",
+            "-c",
+            "[ $RDCOLL_RANK = 1 ] && exit 7; exit 0",
+        ])
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(7));
     assert!(String::from_utf8_lossy(&out.stderr).contains("rank 1 exited with status 7"));
 }
@@ -51,7 +90,13 @@ fn exit_status_of_the_failing_rank_is_returned() {
 fn killing_one_rank_stops_the_job_and_names_the_rank() {
     let start = Instant::now();
     let out = launcher()
-        .args(["-n", "4", "sh", "-c", "if [ $RDCOLL_RANK = 2 ]; then sleep 0.5; kill -9 $$; fi; sleep 60"])
+        .args([
+            "-n",
+            "4",
+            "sh",
+            "-c",
+            "if [ $RDCOLL_RANK = 2 ]; then sleep 0.5; kill -9 $$; fi; sleep 60",
+        ])
         .output()
         .unwrap();
     let took = start.elapsed();
@@ -60,12 +105,20 @@ fn killing_one_rank_stops_the_job_and_names_the_rank() {
     assert!(stderr.contains("rank 2 was killed by signal 9"), "{stderr}");
     // Liveness, not speed: the other ranks sleep 60 s, so finishing at all means they were stopped.
     println!("rdcoll-run ended {took:?} after start (the victim died at 0.5 s)");
-    assert!(took < Duration::from_secs(30), "the job was not stopped: {took:?}");
+    assert!(
+        took < Duration::from_secs(30),
+        "the job was not stopped: {took:?}"
+    );
 }
 
 #[test]
 fn bad_usage_is_refused() {
-    for args in [&["sh"][..], &["-n", "0", "true"], &["-n", "2", "--transport", "carrier-pigeon", "true"], &["-n", "2"]] {
+    for args in [
+        &["sh"][..],
+        &["-n", "0", "true"],
+        &["-n", "2", "--transport", "carrier-pigeon", "true"],
+        &["-n", "2"],
+    ] {
         let out = launcher().args(args).output().unwrap();
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }

@@ -9,7 +9,8 @@ use std::process::ExitCode;
 
 use rdcoll::transport::launch::{run_job, JobSpec};
 
-const USAGE: &str = "usage: rdcoll-run -n N [--transport auto|shm|tcp] [--tag-output] [--] PROGRAM [ARGS...]";
+const USAGE: &str =
+    "usage: rdcoll-run -n N [--transport auto|shm|tcp] [--tag-output] [--] PROGRAM [ARGS...]";
 
 fn parse(args: Vec<OsString>) -> Result<JobSpec, String> {
     let mut ranks = None;
@@ -19,11 +20,20 @@ fn parse(args: Vec<OsString>) -> Result<JobSpec, String> {
     let mut command = Vec::new();
     while let Some(a) = it.next() {
         let s = a.to_string_lossy().to_string();
-        let mut value = |name: &str| it.next().map(|v| v.to_string_lossy().to_string()).ok_or(format!("{name} needs a value"));
+        let mut value = |name: &str| {
+            it.next()
+                .map(|v| v.to_string_lossy().to_string())
+                .ok_or(format!("{name} needs a value"))
+        };
         match s.as_str() {
             "-n" | "-np" | "--ranks" => {
                 let v = value(&s)?;
-                ranks = Some(v.parse::<usize>().ok().filter(|&n| n > 0).ok_or(format!("-n {v:?}: expected a positive number"))?);
+                ranks = Some(
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .ok_or(format!("-n {v:?}: expected a positive number"))?,
+                );
             }
             "--transport" => {
                 let v = value(&s)?;
@@ -38,7 +48,9 @@ fn parse(args: Vec<OsString>) -> Result<JobSpec, String> {
                 command.extend(it.by_ref());
                 break;
             }
-            _ if s.starts_with('-') && command.is_empty() => return Err(format!("unknown option {s}")),
+            _ if s.starts_with('-') && command.is_empty() => {
+                return Err(format!("unknown option {s}"))
+            }
             _ => {
                 command.push(a);
                 command.extend(it.by_ref());

@@ -31,7 +31,9 @@ pub enum TransportError {
         key: u64,
     },
     /// The byte range does not fit inside the region.
-    #[error("range {offset}+{len} is outside the {region_len}-byte region {key:#x} at rank {rank}")]
+    #[error(
+        "range {offset}+{len} is outside the {region_len}-byte region {key:#x} at rank {rank}"
+    )]
     OutOfRange {
         /// Rank that owns the region.
         rank: Rank,
@@ -93,6 +95,9 @@ pub enum TransportError {
 impl TransportError {
     /// Wraps an OS error with what the transport was doing.
     pub fn io(context: impl Into<String>, err: std::io::Error) -> Self {
-        TransportError::Io { context: context.into(), message: err.to_string() }
+        TransportError::Io {
+            context: context.into(),
+            message: err.to_string(),
+        }
     }
 }

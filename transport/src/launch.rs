@@ -33,7 +33,14 @@ pub struct JobSpec {
 impl JobSpec {
     /// `ranks` copies of `command` with the defaults.
     pub fn new(ranks: usize, command: Vec<OsString>) -> Self {
-        JobSpec { ranks, command, transport: None, prefix_output: false, env: Vec::new(), stop_on_failure: true }
+        JobSpec {
+            ranks,
+            command,
+            transport: None,
+            prefix_output: false,
+            env: Vec::new(),
+            stop_on_failure: true,
+        }
     }
 }
 
@@ -73,7 +80,9 @@ impl JobReport {
 
 /// The shell-style exit code of a status.
 pub fn exit_code_of(status: ExitStatus) -> i32 {
-    status.code().unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
 /// Says how a rank ended, for people: "exited with status 3", "was killed by signal 9 (SIGKILL)".
@@ -85,16 +94,28 @@ pub fn describe(status: ExitStatus) -> String {
     // SAFETY: strsignal returns a pointer to a static or thread-local string, or null.
     let name = unsafe {
         let p = libc::strsignal(sig);
-        if p.is_null() { String::new() } else { std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned() }
+        if p.is_null() {
+            String::new()
+        } else {
+            std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+        }
     };
-    let core = if status.core_dumped() { ", core dumped" } else { "" };
+    let core = if status.core_dumped() {
+        ", core dumped"
+    } else {
+        ""
+    };
     format!("was killed by signal {sig} ({name}{core})")
 }
 
 /// How long a rank gets between SIGTERM and SIGKILL when the job is being stopped.
 const TERM_GRACE: Duration = Duration::from_millis(700);
 
-fn forward(rank: usize, stream: impl std::io::Read + Send + 'static, to_stderr: bool) -> std::thread::JoinHandle<()> {
+fn forward(
+    rank: usize,
+    stream: impl std::io::Read + Send + 'static,
+    to_stderr: bool,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let reader = BufReader::new(stream);
         for line in reader.split(b'\n') {
@@ -103,7 +124,11 @@ fn forward(rank: usize, stream: impl std::io::Read + Send + 'static, to_stderr: 
             out.extend_from_slice(format!("[{rank}] ").as_bytes());
             out.extend_from_slice(&line);
             out.push(b'\n');
-            let _ = if to_stderr { std::io::stderr().write_all(&out) } else { std::io::stdout().write_all(&out) };
+            let _ = if to_stderr {
+                std::io::stderr().write_all(&out)
+            } else {
+                std::io::stdout().write_all(&out)
+            };
         }
     })
 }
@@ -170,7 +195,10 @@ fn catch_interrupts() {
     for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
         // SAFETY: installing an async-signal-safe handler that only stores to an atomic.
         unsafe {
-            libc::signal(sig, on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t);
+            libc::signal(
+                sig,
+                on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
         }
     }
 }
@@ -178,7 +206,9 @@ fn catch_interrupts() {
 /// Runs the job to its end.
 pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     if spec.ranks == 0 {
-        return Err(TransportError::InvalidArgument("a job needs at least one rank".into()));
+        return Err(TransportError::InvalidArgument(
+            "a job needs at least one rank".into(),
+        ));
     }
     catch_interrupts();
     let server = StoreServer::start("127.0.0.1:0")?;
@@ -203,10 +233,18 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     let mut interrupted: Option<i32> = None;
     while exits.iter().any(Option::is_none) {
         for rank in 0..spec.ranks {
-            let Some(child) = children[rank].as_mut() else { continue };
+            let Some(child) = children[rank].as_mut() else {
+                continue;
+            };
             match child.try_wait() {
                 Ok(Some(status)) => {
-                    let e = RankExit { rank, pid: child.id(), status, stopped_by_launcher: stopping.is_some() && first_failure.is_some_and(|f| f.rank != rank) };
+                    let e = RankExit {
+                        rank,
+                        pid: child.id(),
+                        status,
+                        stopped_by_launcher: stopping.is_some()
+                            && first_failure.is_some_and(|f| f.rank != rank),
+                    };
                     if !status.success() && first_failure.is_none() {
                         first_failure = Some(e);
                         eprintln!("rdcoll-run: rank {rank} {}", describe(status));
@@ -249,5 +287,9 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         unsafe { libc::kill(-(e.pid as libc::pid_t), libc::SIGKILL) };
     }
     let exits: Vec<RankExit> = exits.into_iter().flatten().collect();
-    Ok(JobReport { exits, first_failure, interrupted })
+    Ok(JobReport {
+        exits,
+        first_failure,
+        interrupted,
+    })
 }

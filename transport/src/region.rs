@@ -108,7 +108,14 @@ impl Region {
         // SAFETY: the layout has a non-zero size.
         let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
         let ptr = NonNull::new(ptr).ok_or(TransportError::OutOfResources { what: "memory" })?;
-        Ok(Self::from_raw(rank, key, ptr, len, Backing::Owned(layout), publisher))
+        Ok(Self::from_raw(
+            rank,
+            key,
+            ptr,
+            len,
+            Backing::Owned(layout),
+            publisher,
+        ))
     }
 
     pub(crate) fn from_raw(
@@ -151,7 +158,11 @@ impl Region {
     }
     /// The descriptor to hand to peers.
     pub fn remote(&self) -> RemoteRegion {
-        RemoteRegion { rank: self.inner.rank, key: self.inner.key, len: self.inner.len }
+        RemoteRegion {
+            rank: self.inner.rank,
+            key: self.inner.key,
+            len: self.inner.len,
+        }
     }
     /// Whether the region is still registered.
     pub fn is_registered(&self) -> bool {
@@ -203,7 +214,7 @@ impl Region {
 
     /// The 8-byte word at `offset` (8-aligned) as an atomic.
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64> {
-        if offset % 8 != 0 {
+        if !offset.is_multiple_of(8) {
             return Err(TransportError::InvalidArgument(format!(
                 "atomic u64 at offset {offset} is not 8-byte aligned"
             )));
@@ -249,7 +260,10 @@ impl Region {
         self.check_range(offset, len)?;
         let alive = self.inner.alive.read();
         if !*alive {
-            return Err(TransportError::BadKey { rank: self.inner.rank, key: self.inner.key.0 });
+            return Err(TransportError::BadKey {
+                rank: self.inner.rank,
+                key: self.inner.key.0,
+            });
         }
         // SAFETY: offset + len <= region length, checked above.
         let p = unsafe { self.inner.ptr.as_ptr().add(offset) };
@@ -277,7 +291,11 @@ pub(crate) struct RegionTable {
 impl RegionTable {
     /// A table for `rank` that holds at most `limit` live regions.
     pub(crate) fn new(rank: Rank, limit: usize) -> Arc<RegionTable> {
-        Arc::new(RegionTable { rank, slots: Mutex::new((Vec::new(), Vec::new())), limit })
+        Arc::new(RegionTable {
+            rank,
+            slots: Mutex::new((Vec::new(), Vec::new())),
+            limit,
+        })
     }
 
     /// Reserves a slot and builds the region for its key with `make`.
@@ -301,10 +319,17 @@ impl RegionTable {
         let index = match free.pop() {
             Some(i) => i,
             None if slots.len() < self.limit => {
-                slots.push(Slot { generation: 0, region: None });
+                slots.push(Slot {
+                    generation: 0,
+                    region: None,
+                });
                 (slots.len() - 1) as u32
             }
-            None => return Err(TransportError::OutOfResources { what: "region slots" }),
+            None => {
+                return Err(TransportError::OutOfResources {
+                    what: "region slots",
+                })
+            }
         };
         let slot = &mut slots[index as usize];
         slot.generation = slot.generation.wrapping_add(1).max(1);
@@ -323,20 +348,32 @@ impl RegionTable {
 
     /// The live region named by `key`, or the error a peer should see.
     pub(crate) fn lookup(&self, key: RegionKey) -> Result<Region> {
-        let bad = || TransportError::BadKey { rank: self.rank, key: key.0 };
+        let bad = || TransportError::BadKey {
+            rank: self.rank,
+            key: key.0,
+        };
         let guard = self.slots.lock();
         let slot = guard.0.get(key.index() as usize).ok_or_else(bad)?;
         if slot.generation != key.generation() {
             return Err(bad());
         }
-        let inner = slot.region.as_ref().and_then(Weak::upgrade).ok_or_else(bad)?;
+        let inner = slot
+            .region
+            .as_ref()
+            .and_then(Weak::upgrade)
+            .ok_or_else(bad)?;
         Ok(Region { inner })
     }
 
     /// Number of live regions.
     #[cfg(test)]
     pub(crate) fn live(&self) -> usize {
-        self.slots.lock().0.iter().filter(|s| s.region.is_some()).count()
+        self.slots
+            .lock()
+            .0
+            .iter()
+            .filter(|s| s.region.is_some())
+            .count()
     }
 }
 
@@ -359,7 +396,9 @@ mod tests {
     use super::*;
 
     fn alloc(table: &Arc<RegionTable>, len: usize) -> Region {
-        table.insert(|key, p| Region::alloc_owned(0, key, len, p)).unwrap()
+        table
+            .insert(|key, p| Region::alloc_owned(0, key, len, p))
+            .unwrap()
     }
 
     #[test]
@@ -369,7 +408,13 @@ mod tests {
         let key = r.key();
         assert!(table.lookup(key).is_ok());
         drop(r);
-        assert_eq!(table.lookup(key).unwrap_err(), TransportError::BadKey { rank: 0, key: key.0 });
+        assert_eq!(
+            table.lookup(key).unwrap_err(),
+            TransportError::BadKey {
+                rank: 0,
+                key: key.0
+            }
+        );
         let r2 = alloc(&table, 16);
         assert_eq!(r2.key().index(), key.index());
         assert_ne!(r2.key(), key);
@@ -391,7 +436,10 @@ mod tests {
         let table = RegionTable::new(0, 4);
         let r = alloc(&table, 16);
         r.write(8, &[7; 8]).unwrap();
-        assert!(matches!(r.write(9, &[7; 8]), Err(TransportError::OutOfRange { .. })));
+        assert!(matches!(
+            r.write(9, &[7; 8]),
+            Err(TransportError::OutOfRange { .. })
+        ));
         assert!(r.read(usize::MAX, &mut [0; 2]).is_err());
         let mut out = [0u8; 8];
         r.read(8, &mut out).unwrap();

@@ -52,7 +52,11 @@ pub const REMOTE_REGION_BYTES: usize = 20;
 impl RemoteRegion {
     /// The address `offset` bytes into this region.
     pub fn at(&self, offset: usize) -> RemoteAddr {
-        RemoteAddr { rank: self.rank, key: self.key, offset }
+        RemoteAddr {
+            rank: self.rank,
+            key: self.key,
+            offset,
+        }
     }
     /// Serialises the descriptor (little endian).
     pub fn to_bytes(&self) -> [u8; REMOTE_REGION_BYTES] {

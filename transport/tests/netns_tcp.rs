@@ -24,11 +24,18 @@ struct Hosts {
 const ADDR: [&str; 2] = ["10.250.7.1", "10.250.7.2"];
 
 fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip").args(args).output().map_err(|e| format!("ip: {e}"))?;
+    let out = Command::new("ip")
+        .args(args)
+        .output()
+        .map_err(|e| format!("ip: {e}"))?;
     if out.status.success() {
         Ok(())
     } else {
-        Err(format!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()))
+        Err(format!(
+            "ip {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
     }
 }
 
@@ -41,10 +48,20 @@ impl Hosts {
         };
         ip(&["netns", "add", &h.ns[0]])?;
         ip(&["netns", "add", &h.ns[1]])?;
-        ip(&["link", "add", &h.veth[0], "type", "veth", "peer", "name", &h.veth[1]])?;
-        for i in 0..2 {
+        ip(&[
+            "link", "add", &h.veth[0], "type", "veth", "peer", "name", &h.veth[1],
+        ])?;
+        for (i, addr) in ADDR.iter().enumerate() {
             ip(&["link", "set", &h.veth[i], "netns", &h.ns[i]])?;
-            ip(&["-n", &h.ns[i], "addr", "add", &format!("{}/24", ADDR[i]), "dev", &h.veth[i]])?;
+            ip(&[
+                "-n",
+                &h.ns[i],
+                "addr",
+                "add",
+                &format!("{addr}/24"),
+                "dev",
+                &h.veth[i],
+            ])?;
             ip(&["-n", &h.ns[i], "link", "set", &h.veth[i], "up"])?;
             ip(&["-n", &h.ns[i], "link", "set", "lo", "up"])?;
         }
@@ -65,7 +82,12 @@ fn spawn_rank(hosts: &Hosts, rank: usize, size: usize, case: &str, port: u16) ->
     Command::new("ip")
         .args(["netns", "exec", &hosts.ns[rank % 2]])
         .arg(exe)
-        .args(["worker_process_entry", "--exact", "--nocapture", "--test-threads=1"])
+        .args([
+            "worker_process_entry",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env("RDCOLL_RANK", rank.to_string())
         .env("RDCOLL_SIZE", size.to_string())
         .env("RDCOLL_STORE", format!("{}:{port}", ADDR[0]))
@@ -78,7 +100,10 @@ fn spawn_rank(hosts: &Hosts, rank: usize, size: usize, case: &str, port: u16) ->
 }
 
 /// Waits for every rank (killing all after `limit`); returns (rank, exit, stdout+stderr).
-fn collect(children: Vec<Child>, limit: Duration) -> Vec<(usize, std::process::ExitStatus, String)> {
+fn collect(
+    children: Vec<Child>,
+    limit: Duration,
+) -> Vec<(usize, std::process::ExitStatus, String)> {
     let deadline = Instant::now() + limit;
     let mut children: Vec<Option<Child>> = children.into_iter().map(Some).collect();
     let mut out = Vec::new();
@@ -89,8 +114,16 @@ fn collect(children: Vec<Child>, limit: Duration) -> Vec<(usize, std::process::E
                 let _ = c.kill();
             }
             if let Ok(Some(_)) = c.try_wait() {
-                let done = slot.take().expect("child").wait_with_output().expect("output");
-                let text = format!("{}{}", String::from_utf8_lossy(&done.stdout), String::from_utf8_lossy(&done.stderr));
+                let done = slot
+                    .take()
+                    .expect("child")
+                    .wait_with_output()
+                    .expect("output");
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&done.stdout),
+                    String::from_utf8_lossy(&done.stderr)
+                );
                 out.push((rank, done.status, text));
             }
         }
@@ -118,14 +151,19 @@ fn tcp_across_network_namespaces() {
     let mut failures = Vec::new();
     for &(case, _) in CASES {
         port += 1;
-        let children = (0..4).map(|r| spawn_rank(&hosts, r, 4, case, port)).collect();
+        let children = (0..4)
+            .map(|r| spawn_rank(&hosts, r, 4, case, port))
+            .collect();
         for (rank, status, text) in collect(children, Duration::from_secs(180)) {
             use std::os::unix::process::ExitStatusExt;
             let victim = case == "peer_death" && rank == 3;
             let ok = if victim {
                 status.signal() == Some(libc::SIGKILL)
             } else {
-                status.success() && text.contains(&format!("conformance {case}: rank {rank} of 4 passed over tcp"))
+                status.success()
+                    && text.contains(&format!(
+                        "conformance {case}: rank {rank} of 4 passed over tcp"
+                    ))
             };
             if !ok {
                 failures.push(format!("{case}, rank {rank} ({status}): {text}"));
@@ -136,11 +174,22 @@ fn tcp_across_network_namespaces() {
 
     // Break the link under a running job: both namespaces' ranks must report PeerFailed.
     port += 1;
-    let children: Vec<Child> = (0..2).map(|r| spawn_rank(&hosts, r, 2, "link_break", port)).collect();
+    let children: Vec<Child> = (0..2)
+        .map(|r| spawn_rank(&hosts, r, 2, "link_break", port))
+        .collect();
     std::thread::sleep(Duration::from_millis(1500));
     ip(&["-n", &hosts.ns[0], "link", "set", &hosts.veth[0], "down"]).expect("take the link down");
     for (rank, status, text) in collect(children, Duration::from_secs(90)) {
-        println!("link_break rank {rank}: {}", text.lines().filter(|l| l.contains("link_break")).collect::<Vec<_>>().join(" | "));
-        assert!(status.success() && text.contains("saw PeerFailed") || text.contains("passed over tcp"), "link_break rank {rank} ({status}): {text}");
+        println!(
+            "link_break rank {rank}: {}",
+            text.lines()
+                .filter(|l| l.contains("link_break"))
+                .collect::<Vec<_>>()
+                .join(" | ")
+        );
+        assert!(
+            status.success() && text.contains("saw PeerFailed") || text.contains("passed over tcp"),
+            "link_break rank {rank} ({status}): {text}"
+        );
     }
 }

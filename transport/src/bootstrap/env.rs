@@ -22,9 +22,9 @@ pub fn rank_and_size_from(var: impl Fn(&str) -> Option<String>) -> Result<(Rank,
     for (rank_var, size_var) in RANK_SIZE_VARS {
         if let (Some(r), Some(s)) = (var(rank_var), var(size_var)) {
             let parse = |name: &str, v: &str| {
-                v.trim().parse::<u32>().map_err(|_| {
-                    TransportError::Bootstrap(format!("{name}={v:?} is not a number"))
-                })
+                v.trim()
+                    .parse::<u32>()
+                    .map_err(|_| TransportError::Bootstrap(format!("{name}={v:?} is not a number")))
             };
             let (rank, size) = (parse(rank_var, &r)?, parse(size_var, &s)? as usize);
             if size == 0 || rank as usize >= size {
@@ -42,17 +42,35 @@ pub fn rank_and_size_from(var: impl Fn(&str) -> Option<String>) -> Result<(Rank,
 mod tests {
     use super::*;
 
-    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + '_ {
-        move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| v.to_string())
+    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
     }
 
     #[test]
     fn launchers_in_priority_order() {
         assert_eq!(rank_and_size_from(env(&[])).unwrap(), (0, 1));
-        assert_eq!(rank_and_size_from(env(&[("PMI_RANK", "2"), ("PMI_SIZE", "4")])).unwrap(), (2, 4));
-        let both = [("SLURM_PROCID", "1"), ("SLURM_NTASKS", "3"), ("OMPI_COMM_WORLD_RANK", "0"), ("OMPI_COMM_WORLD_SIZE", "9")];
+        assert_eq!(
+            rank_and_size_from(env(&[("PMI_RANK", "2"), ("PMI_SIZE", "4")])).unwrap(),
+            (2, 4)
+        );
+        let both = [
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "3"),
+            ("OMPI_COMM_WORLD_RANK", "0"),
+            ("OMPI_COMM_WORLD_SIZE", "9"),
+        ];
         assert_eq!(rank_and_size_from(env(&both)).unwrap(), (1, 3));
-        let ours = [("RDCOLL_RANK", "5"), ("RDCOLL_SIZE", "6"), ("SLURM_PROCID", "1"), ("SLURM_NTASKS", "3")];
+        let ours = [
+            ("RDCOLL_RANK", "5"),
+            ("RDCOLL_SIZE", "6"),
+            ("SLURM_PROCID", "1"),
+            ("SLURM_NTASKS", "3"),
+        ];
         assert_eq!(rank_and_size_from(env(&ours)).unwrap(), (5, 6));
     }
 

@@ -27,12 +27,23 @@ impl FileStore {
     fn path(&self, key: &str) -> PathBuf {
         let name: String = key
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '.' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '.'
+                }
+            })
             .collect();
         self.dir.join(format!("{name}.{:016x}", fnv(key)))
     }
 
-    fn poll<T>(&self, what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> Result<T> {
+    fn poll<T>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        mut f: impl FnMut() -> Option<T>,
+    ) -> Result<T> {
         let deadline = Instant::now() + timeout;
         let mut delay = Duration::from_millis(1);
         loop {
@@ -61,7 +72,9 @@ impl FileStore {
 
 /// FNV-1a, to keep distinct keys distinct after the name is made file-safe.
 fn fnv(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
+    })
 }
 
 impl Store for FileStore {
@@ -75,7 +88,9 @@ impl Store for FileStore {
 
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         let path = self.path(key);
-        self.poll(&format!("store key {key:?}"), timeout, || fs::read(&path).ok())
+        self.poll(&format!("store key {key:?}"), timeout, || {
+            fs::read(&path).ok()
+        })
     }
 
     fn add(&self, key: &str, delta: i64) -> Result<i64> {
@@ -94,7 +109,12 @@ impl Store for FileStore {
         }
         let mut cur = [0u8; 8];
         let have = file.read(&mut cur).map_err(io)?;
-        let v = if have == 8 { i64::from_le_bytes(cur) } else { 0 }.wrapping_add(delta);
+        let v = if have == 8 {
+            i64::from_le_bytes(cur)
+        } else {
+            0
+        }
+        .wrapping_add(delta);
         file.seek(SeekFrom::Start(0)).map_err(io)?;
         file.write_all(&v.to_le_bytes()).map_err(io)?;
         // Publish for readers that do not take the lock.
@@ -103,9 +123,11 @@ impl Store for FileStore {
     }
 
     fn wait_at_least(&self, key: &str, target: i64, timeout: Duration) -> Result<()> {
-        self.poll(&format!("counter {key:?} to reach {target}"), timeout, || {
-            (self.counter(key) >= target).then_some(())
-        })
+        self.poll(
+            &format!("counter {key:?} to reach {target}"),
+            timeout,
+            || (self.counter(key) >= target).then_some(()),
+        )
     }
 }
 

@@ -79,14 +79,20 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
     })?;
     let external = std::env::var("RDCOLL_STORE_SERVER").is_ok_and(|v| v == "launcher");
     let handle = if let Some(dir) = spec.strip_prefix("file:") {
-        StoreHandle { store: Arc::new(FileStore::open(dir)?), server: None, local_ip: None }
+        StoreHandle {
+            store: Arc::new(FileStore::open(dir)?),
+            server: None,
+            local_ip: None,
+        }
     } else {
         let addr = spec.strip_prefix("tcp://").unwrap_or(&spec).to_string();
         let server = if rank == 0 && !external {
             let port = addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("");
             Some(StoreServer::start(addr.as_str()).or_else(|_| {
                 StoreServer::start(format!("0.0.0.0:{port}")).map_err(|e| {
-                    TransportError::Bootstrap(format!("rank 0 could not serve the store at {addr}: {e}"))
+                    TransportError::Bootstrap(format!(
+                        "rank 0 could not serve the store at {addr}: {e}"
+                    ))
                 })
             })?)
         } else {
@@ -94,7 +100,11 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
         };
         let client = TcpStore::connect(&addr, cfg.bootstrap_timeout)?;
         let local_ip = client.local_ip();
-        StoreHandle { store: Arc::new(client), server, local_ip }
+        StoreHandle {
+            store: Arc::new(client),
+            server,
+            local_ip,
+        }
     };
     if rank == 0 && !external {
         publish_job_identity(handle.store.as_ref())?;
@@ -106,7 +116,10 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
 pub fn publish_job_identity(store: &dyn Store) -> Result<()> {
     let secret: [u8; 16] = rand::random();
     store.set(SECRET_KEY, &secret)?;
-    store.set(JOB_ID_KEY, format!("{:016x}", rand::random::<u64>()).as_bytes())
+    store.set(
+        JOB_ID_KEY,
+        format!("{:016x}", rand::random::<u64>()).as_bytes(),
+    )
 }
 
 /// Identifies "this host" for choosing shm: boot id, plus network and mount namespaces (ranks in
@@ -119,7 +132,13 @@ pub fn host_identity() -> String {
             .unwrap_or_default()
     };
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}|{}|{}|{}", host.trim(), boot.trim(), ns("net"), ns("mnt"))
+    format!(
+        "{}|{}|{}|{}",
+        host.trim(),
+        boot.trim(),
+        ns("net"),
+        ns("mnt")
+    )
 }
 
 /// Builds this rank's fabric from the environment: the normal way a program joins its job.
@@ -166,7 +185,13 @@ pub fn init_with_store(
     let fabric: Box<dyn Fabric> = match choice {
         TransportChoice::Shm => Box::new(crate::shm::ShmFabric::new(rank, size, store, cfg)?),
 
-        _ => Box::new(crate::tcp::TcpFabric::new(rank, size, store, cfg, handle.local_ip)?),
+        _ => Box::new(crate::tcp::TcpFabric::new(
+            rank,
+            size,
+            store,
+            cfg,
+            handle.local_ip,
+        )?),
     };
     store.barrier("bootstrap-done", size, cfg.bootstrap_timeout)?;
     Ok(fabric)

@@ -41,7 +41,14 @@ impl Table {
             .unwrap_or(0)
     }
 
-    fn handle(&self, op: u8, key: String, value: Vec<u8>, arg: i64, timeout: Duration) -> (u8, Vec<u8>) {
+    fn handle(
+        &self,
+        op: u8,
+        key: String,
+        value: Vec<u8>,
+        arg: i64,
+        timeout: Duration,
+    ) -> (u8, Vec<u8>) {
         let deadline = Instant::now() + timeout;
         let mut values = self.values.lock();
         match op {
@@ -87,7 +94,10 @@ fn read_u64(r: &mut impl Read) -> std::io::Result<u64> {
 fn read_bytes(r: &mut impl Read, max: usize) -> std::io::Result<Vec<u8>> {
     let len = read_u32(r)? as usize;
     if len > max {
-        return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "length over the limit"));
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "length over the limit",
+        ));
     }
     let mut v = vec![0u8; len];
     r.read_exact(&mut v)?;
@@ -104,12 +114,26 @@ fn serve_connection(table: Arc<Table>, mut stream: TcpStream) {
         let req = (|| -> std::io::Result<_> {
             let key = read_bytes(&mut stream, MAX_KEY)?;
             let val = read_bytes(&mut stream, MAX_VALUE)?;
-            Ok((key, val, read_u64(&mut stream)? as i64, read_u64(&mut stream)?))
+            Ok((
+                key,
+                val,
+                read_u64(&mut stream)? as i64,
+                read_u64(&mut stream)?,
+            ))
         })();
-        let Ok((key, val, arg, timeout_ms)) = req else { return };
-        let Ok(key) = String::from_utf8(key) else { return };
-        let (status, payload) =
-            table.handle(op[0], key, val, arg, Duration::from_millis(timeout_ms.min(86_400_000)));
+        let Ok((key, val, arg, timeout_ms)) = req else {
+            return;
+        };
+        let Ok(key) = String::from_utf8(key) else {
+            return;
+        };
+        let (status, payload) = table.handle(
+            op[0],
+            key,
+            val,
+            arg,
+            Duration::from_millis(timeout_ms.min(86_400_000)),
+        );
         let mut reply = Vec::with_capacity(5 + payload.len());
         reply.push(status);
         reply.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -131,7 +155,9 @@ impl StoreServer {
     pub fn start(addr: impl ToSocketAddrs) -> Result<StoreServer> {
         let listener =
             TcpListener::bind(addr).map_err(|e| TransportError::io("binding the store", e))?;
-        let addr = listener.local_addr().map_err(|e| TransportError::io("store address", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| TransportError::io("store address", e))?;
         let stop = Arc::new(AtomicBool::new(false));
         let table = Arc::new(Table::default());
         let stop2 = stop.clone();
@@ -187,7 +213,10 @@ impl TcpStore {
                         match TcpStream::connect_timeout(&a, Duration::from_secs(2)) {
                             Ok(s) => {
                                 let _ = s.set_nodelay(true);
-                                return Ok(TcpStore { addr: addr.to_string(), conn: Mutex::new(s) });
+                                return Ok(TcpStore {
+                                    addr: addr.to_string(),
+                                    conn: Mutex::new(s),
+                                });
                             }
                             Err(e) => err = Some(e.to_string()),
                         }
@@ -230,7 +259,8 @@ impl TcpStore {
         req.extend_from_slice(&(timeout.as_millis() as u64).to_le_bytes());
         let mut conn = self.conn.lock();
         let io = |e| TransportError::io(format!("store at {}", self.addr), e);
-        conn.set_read_timeout(Some(timeout + Duration::from_secs(10))).map_err(io)?;
+        conn.set_read_timeout(Some(timeout + Duration::from_secs(10)))
+            .map_err(io)?;
         conn.write_all(&req).map_err(io)?;
         let mut status = [0u8; 1];
         conn.read_exact(&mut status).map_err(io)?;
@@ -241,14 +271,17 @@ impl TcpStore {
                 what: format!("store key {key:?} at {}", self.addr),
                 after: timeout,
             }),
-            _ => Err(TransportError::Bootstrap(format!("store refused a request for {key:?}"))),
+            _ => Err(TransportError::Bootstrap(format!(
+                "store refused a request for {key:?}"
+            ))),
         }
     }
 }
 
 impl Store for TcpStore {
     fn set(&self, key: &str, value: &[u8]) -> Result<()> {
-        self.call(OP_SET, key, value, 0, Duration::from_secs(10)).map(drop)
+        self.call(OP_SET, key, value, 0, Duration::from_secs(10))
+            .map(drop)
     }
     fn get(&self, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         self.call(OP_GET, key, &[], 0, timeout)
@@ -299,7 +332,9 @@ mod tests {
 
     #[test]
     fn unreachable_store_names_the_address() {
-        let err = TcpStore::connect("127.0.0.1:1", Duration::from_millis(100)).err().unwrap();
+        let err = TcpStore::connect("127.0.0.1:1", Duration::from_millis(100))
+            .err()
+            .unwrap();
         assert!(err.to_string().contains("127.0.0.1:1"), "{err}");
     }
 }

@@ -38,7 +38,9 @@ pub fn create(n: usize) -> Result<Vec<LocalFabric>> {
 /// Like [`create`], with at most `max_regions` live regions per rank.
 pub fn create_with_limit(n: usize, max_regions: usize) -> Result<Vec<LocalFabric>> {
     if n == 0 || n > u32::MAX as usize {
-        return Err(TransportError::InvalidArgument(format!("a job of {n} ranks")));
+        return Err(TransportError::InvalidArgument(format!(
+            "a job of {n} ranks"
+        )));
     }
     let world = Arc::new(World {
         endpoints: (0..n)
@@ -51,7 +53,11 @@ pub fn create_with_limit(n: usize, max_regions: usize) -> Result<Vec<LocalFabric
         start: Instant::now(),
     });
     Ok((0..n)
-        .map(|r| LocalFabric { rank: r as Rank, world: world.clone(), next_op: AtomicU64::new(0) })
+        .map(|r| LocalFabric {
+            rank: r as Rank,
+            world: world.clone(),
+            next_op: AtomicU64::new(0),
+        })
         .collect())
 }
 
@@ -61,7 +67,10 @@ impl LocalFabric {
             .world
             .endpoints
             .get(rank as usize)
-            .ok_or(TransportError::InvalidRank { rank, size: self.world.endpoints.len() })?;
+            .ok_or(TransportError::InvalidRank {
+                rank,
+                size: self.world.endpoints.len(),
+            })?;
         if ep.alive.load(Ordering::Acquire) {
             Ok(ep)
         } else {
@@ -123,7 +132,9 @@ impl Fabric for LocalFabric {
 
     fn alloc_region(&self, len: usize) -> Result<Region> {
         let rank = self.rank;
-        self.me().table.insert(|key, p| Region::alloc_owned(rank, key, len, p))
+        self.me()
+            .table
+            .insert(|key, p| Region::alloc_owned(rank, key, len, p))
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
@@ -151,7 +162,10 @@ impl Fabric for LocalFabric {
             .and_then(|region| copy_between(src, src_offset, &region, dst.offset, len));
         if result.is_ok() {
             if let Some(imm) = imm {
-                target.events.push(Event::Immediate { src: self.rank, imm });
+                target.events.push(Event::Immediate {
+                    src: self.rank,
+                    imm,
+                });
             }
         }
         Ok(self.complete(result))
@@ -175,7 +189,10 @@ impl Fabric for LocalFabric {
             });
         }
         let target = self.peer(dest)?;
-        target.events.push(Event::Message { src: self.rank, data: Payload::from_slice(data) });
+        target.events.push(Event::Message {
+            src: self.rank,
+            data: Payload::from_slice(data),
+        });
         Ok(())
     }
 
@@ -192,7 +209,10 @@ impl Fabric for LocalFabric {
     }
 
     fn is_failed(&self, rank: Rank) -> bool {
-        self.world.endpoints.get(rank as usize).is_some_and(|e| !e.alive.load(Ordering::Acquire))
+        self.world
+            .endpoints
+            .get(rank as usize)
+            .is_some_and(|e| !e.alive.load(Ordering::Acquire))
     }
 }
 

@@ -35,7 +35,9 @@ impl HeapAlloc {
 
     /// Returns the block at `off` of `len` bytes (as passed to `alloc`).
     pub(crate) fn free(&mut self, off: usize, len: usize) {
-        let Some(mut len) = len.max(1).checked_next_multiple_of(GRAIN) else { return };
+        let Some(mut len) = len.max(1).checked_next_multiple_of(GRAIN) else {
+            return;
+        };
         let mut off = off;
         if let Some((&prev, &plen)) = self.free.range(..off).next_back() {
             if prev + plen == off {

@@ -100,7 +100,12 @@ impl<'a> View<'a> {
     }
     /// Data area of the ring from `src`.
     pub(crate) fn ring_data(&self, src: usize) -> *mut u8 {
-        self.seg.at(self.layout.ring_offset(src) + RING_CONTROL, self.layout.ring_bytes).unwrap_or(std::ptr::null_mut())
+        self.seg
+            .at(
+                self.layout.ring_offset(src) + RING_CONTROL,
+                self.layout.ring_bytes,
+            )
+            .unwrap_or(std::ptr::null_mut())
     }
 }
 

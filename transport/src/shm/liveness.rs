@@ -22,7 +22,10 @@ impl Watchdog {
         let mut pipe = [0i32; 2];
         // SAFETY: pipe2 fills two descriptors we own.
         if unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(TransportError::io("watchdog pipe", std::io::Error::last_os_error()));
+            return Err(TransportError::io(
+                "watchdog pipe",
+                std::io::Error::last_os_error(),
+            ));
         }
         let me = inner.rank as usize;
         let peers: Vec<(Rank, i32, Option<i32>)> = pids
@@ -36,7 +39,10 @@ impl Watchdog {
             .name(format!("rdcoll-shm-watch-{me}"))
             .spawn(move || watch(inner, peers, stop_fd))
             .map_err(|e| TransportError::io("starting the watchdog", e))?;
-        Ok(Watchdog { thread: Some(thread), wake_fd: pipe[1] })
+        Ok(Watchdog {
+            thread: Some(thread),
+            wake_fd: pipe[1],
+        })
     }
 
     pub(crate) fn stop(mut self) {
@@ -54,13 +60,21 @@ impl Watchdog {
 
 fn watch(inner: Arc<Inner>, mut peers: Vec<(Rank, i32, Option<i32>)>, stop_fd: i32) {
     loop {
-        let mut fds = vec![libc::pollfd { fd: stop_fd, events: libc::POLLIN, revents: 0 }];
+        let mut fds = vec![libc::pollfd {
+            fd: stop_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        }];
         let mut owners = Vec::new();
         let mut need_polling = false;
         for (i, (_, _, pidfd)) in peers.iter().enumerate() {
             match pidfd {
                 Some(fd) => {
-                    fds.push(libc::pollfd { fd: *fd, events: libc::POLLIN, revents: 0 });
+                    fds.push(libc::pollfd {
+                        fd: *fd,
+                        events: libc::POLLIN,
+                        revents: 0,
+                    });
                     owners.push(i);
                 }
                 None => need_polling = true,

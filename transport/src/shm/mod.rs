@@ -55,8 +55,16 @@ struct ProducerSide {
 }
 
 pub(crate) enum PendingKind {
-    Put { src: Region, src_off: usize, imm: Option<u64> },
-    Get { dst: Region, dst_off: usize, received: usize },
+    Put {
+        src: Region,
+        src_off: usize,
+        imm: Option<u64>,
+    },
+    Get {
+        dst: Region,
+        dst_off: usize,
+        received: usize,
+    },
 }
 
 pub(crate) struct Pending {
@@ -103,7 +111,10 @@ struct ShmPublisher {
 impl Publisher for ShmPublisher {
     fn unpublish(&self, key: RegionKey) {
         if let Some(inner) = self.inner.upgrade() {
-            inner.view(inner.rank).entry(key.index() as usize, 0).store(0, Ordering::Release);
+            inner
+                .view(inner.rank)
+                .entry(key.index() as usize, 0)
+                .store(0, Ordering::Release);
             inner.table.unpublish(key);
         }
     }
@@ -123,15 +134,30 @@ fn parse_peer(bytes: &[u8]) -> Option<(String, usize, i32, [usize; 3])> {
         return None;
     }
     let n = |i: usize| f[i].parse::<usize>().ok();
-    Some((f[0].to_string(), n(1)?, f[2].parse().ok()?, [n(3)?, n(4)?, n(5)?]))
+    Some((
+        f[0].to_string(),
+        n(1)?,
+        f[2].parse().ok()?,
+        [n(3)?, n(4)?, n(5)?],
+    ))
 }
 
 impl ShmFabric {
     /// Creates this rank's segment, maps every peer's, and starts the liveness watchdog.
-    pub fn new(rank: Rank, size: usize, store: &dyn Store, cfg: &FabricConfig) -> Result<ShmFabric> {
+    pub fn new(
+        rank: Rank,
+        size: usize,
+        store: &dyn Store,
+        cfg: &FabricConfig,
+    ) -> Result<ShmFabric> {
         let timeout = cfg.bootstrap_timeout;
         let job = String::from_utf8_lossy(&store.get(JOB_ID_KEY, timeout)?).to_string();
-        let layout = Layout { size, max_regions: cfg.max_regions, ring_bytes: cfg.shm_ring_bytes, heap_bytes: cfg.shm_heap_bytes };
+        let layout = Layout {
+            size,
+            max_regions: cfg.max_regions,
+            ring_bytes: cfg.shm_ring_bytes,
+            heap_bytes: cfg.shm_heap_bytes,
+        };
         let name = format!("/rdcoll-{job}-{rank}");
         let own = Arc::new(Segment::create(&name, layout.total())?);
         let pid = std::process::id() as i32;
@@ -145,7 +171,13 @@ impl ShmFabric {
         // SAFETY: prctl with constant arguments.
         unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
         let shape = [layout.max_regions, layout.ring_bytes, layout.heap_bytes];
-        let me = format!("{name} {} {pid} {} {} {}", layout.total(), shape[0], shape[1], shape[2]);
+        let me = format!(
+            "{name} {} {pid} {} {} {}",
+            layout.total(),
+            shape[0],
+            shape[1],
+            shape[2]
+        );
         store.set(&format!("shm/{rank}"), me.as_bytes())?;
         let mut segs = Vec::with_capacity(size);
         let mut pids = Vec::with_capacity(size);
@@ -156,8 +188,9 @@ impl ShmFabric {
                 continue;
             }
             let info = store.get(&format!("shm/{r}"), timeout)?;
-            let (pname, total, ppid, pshape) = parse_peer(&info)
-                .ok_or_else(|| TransportError::Bootstrap(format!("rank {r} published a malformed shm entry")))?;
+            let (pname, total, ppid, pshape) = parse_peer(&info).ok_or_else(|| {
+                TransportError::Bootstrap(format!("rank {r} published a malformed shm entry"))
+            })?;
             if pshape != shape || total != layout.total() {
                 return Err(TransportError::Bootstrap(format!(
                     "rank {r} uses a different shm layout {pshape:?} from ours {shape:?}: set the same RDCOLL_SHM_* on every rank"
@@ -165,7 +198,9 @@ impl ShmFabric {
             }
             let seg = Segment::open(&pname, total)?;
             if (View { seg: &seg, layout }).magic().load(Ordering::Acquire) != MAGIC {
-                return Err(TransportError::Bootstrap(format!("rank {r}'s segment is not initialised")));
+                return Err(TransportError::Bootstrap(format!(
+                    "rank {r}'s segment is not initialised"
+                )));
             }
             segs.push(Arc::new(seg));
             pids.push(ppid);
@@ -175,7 +210,8 @@ impl ShmFabric {
         barrier?;
         let cma_ok: Vec<AtomicBool> = (0..size)
             .map(|r| {
-                let ok = cfg.shm_cma && (r == rank as usize || cma_probe(pids[r], &segs[r], layout));
+                let ok =
+                    cfg.shm_cma && (r == rank as usize || cma_probe(pids[r], &segs[r], layout));
                 AtomicBool::new(ok)
             })
             .collect();
@@ -190,7 +226,14 @@ impl ShmFabric {
             table: RegionTable::new(rank, cfg.max_regions),
             heap: Arc::new(Mutex::new(HeapAlloc::new(heap_ptr_len))),
             local_events: Mutex::new(VecDeque::new()),
-            producers: (0..size).map(|_| Mutex::new(ProducerSide { ring: Default::default(), backlog: VecDeque::new() })).collect(),
+            producers: (0..size)
+                .map(|_| {
+                    Mutex::new(ProducerSide {
+                        ring: Default::default(),
+                        backlog: VecDeque::new(),
+                    })
+                })
+                .collect(),
             any_backlog: AtomicBool::new(false),
             consumers: Mutex::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
             pending: Mutex::new(HashMap::new()),
@@ -198,9 +241,15 @@ impl ShmFabric {
             cma_ok,
             next_op: AtomicU64::new(0),
         });
-        let publisher = Arc::new(ShmPublisher { inner: Arc::downgrade(&inner) });
+        let publisher = Arc::new(ShmPublisher {
+            inner: Arc::downgrade(&inner),
+        });
         let watchdog = liveness::Watchdog::start(inner.clone(), pids)?;
-        Ok(ShmFabric { inner, publisher, watchdog: Some(watchdog) })
+        Ok(ShmFabric {
+            inner,
+            publisher,
+            watchdog: Some(watchdog),
+        })
     }
 }
 
@@ -213,12 +262,18 @@ fn cma_probe(pid: i32, seg: &Segment, layout: Layout) -> bool {
 
 impl Inner {
     fn view(&self, rank: Rank) -> View<'_> {
-        View { seg: &self.segs[rank as usize], layout: self.layout }
+        View {
+            seg: &self.segs[rank as usize],
+            layout: self.layout,
+        }
     }
 
     fn check_peer(&self, rank: Rank) -> Result<()> {
         if rank as usize >= self.size {
-            return Err(TransportError::InvalidRank { rank, size: self.size });
+            return Err(TransportError::InvalidRank {
+                rank,
+                size: self.size,
+            });
         }
         if self.failed[rank as usize].load(Ordering::Acquire) {
             return Err(TransportError::PeerFailed(rank));
@@ -252,7 +307,15 @@ impl Inner {
         let data = v.ring_data(self.rank as usize);
         // SAFETY: the ring from us to `dest` lives in dest's mapped segment and only this rank
         // (under the producer lock) writes it.
-        unsafe { side.ring.try_push(data, self.layout.ring_bytes, v.ring_head(self.rank as usize), kind, parts) }
+        unsafe {
+            side.ring.try_push(
+                data,
+                self.layout.ring_bytes,
+                v.ring_head(self.rank as usize),
+                kind,
+                parts,
+            )
+        }
     }
 
     /// Sends a record to `dest`, behind any backlog so order per pair holds.
@@ -266,7 +329,9 @@ impl Inner {
         }
         side.backlog.push_back((kind, parts.concat()));
         self.any_backlog.store(true, Ordering::Release);
-        self.view(dest).ring_producer_waiting(self.rank as usize).store(1, Ordering::Release);
+        self.view(dest)
+            .ring_producer_waiting(self.rank as usize)
+            .store(1, Ordering::Release);
         Ok(())
     }
 
@@ -288,7 +353,9 @@ impl Inner {
             }
             if !side.backlog.is_empty() {
                 self.any_backlog.store(true, Ordering::Release);
-                self.view(dest).ring_producer_waiting(self.rank as usize).store(1, Ordering::Release);
+                self.view(dest)
+                    .ring_producer_waiting(self.rank as usize)
+                    .store(1, Ordering::Release);
             }
             drop(side);
             if pushed {
@@ -319,22 +386,48 @@ impl Inner {
             return Err(bad());
         }
         let (addr, len) = (addr as usize, len as usize);
-        if kind == KIND_HEAP && !range_fits(addr, len, self.layout.heap_bytes) || kind != KIND_HEAP && kind != KIND_EXTERNAL {
-            return Err(TransportError::Protocol { rank, what: "corrupt region table entry".into() });
+        if kind == KIND_HEAP && !range_fits(addr, len, self.layout.heap_bytes)
+            || kind != KIND_HEAP && kind != KIND_EXTERNAL
+        {
+            return Err(TransportError::Protocol {
+                rank,
+                what: "corrupt region table entry".into(),
+            });
         }
-        Ok(Entry { kind, addr, len, seq })
+        Ok(Entry {
+            kind,
+            addr,
+            len,
+            seq,
+        })
     }
 
     /// Whether the entry is unchanged since `e` was read (the region was not deregistered).
     fn still_valid(&self, rank: Rank, key: RegionKey, e: &Entry) -> bool {
-        self.view(rank).entry(key.index() as usize, 0).load(Ordering::Acquire) == e.seq
+        self.view(rank)
+            .entry(key.index() as usize, 0)
+            .load(Ordering::Acquire)
+            == e.seq
     }
 
-    fn check_remote_range(&self, rank: Rank, key: RegionKey, e: &Entry, offset: usize, len: usize) -> Result<()> {
+    fn check_remote_range(
+        &self,
+        rank: Rank,
+        key: RegionKey,
+        e: &Entry,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
         if range_fits(offset, len, e.len) {
             Ok(())
         } else {
-            Err(TransportError::OutOfRange { rank, key: key.0, offset: offset as u64, len: len as u64, region_len: e.len as u64 })
+            Err(TransportError::OutOfRange {
+                rank,
+                key: key.0,
+                offset: offset as u64,
+                len: len as u64,
+                region_len: e.len as u64,
+            })
         }
     }
 
@@ -372,7 +465,11 @@ impl Inner {
             if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
                 return;
             }
-            let ids: Vec<u64> = pending.iter().filter(|(_, p)| p.peer == rank).map(|(k, _)| *k).collect();
+            let ids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| p.peer == rank)
+                .map(|(k, _)| *k)
+                .collect();
             for id in &ids {
                 pending.remove(id);
             }
@@ -381,7 +478,10 @@ impl Inner {
         self.producers[rank as usize].lock().backlog.clear();
         let mut q = self.local_events.lock();
         for op in drained {
-            q.push_back(Event::Completed { op: OpId(op), result: Err(TransportError::PeerFailed(rank)) });
+            q.push_back(Event::Completed {
+                op: OpId(op),
+                result: Err(TransportError::PeerFailed(rank)),
+            });
         }
         q.push_back(Event::PeerFailed { rank });
         drop(q);
@@ -395,7 +495,9 @@ impl Inner {
         if !self.local_events.lock().is_empty() || self.any_backlog.load(Ordering::Acquire) {
             return true;
         }
-        let Some(cons) = self.consumers.try_lock() else { return true };
+        let Some(cons) = self.consumers.try_lock() else {
+            return true;
+        };
         let own = self.view(self.rank);
         (0..self.size).any(|src| {
             // SAFETY: our own incoming ring from `src`, read under the consumer lock.
@@ -403,7 +505,14 @@ impl Inner {
         })
     }
 
-    fn copy_local(&self, from: &Region, from_off: usize, to: &Region, to_off: usize, len: usize) -> Result<()> {
+    fn copy_local(
+        &self,
+        from: &Region,
+        from_off: usize,
+        to: &Region,
+        to_off: usize,
+        len: usize,
+    ) -> Result<()> {
         from.with_range(from_off, len, |s| {
             to.with_range(to_off, len, |d| {
                 // SAFETY: both ranges checked on live regions; `copy` allows overlap.
@@ -467,12 +576,20 @@ impl Fabric for ShmFabric {
         let mapping = inner.segs[rank as usize].clone();
         let res = inner.table.insert_via(weak, |key, p| {
             inner.publish(key, KIND_HEAP, off, len);
-            let nn = std::ptr::NonNull::new(ptr).ok_or(TransportError::OutOfResources { what: "shm heap" })?;
+            let nn = std::ptr::NonNull::new(ptr)
+                .ok_or(TransportError::OutOfResources { what: "shm heap" })?;
             let release = Box::new(move || {
                 heap.lock().free(off, len);
                 drop(mapping);
             });
-            Ok(Region::from_raw(rank, key, nn, len, Backing::Shared(release), p))
+            Ok(Region::from_raw(
+                rank,
+                key,
+                nn,
+                len,
+                Backing::Shared(release),
+                p,
+            ))
         });
         if res.is_err() {
             inner.heap.lock().free(off, len);
@@ -481,7 +598,8 @@ impl Fabric for ShmFabric {
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
-        let nn = std::ptr::NonNull::new(ptr).ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
+        let nn = std::ptr::NonNull::new(ptr)
+            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let inner = &self.inner;
         let rank = inner.rank;
         let weak: std::sync::Weak<dyn Publisher> = Arc::downgrade(&self.publisher) as _;
@@ -491,15 +609,28 @@ impl Fabric for ShmFabric {
         })
     }
 
-    fn put(&self, src: &Region, src_offset: usize, len: usize, dst: RemoteAddr, imm: Option<u64>) -> Result<OpId> {
+    fn put(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        imm: Option<u64>,
+    ) -> Result<OpId> {
         let inner = &self.inner;
         check_local(src, src_offset, len)?;
         inner.check_peer(dst.rank)?;
         let op = inner.new_op();
         if dst.rank == inner.rank {
-            let result = inner.table.lookup(dst.key).and_then(|r| inner.copy_local(src, src_offset, &r, dst.offset, len));
+            let result = inner
+                .table
+                .lookup(dst.key)
+                .and_then(|r| inner.copy_local(src, src_offset, &r, dst.offset, len));
             if let (Ok(()), Some(imm)) = (&result, imm) {
-                inner.push_local(Event::Immediate { src: inner.rank, imm });
+                inner.push_local(Event::Immediate {
+                    src: inner.rank,
+                    imm,
+                });
             }
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
@@ -511,23 +642,31 @@ impl Fabric for ShmFabric {
         let e = match entry {
             Ok(e) => e,
             Err(err) => {
-                inner.push_local(Event::Completed { op, result: Err(err) });
+                inner.push_local(Event::Completed {
+                    op,
+                    result: Err(err),
+                });
                 return Ok(op);
             }
         };
         if e.kind == KIND_HEAP {
-            let result = inner.heap_ptr(dst.rank, e.addr + dst.offset, len).and_then(|d| {
-                src.with_range(src_offset, len, |s| {
-                    // SAFETY: `d` is inside the peer's heap block (validated entry and range),
-                    // `s` inside our live source region.
-                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-                })
-            });
+            let result = inner
+                .heap_ptr(dst.rank, e.addr + dst.offset, len)
+                .and_then(|d| {
+                    src.with_range(src_offset, len, |s| {
+                        // SAFETY: `d` is inside the peer's heap block (validated entry and range),
+                        // `s` inside our live source region.
+                        unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                    })
+                });
             let result = result.and_then(|()| {
                 if inner.still_valid(dst.rank, dst.key, &e) {
                     Ok(())
                 } else {
-                    Err(TransportError::BadKey { rank: dst.rank, key: dst.key.0 })
+                    Err(TransportError::BadKey {
+                        rank: dst.rank,
+                        key: dst.key.0,
+                    })
                 }
             });
             if let (Ok(()), Some(imm)) = (&result, imm) {
@@ -536,10 +675,31 @@ impl Fabric for ShmFabric {
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }
-        let kind = PendingKind::Put { src: src.clone(), src_off: src_offset, imm };
-        inner.add_pending(op, Pending { peer: dst.rank, key: dst.key, offset: dst.offset, len, kind })?;
+        let kind = PendingKind::Put {
+            src: src.clone(),
+            src_off: src_offset,
+            imm,
+        };
+        inner.add_pending(
+            op,
+            Pending {
+                peer: dst.rank,
+                key: dst.key,
+                offset: dst.offset,
+                len,
+                kind,
+            },
+        )?;
         if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
-            let words = [op.0, dst.key.0, dst.offset as u64, len as u64, (src.base_addr() + src_offset) as u64, imm.is_some() as u64, imm.unwrap_or(0)];
+            let words = [
+                op.0,
+                dst.key.0,
+                dst.offset as u64,
+                len as u64,
+                (src.base_addr() + src_offset) as u64,
+                imm.is_some() as u64,
+                imm.unwrap_or(0),
+            ];
             inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])?;
         } else {
             service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)?;
@@ -553,7 +713,10 @@ impl Fabric for ShmFabric {
         inner.check_peer(src.rank)?;
         let op = inner.new_op();
         if src.rank == inner.rank {
-            let result = inner.table.lookup(src.key).and_then(|r| inner.copy_local(&r, src.offset, dst, dst_offset, len));
+            let result = inner
+                .table
+                .lookup(src.key)
+                .and_then(|r| inner.copy_local(&r, src.offset, dst, dst_offset, len));
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }
@@ -564,30 +727,50 @@ impl Fabric for ShmFabric {
         let e = match entry {
             Ok(e) => e,
             Err(err) => {
-                inner.push_local(Event::Completed { op, result: Err(err) });
+                inner.push_local(Event::Completed {
+                    op,
+                    result: Err(err),
+                });
                 return Ok(op);
             }
         };
-        let stale = || TransportError::BadKey { rank: src.rank, key: src.key.0 };
+        let stale = || TransportError::BadKey {
+            rank: src.rank,
+            key: src.key.0,
+        };
         if e.kind == KIND_HEAP {
-            let result = inner.heap_ptr(src.rank, e.addr + src.offset, len).and_then(|s| {
-                dst.with_range(dst_offset, len, |d| {
-                    // SAFETY: `s` is inside the peer's heap block (validated entry and range),
-                    // `d` inside our live destination region.
-                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-                })
+            let result = inner
+                .heap_ptr(src.rank, e.addr + src.offset, len)
+                .and_then(|s| {
+                    dst.with_range(dst_offset, len, |d| {
+                        // SAFETY: `s` is inside the peer's heap block (validated entry and range),
+                        // `d` inside our live destination region.
+                        unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                    })
+                });
+            let result = result.and_then(|()| {
+                if inner.still_valid(src.rank, src.key, &e) {
+                    Ok(())
+                } else {
+                    Err(stale())
+                }
             });
-            let result = result.and_then(|()| if inner.still_valid(src.rank, src.key, &e) { Ok(()) } else { Err(stale()) });
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }
         if inner.cma_ok[src.rank as usize].load(Ordering::Acquire) {
             let pid = inner.pids[src.rank as usize];
-            let read = dst.with_range(dst_offset, len, |d| os::read_remote(pid, e.addr + src.offset, d, len))?;
+            let read = dst.with_range(dst_offset, len, |d| {
+                os::read_remote(pid, e.addr + src.offset, d, len)
+            })?;
             match read {
                 Ok(()) => {
                     // A region deregistered during the copy may have yielded garbage: refuse it.
-                    let result = if inner.still_valid(src.rank, src.key, &e) { Ok(()) } else { Err(stale()) };
+                    let result = if inner.still_valid(src.rank, src.key, &e) {
+                        Ok(())
+                    } else {
+                        Err(stale())
+                    };
                     inner.push_local(Event::Completed { op, result });
                     return Ok(op);
                 }
@@ -595,7 +778,8 @@ impl Fabric for ShmFabric {
                     inner.cma_ok[src.rank as usize].store(false, Ordering::Release);
                 }
                 Err(errno) => {
-                    let gone = errno == libc::ESRCH || inner.failed[src.rank as usize].load(Ordering::Acquire);
+                    let gone = errno == libc::ESRCH
+                        || inner.failed[src.rank as usize].load(Ordering::Acquire);
                     let result = if gone || !os::process_alive(pid) {
                         inner.fail_peer(src.rank);
                         Err(TransportError::PeerFailed(src.rank))
@@ -607,15 +791,35 @@ impl Fabric for ShmFabric {
                 }
             }
         }
-        let kind = PendingKind::Get { dst: dst.clone(), dst_off: dst_offset, received: 0 };
-        inner.add_pending(op, Pending { peer: src.rank, key: src.key, offset: src.offset, len, kind })?;
-        inner.send_record(src.rank, K_GET_REQ, &[&header([op.0, src.key.0, src.offset as u64, len as u64])])?;
+        let kind = PendingKind::Get {
+            dst: dst.clone(),
+            dst_off: dst_offset,
+            received: 0,
+        };
+        inner.add_pending(
+            op,
+            Pending {
+                peer: src.rank,
+                key: src.key,
+                offset: src.offset,
+                len,
+                kind,
+            },
+        )?;
+        inner.send_record(
+            src.rank,
+            K_GET_REQ,
+            &[&header([op.0, src.key.0, src.offset as u64, len as u64])],
+        )?;
         Ok(op)
     }
 
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
         if data.len() > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge { len: data.len(), max: crate::MAX_MESSAGE_SIZE });
+            return Err(TransportError::MessageTooLarge {
+                len: data.len(),
+                max: crate::MAX_MESSAGE_SIZE,
+            });
         }
         self.inner.send_record(dest, K_MSG, &[data])
     }
@@ -641,7 +845,10 @@ impl Fabric for ShmFabric {
     }
 
     fn is_failed(&self, rank: Rank) -> bool {
-        self.inner.failed.get(rank as usize).is_some_and(|f| f.load(Ordering::Acquire))
+        self.inner
+            .failed
+            .get(rank as usize)
+            .is_some_and(|f| f.load(Ordering::Acquire))
     }
 }
 

@@ -6,10 +6,19 @@ use std::time::Duration;
 
 /// Sleeps while `*word == expected`, at most `timeout` (shared futex: works across processes).
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
-    let ts = libc::timespec { tv_sec: timeout.as_secs() as libc::time_t, tv_nsec: timeout.subsec_nanos() as libc::c_long };
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
     // SAFETY: FUTEX_WAIT on a 4-byte aligned word in a live mapping, with a valid timespec.
     unsafe {
-        libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAIT, expected, &ts as *const libc::timespec);
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
     }
 }
 
@@ -17,7 +26,12 @@ pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 pub(crate) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE on a 4-byte aligned word in a live mapping.
     unsafe {
-        libc::syscall(libc::SYS_futex, word as *const AtomicU32, libc::FUTEX_WAKE, i32::MAX);
+        libc::syscall(
+            libc::SYS_futex,
+            word as *const AtomicU32,
+            libc::FUTEX_WAKE,
+            i32::MAX,
+        );
     }
 }
 
@@ -26,13 +40,25 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 pub(crate) fn read_remote(pid: i32, remote: usize, local: *mut u8, len: usize) -> Result<(), i32> {
     let mut done = 0;
     while done < len {
-        let l = libc::iovec { iov_base: local.wrapping_add(done) as *mut libc::c_void, iov_len: len - done };
-        let r = libc::iovec { iov_base: (remote + done) as *mut libc::c_void, iov_len: len - done };
+        let l = libc::iovec {
+            iov_base: local.wrapping_add(done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
+        let r = libc::iovec {
+            iov_base: (remote + done) as *mut libc::c_void,
+            iov_len: len - done,
+        };
         // SAFETY: the local iovec covers memory the caller owns for `len` bytes; the remote one
         // is checked by the kernel against the other process's mappings.
         let n = unsafe { libc::process_vm_readv(pid, &l, 1, &r, 1, 0) };
         if n <= 0 {
-            return Err(if n == 0 { libc::EFAULT } else { std::io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO) });
+            return Err(if n == 0 {
+                libc::EFAULT
+            } else {
+                std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO)
+            });
         }
         done += n as usize;
     }
@@ -55,7 +81,11 @@ pub(crate) fn process_alive(pid: i32) -> bool {
     }
     // The state is the first field after the parenthesised command name.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !matches!(stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()), Some('Z' | 'X')),
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.trim_start().chars().next()),
+            Some('Z' | 'X')
+        ),
         Err(_) => true,
     }
 }

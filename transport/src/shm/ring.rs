@@ -17,7 +17,6 @@ fn padded(len: usize) -> usize {
     REC_HEADER + len.next_multiple_of(16)
 }
 
-
 /// # Safety
 /// `data + off` must be 8-aligned and inside a live ring of which it is a record start.
 unsafe fn seq_at(data: *mut u8, off: usize) -> &'static AtomicU64 {
@@ -38,7 +37,14 @@ impl Producer {
     /// # Safety
     /// `data` must point to a ring of `cap` bytes (a power of two, 16-aligned) that only this
     /// producer writes, and `head` must be its consumer position.
-    pub(crate) unsafe fn try_push(&mut self, data: *mut u8, cap: usize, head: &AtomicU64, kind: u32, parts: &[&[u8]]) -> bool {
+    pub(crate) unsafe fn try_push(
+        &mut self,
+        data: *mut u8,
+        cap: usize,
+        head: &AtomicU64,
+        kind: u32,
+        parts: &[&[u8]],
+    ) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let size = padded(len);
         let mut off = (self.tail as usize) & (cap - 1);
@@ -166,7 +172,8 @@ mod tests {
         let mut next = 0u32;
         while next < 20_000 {
             // SAFETY: the leaked ring is only read by this thread.
-            let got = unsafe { c.try_pop(data as *mut u8, CAP, head, |k, p| (k, p.to_vec())) }.unwrap();
+            let got =
+                unsafe { c.try_pop(data as *mut u8, CAP, head, |k, p| (k, p.to_vec())) }.unwrap();
             match got {
                 Some((k, p)) => {
                     assert_eq!(k, next);

@@ -26,7 +26,13 @@ impl Segment {
     pub(crate) fn create(name: &str, len: usize) -> Result<Segment> {
         let cname = CString::new(name).map_err(|_| TransportError::InvalidArgument(name.into()))?;
         // SAFETY: shm_open with a valid C string; the descriptor is closed below.
-        let fd = unsafe { libc::shm_open(cname.as_ptr(), libc::O_CREAT | libc::O_EXCL | libc::O_RDWR, 0o600) };
+        let fd = unsafe {
+            libc::shm_open(
+                cname.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR,
+                0o600,
+            )
+        };
         if fd < 0 {
             return Err(os_err(format!("creating shared memory {name}")));
         }
@@ -58,7 +64,9 @@ impl Segment {
         if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < len {
             // SAFETY: closing our descriptor.
             unsafe { libc::close(fd) };
-            return Err(TransportError::Bootstrap(format!("shared memory {name} is smaller than {len} bytes")));
+            return Err(TransportError::Bootstrap(format!(
+                "shared memory {name} is smaller than {len} bytes"
+            )));
         }
         Self::map(fd, cname, len)
     }
@@ -67,14 +75,25 @@ impl Segment {
         // SAFETY: mapping `len` bytes of a descriptor sized to at least `len`; then closing it
         // (the mapping keeps the memory).
         let base = unsafe {
-            let p = libc::mmap(std::ptr::null_mut(), len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_SHARED, fd, 0);
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
             libc::close(fd);
             p
         };
         if base == libc::MAP_FAILED {
             return Err(os_err(format!("mapping {} bytes of shared memory", len)));
         }
-        Ok(Segment { base: base as *mut u8, len, name })
+        Ok(Segment {
+            base: base as *mut u8,
+            len,
+            name,
+        })
     }
 
     /// Removes the name from /dev/shm (mappings stay valid).
@@ -89,7 +108,10 @@ impl Segment {
             // SAFETY: checked to be inside the mapping.
             Ok(unsafe { self.base.add(offset) })
         } else {
-            Err(TransportError::InvalidArgument(format!("segment range {offset}+{size} beyond {}", self.len)))
+            Err(TransportError::InvalidArgument(format!(
+                "segment range {offset}+{size} beyond {}",
+                self.len
+            )))
         }
     }
 

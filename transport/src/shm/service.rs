@@ -15,7 +15,9 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
         return Ok(Some(ev));
     }
     inner.flush_backlogs();
-    let Some(mut cons) = inner.consumers.try_lock() else { return Ok(None) };
+    let Some(mut cons) = inner.consumers.try_lock() else {
+        return Ok(None);
+    };
     let own = inner.view(inner.rank);
     let size = inner.size;
     let start = cons.1;
@@ -25,7 +27,11 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
         let head = own.ring_head(src);
         loop {
             // SAFETY: our own incoming ring from `src`, read only under the consumer lock.
-            let popped = unsafe { cons.0[src].try_pop(data, inner.layout.ring_bytes, head, |kind, payload| handle(inner, src as Rank, kind, payload)) };
+            let popped = unsafe {
+                cons.0[src].try_pop(data, inner.layout.ring_bytes, head, |kind, payload| {
+                    handle(inner, src as Rank, kind, payload)
+                })
+            };
             let waiting = own.ring_producer_waiting(src);
             if waiting.load(Ordering::Acquire) != 0 {
                 waiting.store(0, Ordering::Release);
@@ -66,23 +72,37 @@ fn done(inner: &Inner, to: Rank, op: u64, status: u64, region_len: u64) {
 /// Looks up one of our regions for a peer and checks the range.
 fn target_region(inner: &Inner, key: u64, offset: u64, len: u64) -> Result<(Region, usize, usize)> {
     let region = inner.table.lookup(RegionKey(key))?;
-    let (o, l) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(len).unwrap_or(usize::MAX));
+    let (o, l) = (
+        usize::try_from(offset).unwrap_or(usize::MAX),
+        usize::try_from(len).unwrap_or(usize::MAX),
+    );
     if range_fits(o, l, region.len()) {
         Ok((region, o, l))
     } else {
-        Err(TransportError::OutOfRange { rank: inner.rank, key, offset, len, region_len: region.len() as u64 })
+        Err(TransportError::OutOfRange {
+            rank: inner.rank,
+            key,
+            offset,
+            len,
+            region_len: region.len() as u64,
+        })
     }
 }
 
 /// Handles one record from `src`; returns the event it raises, if any.
 fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> {
     match kind {
-        K_MSG => Some(Event::Message { src, data: Payload::from_slice(payload) }),
+        K_MSG => Some(Event::Message {
+            src,
+            data: Payload::from_slice(payload),
+        }),
         K_IMM => parse::<1>(payload).map(|([imm], _)| Event::Immediate { src, imm }),
         K_PUT_PULL => {
             let ([op, key, offset, len, src_addr, has_imm, imm], _) = parse::<7>(payload)?;
             let result = target_region(inner, key, offset, len).and_then(|(region, o, l)| {
-                region.with_range(o, l, |d| os::read_remote(inner.pids[src as usize], src_addr as usize, d, l))
+                region.with_range(o, l, |d| {
+                    os::read_remote(inner.pids[src as usize], src_addr as usize, d, l)
+                })
             });
             match result {
                 Ok(Ok(())) => {
@@ -102,9 +122,14 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
         }
         K_PUT_CHUNK => {
             let ([op, key, base, total, chunk_off, has_imm, imm], data) = parse::<7>(payload)?;
-            let end = chunk_off.checked_add(data.len() as u64).filter(|&e| e <= total);
+            let end = chunk_off
+                .checked_add(data.len() as u64)
+                .filter(|&e| e <= total);
             let result = match end {
-                None => Err(TransportError::Protocol { rank: src, what: "put chunk outside its range".into() }),
+                None => Err(TransportError::Protocol {
+                    rank: src,
+                    what: "put chunk outside its range".into(),
+                }),
                 Some(_) => target_region(inner, key, base, total)
                     .and_then(|(region, o, _)| region.write(o + chunk_off as usize, data)),
             };
@@ -154,8 +179,18 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
             if p.peer != src {
                 return None;
             }
-            let fits = chunk_off.checked_add(data.len() as u64).is_some_and(|e| e <= p.len as u64);
-            if let (true, PendingKind::Get { dst, dst_off, received }) = (fits, &mut p.kind) {
+            let fits = chunk_off
+                .checked_add(data.len() as u64)
+                .is_some_and(|e| e <= p.len as u64);
+            if let (
+                true,
+                PendingKind::Get {
+                    dst,
+                    dst_off,
+                    received,
+                },
+            ) = (fits, &mut p.kind)
+            {
                 if dst.write(*dst_off + chunk_off as usize, data).is_ok() {
                     *received += data.len();
                 }
@@ -182,14 +217,26 @@ fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Op
     if status == ST_CMA_REFUSED {
         // The target cannot attach to our memory: send the data through the ring instead.
         inner.cma_ok[src as usize].store(false, Ordering::Release);
-        if let PendingKind::Put { src: region, src_off, imm } = &p.kind {
+        if let PendingKind::Put {
+            src: region,
+            src_off,
+            imm,
+        } = &p.kind
+        {
             let (region, src_off, imm) = (region.clone(), *src_off, *imm);
-            let dst = RemoteAddr { rank: p.peer, key: p.key, offset: p.offset };
+            let dst = RemoteAddr {
+                rank: p.peer,
+                key: p.key,
+                offset: p.offset,
+            };
             let len = p.len;
             if inner.add_pending(OpId(op), p).is_ok() {
                 if let Err(e) = send_put_chunks(inner, op, dst, &region, src_off, len, imm) {
                     inner.pending.lock().remove(&op);
-                    return Some(Event::Completed { op: OpId(op), result: Err(e) });
+                    return Some(Event::Completed {
+                        op: OpId(op),
+                        result: Err(e),
+                    });
                 }
             }
             return None;
@@ -198,7 +245,10 @@ fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Op
     let result = match status {
         ST_OK => match &p.kind {
             PendingKind::Get { received, .. } if *received != p.len => {
-                Err(TransportError::Protocol { rank: src, what: format!("get returned {received} of {} bytes", p.len) })
+                Err(TransportError::Protocol {
+                    rank: src,
+                    what: format!("get returned {received} of {} bytes", p.len),
+                })
             }
             _ => Ok(()),
         },
@@ -209,9 +259,15 @@ fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Op
             len: p.len as u64,
             region_len,
         }),
-        _ => Err(TransportError::BadKey { rank: src, key: p.key.0 }),
+        _ => Err(TransportError::BadKey {
+            rank: src,
+            key: p.key.0,
+        }),
     };
-    Some(Event::Completed { op: OpId(op), result })
+    Some(Event::Completed {
+        op: OpId(op),
+        result,
+    })
 }
 
 /// Sends a put as bounce chunks through the ring (when cross-memory attach is refused).
@@ -227,7 +283,15 @@ pub(super) fn send_put_chunks(
     let mut at = 0;
     loop {
         let n = (len - at).min(BOUNCE_CHUNK);
-        let words = [op, dst.key.0, dst.offset as u64, len as u64, at as u64, imm.is_some() as u64, imm.unwrap_or(0)];
+        let words = [
+            op,
+            dst.key.0,
+            dst.offset as u64,
+            len as u64,
+            at as u64,
+            imm.is_some() as u64,
+            imm.unwrap_or(0),
+        ];
         let mut chunk = header(words);
         let start = chunk.len();
         chunk.resize(start + n, 0);

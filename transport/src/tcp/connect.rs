@@ -41,7 +41,9 @@ pub(crate) fn connect_mesh(
     let ip = listen_ip(local_ip)?;
     let listener = TcpListener::bind(SocketAddr::new(ip, 0))
         .map_err(|e| TransportError::io(format!("listening on {ip}"), e))?;
-    let addr = listener.local_addr().map_err(|e| TransportError::io("listener address", e))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| TransportError::io("listener address", e))?;
     store.set(&format!("tcp/{rank}"), addr.to_string().as_bytes())?;
     let deadline = Instant::now() + timeout;
 
@@ -53,7 +55,10 @@ pub(crate) fn connect_mesh(
 
     let mut streams: Vec<Option<TcpStream>> = (0..size).map(|_| None).collect();
     for peer in 0..rank {
-        let addr = store.get(&format!("tcp/{peer}"), deadline.saturating_duration_since(Instant::now()))?;
+        let addr = store.get(
+            &format!("tcp/{peer}"),
+            deadline.saturating_duration_since(Instant::now()),
+        )?;
         let addr = String::from_utf8_lossy(&addr).to_string();
         streams[peer as usize] = Some(connect_lower(&addr, rank, peer, &secret, deadline)?);
     }
@@ -66,10 +71,16 @@ pub(crate) fn connect_mesh(
     Ok(streams)
 }
 
-fn connect_lower(addr: &str, me: Rank, peer: Rank, secret: &[u8; 16], deadline: Instant) -> Result<TcpStream> {
-    let sock: SocketAddr = addr
-        .parse()
-        .map_err(|_| TransportError::Bootstrap(format!("rank {peer} published a bad address {addr:?}")))?;
+fn connect_lower(
+    addr: &str,
+    me: Rank,
+    peer: Rank,
+    secret: &[u8; 16],
+    deadline: Instant,
+) -> Result<TcpStream> {
+    let sock: SocketAddr = addr.parse().map_err(|_| {
+        TransportError::Bootstrap(format!("rank {peer} published a bad address {addr:?}"))
+    })?;
     let mut delay = Duration::from_millis(2);
     loop {
         let attempt = (|| -> std::io::Result<TcpStream> {
@@ -109,7 +120,9 @@ fn accept_higher(
     deadline: Instant,
 ) -> Result<Vec<(Rank, TcpStream)>> {
     let mut got: Vec<(Rank, TcpStream)> = Vec::with_capacity(expected);
-    listener.set_nonblocking(true).map_err(|e| TransportError::io("listener", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| TransportError::io("listener", e))?;
     while got.len() < expected {
         let (mut s, from) = match listener.accept() {
             Ok(c) => c,
@@ -128,7 +141,8 @@ fn accept_higher(
         };
         let checked = (|| -> std::result::Result<Rank, String> {
             s.set_nonblocking(false).map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT)).map_err(|e| e.to_string())?;
+            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
+                .map_err(|e| e.to_string())?;
             let mut h = [0u8; HELLO_LEN];
             s.read_exact(&mut h).map_err(|e| e.to_string())?;
             let peer = check_hello(&h, secret)?;

@@ -20,8 +20,12 @@ struct ReadBuf {
 
 pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
     let mut events = mio::Events::with_capacity(256);
-    let mut bufs: Vec<ReadBuf> =
-        (0..sh.size).map(|_| ReadBuf { buf: vec![0u8; 2 * (HEADER + MAX_BODY)], filled: 0 }).collect();
+    let mut bufs: Vec<ReadBuf> = (0..sh.size)
+        .map(|_| ReadBuf {
+            buf: vec![0u8; 2 * (HEADER + MAX_BODY)],
+            filled: 0,
+        })
+        .collect();
     let mut last_heard = vec![Instant::now(); sh.size];
     let beat = (sh.peer_timeout / 5).max(Duration::from_millis(20));
     let mut last_beat = Instant::now();
@@ -66,11 +70,11 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
         let now = Instant::now();
         if now.duration_since(last_beat) >= beat {
             last_beat = now;
-            for r in 0..sh.size {
+            for (r, heard) in last_heard.iter().enumerate() {
                 if r as Rank == sh.rank || sh.peers[r].failed.load(Ordering::Acquire) {
                     continue;
                 }
-                if now.duration_since(last_heard[r]) > sh.peer_timeout {
+                if now.duration_since(*heard) > sh.peer_timeout {
                     sh.fail_peer(r as Rank, "silent for longer than the peer timeout");
                 } else {
                     let _ = sh.enqueue(r as Rank, Frame::Heartbeat.encode());
@@ -139,8 +143,19 @@ fn status_of(e: &crate::TransportError) -> u8 {
 
 fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
     match frame {
-        Frame::Message { data } => sh.events.push(Event::Message { src: from, data: Payload::from_slice(data) }),
-        Frame::Put { op, key, base, total, chunk_off, imm, data } => {
+        Frame::Message { data } => sh.events.push(Event::Message {
+            src: from,
+            data: Payload::from_slice(data),
+        }),
+        Frame::Put {
+            op,
+            key,
+            base,
+            total,
+            chunk_off,
+            imm,
+            data,
+        } => {
             let in_range = chunk_off
                 .checked_add(data.len() as u64)
                 .is_some_and(|end| end <= total);
@@ -158,7 +173,9 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
                         region_len: region.len() as u64,
                     });
                 }
-                region.write(base + chunk_off as usize, data).map(|()| region.len())
+                region
+                    .write(base + chunk_off as usize, data)
+                    .map(|()| region.len())
             });
             let last = chunk_off + data.len() as u64 == total;
             match result {
@@ -166,36 +183,72 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
                     if let Some(imm) = imm {
                         sh.events.push(Event::Immediate { src: from, imm });
                     }
-                    let ack = Frame::PutAck { op, status: wire::ST_OK, region_len: region_len as u64 };
+                    let ack = Frame::PutAck {
+                        op,
+                        status: wire::ST_OK,
+                        region_len: region_len as u64,
+                    };
                     let _ = sh.enqueue(from, ack.encode());
                 }
                 Ok(_) => {}
                 Err(e) => {
-                    let len = if let crate::TransportError::OutOfRange { region_len, .. } = e { region_len } else { 0 };
-                    let ack = Frame::PutAck { op, status: status_of(&e), region_len: len };
+                    let len = if let crate::TransportError::OutOfRange { region_len, .. } = e {
+                        region_len
+                    } else {
+                        0
+                    };
+                    let ack = Frame::PutAck {
+                        op,
+                        status: status_of(&e),
+                        region_len: len,
+                    };
                     let _ = sh.enqueue(from, ack.encode());
                 }
             }
         }
-        Frame::PutAck { op, status, region_len } => sh.complete(op, |p| {
+        Frame::PutAck {
+            op,
+            status,
+            region_len,
+        } => sh.complete(op, |p| {
             if status == wire::ST_OK {
                 Ok(())
             } else {
                 Err(sh.remote_error(p, status, region_len))
             }
         }),
-        Frame::Get { op, key, offset, len } => serve_get(sh, from, op, key, offset, len),
-        Frame::GetData { op, chunk_off, status, region_len, data } => {
+        Frame::Get {
+            op,
+            key,
+            offset,
+            len,
+        } => serve_get(sh, from, op, key, offset, len),
+        Frame::GetData {
+            op,
+            chunk_off,
+            status,
+            region_len,
+            data,
+        } => {
             if status != wire::ST_OK {
                 sh.complete(op, |p| Err(sh.remote_error(p, status, region_len)));
                 return Ok(());
             }
             let mut pending = sh.pending.lock();
-            let Some(p) = pending.get_mut(&op) else { return Ok(()) };
-            let PendingKind::Get { dst, dst_off, received } = &mut p.kind else {
+            let Some(p) = pending.get_mut(&op) else {
+                return Ok(());
+            };
+            let PendingKind::Get {
+                dst,
+                dst_off,
+                received,
+            } = &mut p.kind
+            else {
                 return Err("get data for a put".into());
             };
-            let fits = chunk_off.checked_add(data.len() as u64).is_some_and(|e| e <= p.len as u64);
+            let fits = chunk_off
+                .checked_add(data.len() as u64)
+                .is_some_and(|e| e <= p.len as u64);
             if !fits {
                 return Err("get data beyond the requested length".into());
             }
@@ -215,18 +268,37 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
 fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) {
     let region = sh.table.lookup(RegionKey(key));
     let checked = region.and_then(|r| {
-        let (o, l) = (usize::try_from(offset).unwrap_or(usize::MAX), usize::try_from(len).unwrap_or(usize::MAX));
+        let (o, l) = (
+            usize::try_from(offset).unwrap_or(usize::MAX),
+            usize::try_from(len).unwrap_or(usize::MAX),
+        );
         if range_fits(o, l, r.len()) {
             Ok((r, o, l))
         } else {
-            Err(crate::TransportError::OutOfRange { rank: sh.rank, key, offset, len, region_len: r.len() as u64 })
+            Err(crate::TransportError::OutOfRange {
+                rank: sh.rank,
+                key,
+                offset,
+                len,
+                region_len: r.len() as u64,
+            })
         }
     });
     let (region, offset, len) = match checked {
         Ok(x) => x,
         Err(e) => {
-            let region_len = if let crate::TransportError::OutOfRange { region_len, .. } = e { region_len } else { 0 };
-            let f = Frame::GetData { op, chunk_off: 0, status: status_of(&e), region_len, data: &[] };
+            let region_len = if let crate::TransportError::OutOfRange { region_len, .. } = e {
+                region_len
+            } else {
+                0
+            };
+            let f = Frame::GetData {
+                op,
+                chunk_off: 0,
+                status: status_of(&e),
+                region_len,
+                data: &[],
+            };
             let _ = sh.enqueue(from, f.encode());
             return;
         }
@@ -237,10 +309,24 @@ fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) 
         let frame = region.with_range(offset + chunk_off, n, |p| {
             // SAFETY: range checked by `with_range`; the bytes are copied into the frame.
             let data = unsafe { std::slice::from_raw_parts(p, n) };
-            Frame::GetData { op, chunk_off: chunk_off as u64, status: wire::ST_OK, region_len: 0, data }.encode()
+            Frame::GetData {
+                op,
+                chunk_off: chunk_off as u64,
+                status: wire::ST_OK,
+                region_len: 0,
+                data,
+            }
+            .encode()
         });
         let frame = frame.unwrap_or_else(|e| {
-            Frame::GetData { op, chunk_off: 0, status: status_of(&e), region_len: 0, data: &[] }.encode()
+            Frame::GetData {
+                op,
+                chunk_off: 0,
+                status: status_of(&e),
+                region_len: 0,
+                data: &[],
+            }
+            .encode()
         });
         if sh.enqueue(from, frame).is_err() {
             return;

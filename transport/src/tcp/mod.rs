@@ -41,7 +41,11 @@ pub(crate) struct Peer {
 
 pub(crate) enum PendingKind {
     Put,
-    Get { dst: Region, dst_off: usize, received: usize },
+    Get {
+        dst: Region,
+        dst_off: usize,
+        received: usize,
+    },
 }
 
 pub(crate) struct Pending {
@@ -90,10 +94,15 @@ impl TcpFabric {
         for (r, s) in streams.into_iter().enumerate() {
             let stream = match s {
                 Some(s) => {
-                    s.set_nonblocking(true).map_err(|e| TransportError::io("nonblocking socket", e))?;
+                    s.set_nonblocking(true)
+                        .map_err(|e| TransportError::io("nonblocking socket", e))?;
                     let mut s = mio::net::TcpStream::from_std(s);
                     poll.registry()
-                        .register(&mut s, mio::Token(r), mio::Interest::READABLE | mio::Interest::WRITABLE)
+                        .register(
+                            &mut s,
+                            mio::Token(r),
+                            mio::Interest::READABLE | mio::Interest::WRITABLE,
+                        )
                         .map_err(|e| TransportError::io("registering a socket", e))?;
                     Some(s)
                 }
@@ -101,7 +110,10 @@ impl TcpFabric {
             };
             peers.push(Peer {
                 stream,
-                out: Mutex::new(OutQueue { frames: Default::default(), offset: 0 }),
+                out: Mutex::new(OutQueue {
+                    frames: Default::default(),
+                    offset: 0,
+                }),
                 failed: AtomicBool::new(false),
             });
         }
@@ -123,7 +135,10 @@ impl TcpFabric {
             .name(format!("rdcoll-tcp-{rank}"))
             .spawn(move || engine::run(s2, poll))
             .map_err(|e| TransportError::io("starting the I/O thread", e))?;
-        Ok(TcpFabric { shared, io_thread: Some(io_thread) })
+        Ok(TcpFabric {
+            shared,
+            io_thread: Some(io_thread),
+        })
     }
 }
 
@@ -132,7 +147,10 @@ impl Shared {
         if (rank as usize) < self.size {
             Ok(())
         } else {
-            Err(TransportError::InvalidRank { rank, size: self.size })
+            Err(TransportError::InvalidRank {
+                rank,
+                size: self.size,
+            })
         }
     }
 
@@ -164,7 +182,11 @@ impl Shared {
     }
 
     /// Writes queued frames until the socket would block. Caller holds the queue's lock.
-    pub(crate) fn flush_locked(&self, dest: Rank, out: &mut OutQueue) -> std::result::Result<(), String> {
+    pub(crate) fn flush_locked(
+        &self,
+        dest: Rank,
+        out: &mut OutQueue,
+    ) -> std::result::Result<(), String> {
         use std::io::Write;
         let Some(stream) = self.peers[dest as usize].stream.as_ref() else {
             return Err("no connection".into());
@@ -197,7 +219,11 @@ impl Shared {
             if peer.failed.swap(true, Ordering::AcqRel) {
                 return;
             }
-            let ids: Vec<u64> = pending.iter().filter(|(_, p)| p.peer == rank).map(|(id, _)| *id).collect();
+            let ids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| p.peer == rank)
+                .map(|(id, _)| *id)
+                .collect();
             for id in &ids {
                 pending.remove(id);
             }
@@ -205,7 +231,10 @@ impl Shared {
         };
         tracing::debug!("rank {}: peer {rank} failed: {why}", self.rank);
         for op in drained {
-            self.events.push(Event::Completed { op: OpId(op), result: Err(TransportError::PeerFailed(rank)) });
+            self.events.push(Event::Completed {
+                op: OpId(op),
+                result: Err(TransportError::PeerFailed(rank)),
+            });
         }
         self.events.push(Event::PeerFailed { rank });
         if let Some(s) = peer.stream.as_ref() {
@@ -231,7 +260,10 @@ impl Shared {
         let removed = self.pending.lock().remove(&op);
         if let Some(p) = removed {
             let result = result(&p);
-            self.events.push(Event::Completed { op: OpId(op), result });
+            self.events.push(Event::Completed {
+                op: OpId(op),
+                result,
+            });
         }
     }
 
@@ -246,11 +278,21 @@ impl Shared {
                 region_len,
             }
         } else {
-            TransportError::BadKey { rank: p.peer, key: p.key }
+            TransportError::BadKey {
+                rank: p.peer,
+                key: p.key,
+            }
         }
     }
 
-    fn local_copy(&self, from: &Region, from_off: usize, to: &Region, to_off: usize, len: usize) -> Result<()> {
+    fn local_copy(
+        &self,
+        from: &Region,
+        from_off: usize,
+        to: &Region,
+        to_off: usize,
+        len: usize,
+    ) -> Result<()> {
         from.with_range(from_off, len, |s| {
             to.with_range(to_off, len, |d| {
                 // SAFETY: both ranges checked on live regions; `copy` allows overlap.
@@ -287,30 +329,53 @@ impl Fabric for TcpFabric {
 
     fn alloc_region(&self, len: usize) -> Result<Region> {
         let rank = self.shared.rank;
-        self.shared.table.insert(|key, p| Region::alloc_owned(rank, key, len, p))
+        self.shared
+            .table
+            .insert(|key, p| Region::alloc_owned(rank, key, len, p))
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
         let ptr = std::ptr::NonNull::new(ptr)
             .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let rank = self.shared.rank;
-        self.shared.table.insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
+        self.shared
+            .table
+            .insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
     }
 
-    fn put(&self, src: &Region, src_offset: usize, len: usize, dst: RemoteAddr, imm: Option<u64>) -> Result<OpId> {
+    fn put(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        imm: Option<u64>,
+    ) -> Result<OpId> {
         let sh = &self.shared;
         check_local(src, src_offset, len)?;
         sh.check_rank(dst.rank)?;
         let op = sh.new_op();
         if dst.rank == sh.rank {
-            let result = sh.table.lookup(dst.key).and_then(|r| sh.local_copy(src, src_offset, &r, dst.offset, len));
+            let result = sh
+                .table
+                .lookup(dst.key)
+                .and_then(|r| sh.local_copy(src, src_offset, &r, dst.offset, len));
             if let (Ok(()), Some(imm)) = (&result, imm) {
                 sh.events.push(Event::Immediate { src: sh.rank, imm });
             }
             sh.events.push(Event::Completed { op, result });
             return Ok(op);
         }
-        sh.add_pending(op, Pending { peer: dst.rank, key: dst.key.0, offset: dst.offset, len, kind: PendingKind::Put })?;
+        sh.add_pending(
+            op,
+            Pending {
+                peer: dst.rank,
+                key: dst.key.0,
+                offset: dst.offset,
+                len,
+                kind: PendingKind::Put,
+            },
+        )?;
         let mut chunk_off = 0;
         loop {
             let n = (len - chunk_off).min(CHUNK);
@@ -352,13 +417,34 @@ impl Fabric for TcpFabric {
         sh.check_rank(src.rank)?;
         let op = sh.new_op();
         if src.rank == sh.rank {
-            let result = sh.table.lookup(src.key).and_then(|r| sh.local_copy(&r, src.offset, dst, dst_offset, len));
+            let result = sh
+                .table
+                .lookup(src.key)
+                .and_then(|r| sh.local_copy(&r, src.offset, dst, dst_offset, len));
             sh.events.push(Event::Completed { op, result });
             return Ok(op);
         }
-        let kind = PendingKind::Get { dst: dst.clone(), dst_off: dst_offset, received: 0 };
-        sh.add_pending(op, Pending { peer: src.rank, key: src.key.0, offset: src.offset, len, kind })?;
-        let frame = Frame::Get { op: op.0, key: src.key.0, offset: src.offset as u64, len: len as u64 };
+        let kind = PendingKind::Get {
+            dst: dst.clone(),
+            dst_off: dst_offset,
+            received: 0,
+        };
+        sh.add_pending(
+            op,
+            Pending {
+                peer: src.rank,
+                key: src.key.0,
+                offset: src.offset,
+                len,
+                kind,
+            },
+        )?;
+        let frame = Frame::Get {
+            op: op.0,
+            key: src.key.0,
+            offset: src.offset as u64,
+            len: len as u64,
+        };
         let _ = sh.enqueue(src.rank, frame.encode());
         Ok(op)
     }
@@ -366,11 +452,17 @@ impl Fabric for TcpFabric {
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
         let sh = &self.shared;
         if data.len() > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge { len: data.len(), max: crate::MAX_MESSAGE_SIZE });
+            return Err(TransportError::MessageTooLarge {
+                len: data.len(),
+                max: crate::MAX_MESSAGE_SIZE,
+            });
         }
         sh.check_rank(dest)?;
         if dest == sh.rank {
-            sh.events.push(Event::Message { src: dest, data: Payload::from_slice(data) });
+            sh.events.push(Event::Message {
+                src: dest,
+                data: Payload::from_slice(data),
+            });
             return Ok(());
         }
         sh.enqueue(dest, Frame::Message { data }.encode())
@@ -389,7 +481,10 @@ impl Fabric for TcpFabric {
     }
 
     fn is_failed(&self, rank: Rank) -> bool {
-        self.shared.peers.get(rank as usize).is_some_and(|p| p.failed.load(Ordering::Acquire))
+        self.shared
+            .peers
+            .get(rank as usize)
+            .is_some_and(|p| p.failed.load(Ordering::Acquire))
     }
 }
 

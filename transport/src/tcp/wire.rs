@@ -31,13 +31,36 @@ pub enum Frame<'a> {
     /// An active message.
     Message { data: &'a [u8] },
     /// One chunk of a put: `chunk_off` within the range `base..base+total` of region `key`.
-    Put { op: u64, key: u64, base: u64, total: u64, chunk_off: u64, imm: Option<u64>, data: &'a [u8] },
+    Put {
+        op: u64,
+        key: u64,
+        base: u64,
+        total: u64,
+        chunk_off: u64,
+        imm: Option<u64>,
+        data: &'a [u8],
+    },
     /// The target's answer to a put.
-    PutAck { op: u64, status: u8, region_len: u64 },
+    PutAck {
+        op: u64,
+        status: u8,
+        region_len: u64,
+    },
     /// A request to read `len` bytes at `offset` of region `key`.
-    Get { op: u64, key: u64, offset: u64, len: u64 },
+    Get {
+        op: u64,
+        key: u64,
+        offset: u64,
+        len: u64,
+    },
     /// One chunk of a get's reply (or its failure, with no data).
-    GetData { op: u64, chunk_off: u64, status: u8, region_len: u64, data: &'a [u8] },
+    GetData {
+        op: u64,
+        chunk_off: u64,
+        status: u8,
+        region_len: u64,
+        data: &'a [u8],
+    },
     /// Keeps the link's liveness timer fed.
     Heartbeat,
     /// The peer is closing its endpoint.
@@ -83,7 +106,15 @@ impl Frame<'_> {
     pub fn encode(&self) -> Vec<u8> {
         match *self {
             Frame::Message { data } => Writer::new(K_MESSAGE, data.len()).bytes(data).finish(),
-            Frame::Put { op, key, base, total, chunk_off, imm, data } => Writer::new(K_PUT, 49 + data.len())
+            Frame::Put {
+                op,
+                key,
+                base,
+                total,
+                chunk_off,
+                imm,
+                data,
+            } => Writer::new(K_PUT, 49 + data.len())
                 .u64(op)
                 .u64(key)
                 .u64(base)
@@ -93,13 +124,33 @@ impl Frame<'_> {
                 .u64(imm.unwrap_or(0))
                 .bytes(data)
                 .finish(),
-            Frame::PutAck { op, status, region_len } => {
-                Writer::new(K_PUT_ACK, 17).u64(op).u8(status).u64(region_len).finish()
-            }
-            Frame::Get { op, key, offset, len } => {
-                Writer::new(K_GET, 32).u64(op).u64(key).u64(offset).u64(len).finish()
-            }
-            Frame::GetData { op, chunk_off, status, region_len, data } => Writer::new(K_GET_DATA, 25 + data.len())
+            Frame::PutAck {
+                op,
+                status,
+                region_len,
+            } => Writer::new(K_PUT_ACK, 17)
+                .u64(op)
+                .u8(status)
+                .u64(region_len)
+                .finish(),
+            Frame::Get {
+                op,
+                key,
+                offset,
+                len,
+            } => Writer::new(K_GET, 32)
+                .u64(op)
+                .u64(key)
+                .u64(offset)
+                .u64(len)
+                .finish(),
+            Frame::GetData {
+                op,
+                chunk_off,
+                status,
+                region_len,
+                data,
+            } => Writer::new(K_GET_DATA, 25 + data.len())
                 .u64(op)
                 .u64(chunk_off)
                 .u8(status)
@@ -161,27 +212,51 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, String> {
             Frame::Message { data: r.0 }
         }
         K_PUT => {
-            let (op, key, base, total, chunk_off) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+            let (op, key, base, total, chunk_off) =
+                (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
             let has_imm = r.u8()?;
             let imm = r.u64()?;
             if has_imm > 1 {
                 return Err("bad immediate flag".into());
             }
-            Frame::Put { op, key, base, total, chunk_off, imm: (has_imm == 1).then_some(imm), data: r.0 }
+            Frame::Put {
+                op,
+                key,
+                base,
+                total,
+                chunk_off,
+                imm: (has_imm == 1).then_some(imm),
+                data: r.0,
+            }
         }
         K_PUT_ACK => {
-            let f = Frame::PutAck { op: r.u64()?, status: r.u8()?, region_len: r.u64()? };
+            let f = Frame::PutAck {
+                op: r.u64()?,
+                status: r.u8()?,
+                region_len: r.u64()?,
+            };
             r.end()?;
             f
         }
         K_GET => {
-            let f = Frame::Get { op: r.u64()?, key: r.u64()?, offset: r.u64()?, len: r.u64()? };
+            let f = Frame::Get {
+                op: r.u64()?,
+                key: r.u64()?,
+                offset: r.u64()?,
+                len: r.u64()?,
+            };
             r.end()?;
             f
         }
         K_GET_DATA => {
             let (op, chunk_off, status, region_len) = (r.u64()?, r.u64()?, r.u8()?, r.u64()?);
-            Frame::GetData { op, chunk_off, status, region_len, data: r.0 }
+            Frame::GetData {
+                op,
+                chunk_off,
+                status,
+                region_len,
+                data: r.0,
+            }
         }
         K_HEARTBEAT => Frame::Heartbeat,
         K_BYE => Frame::Bye,
@@ -212,7 +287,10 @@ pub fn check_hello(h: &[u8; HELLO_LEN], secret: &[u8; 16]) -> Result<Rank, Strin
         return Err("wire protocol version mismatch".into());
     }
     // Compare in constant time: the secret is the job's only credential.
-    let diff = h[10..26].iter().zip(secret).fold(0u8, |acc, (a, b)| acc | (a ^ b));
+    let diff = h[10..26]
+        .iter()
+        .zip(secret)
+        .fold(0u8, |acc, (a, b)| acc | (a ^ b));
     if diff != 0 {
         return Err("wrong job secret".into());
     }
@@ -227,11 +305,42 @@ mod tests {
     fn frames_round_trip() {
         let frames = [
             Frame::Message { data: b"hello" },
-            Frame::Put { op: 1, key: 2, base: 3, total: 4, chunk_off: 0, imm: Some(9), data: b"abcd" },
-            Frame::Put { op: 1, key: 2, base: 3, total: 0, chunk_off: 0, imm: None, data: b"" },
-            Frame::PutAck { op: 5, status: ST_OUT_OF_RANGE, region_len: 64 },
-            Frame::Get { op: 6, key: 7, offset: 8, len: 9 },
-            Frame::GetData { op: 6, chunk_off: 0, status: ST_OK, region_len: 0, data: b"xyz" },
+            Frame::Put {
+                op: 1,
+                key: 2,
+                base: 3,
+                total: 4,
+                chunk_off: 0,
+                imm: Some(9),
+                data: b"abcd",
+            },
+            Frame::Put {
+                op: 1,
+                key: 2,
+                base: 3,
+                total: 0,
+                chunk_off: 0,
+                imm: None,
+                data: b"",
+            },
+            Frame::PutAck {
+                op: 5,
+                status: ST_OUT_OF_RANGE,
+                region_len: 64,
+            },
+            Frame::Get {
+                op: 6,
+                key: 7,
+                offset: 8,
+                len: 9,
+            },
+            Frame::GetData {
+                op: 6,
+                chunk_off: 0,
+                status: ST_OK,
+                region_len: 0,
+                data: b"xyz",
+            },
             Frame::Heartbeat,
             Frame::Bye,
         ];
@@ -250,7 +359,13 @@ mod tests {
 
     #[test]
     fn truncated_and_malformed_frames() {
-        let enc = Frame::Get { op: 1, key: 2, offset: 3, len: 4 }.encode();
+        let enc = Frame::Get {
+            op: 1,
+            key: 2,
+            offset: 3,
+            len: 4,
+        }
+        .encode();
         for cut in 0..enc.len() {
             assert_eq!(decode(&enc[..cut]).unwrap(), None, "prefix of {cut} bytes");
         }

@@ -67,7 +67,8 @@ fn messages_fifo_all_pairs(h: &mut Harness) -> Result<(), String> {
     for seq in 0..PER_PEER {
         for k in 0..n {
             let dest = ((me as usize + k) % n) as Rank;
-            h.f.send(dest, &body(me, seq)).map_err(|e| format!("send to {dest}: {e}"))?;
+            h.f.send(dest, &body(me, seq))
+                .map_err(|e| format!("send to {dest}: {e}"))?;
         }
         // Drain as we go so bounded rings cannot fill up on every side at once.
         while let Ok(Some(ev)) = h.f.poll() {
@@ -78,7 +79,10 @@ fn messages_fifo_all_pairs(h: &mut Harness) -> Result<(), String> {
         for seq in 0..PER_PEER {
             let got = h.message_from(src)?;
             if got != body(src, seq) {
-                return fail(h, format!("message {seq} from {src} is wrong or out of order"));
+                return fail(
+                    h,
+                    format!("message {seq} from {src} is wrong or out of order"),
+                );
             }
         }
     }
@@ -89,14 +93,16 @@ fn message_limits(h: &mut Harness) -> Result<(), String> {
     let (me, n) = (h.f.rank(), h.f.size());
     let big = vec![1u8; MAX_MESSAGE_SIZE + 1];
     match h.f.send(me, &big) {
-        Err(TransportError::MessageTooLarge { len, max }) if len == big.len() && max == MAX_MESSAGE_SIZE => {}
+        Err(TransportError::MessageTooLarge { len, max })
+            if len == big.len() && max == MAX_MESSAGE_SIZE => {}
         other => return fail(h, format!("oversized message gave {other:?}")),
     }
     match h.f.send(n as Rank, b"x") {
         Err(TransportError::InvalidRank { .. }) => {}
         other => return fail(h, format!("send to rank {n} gave {other:?}")),
     }
-    h.f.send(me, &big[..MAX_MESSAGE_SIZE]).map_err(|e| e.to_string())?;
+    h.f.send(me, &big[..MAX_MESSAGE_SIZE])
+        .map_err(|e| e.to_string())?;
     h.f.send(me, b"").map_err(|e| e.to_string())?;
     if h.message_from(me)?.len() != MAX_MESSAGE_SIZE || !h.message_from(me)?.is_empty() {
         return fail(h, "self messages came back wrong");
@@ -111,35 +117,46 @@ fn put_get_sizes(h: &mut Harness) -> Result<(), String> {
     let (right, left) = ((me + 1) % n, (me + n - 1) % n);
     let max = *SIZES.last().unwrap_or(&0);
     let src = h.f.alloc_region(max + 64).map_err(|e| e.to_string())?;
-    src.write(0, &pattern_vec(me, 0, max + 64)).map_err(|e| e.to_string())?;
+    src.write(0, &pattern_vec(me, 0, max + 64))
+        .map_err(|e| e.to_string())?;
     let dst = h.f.alloc_region(max + 64).map_err(|e| e.to_string())?;
     let srcs = h.exchange(&src.remote())?;
     let dsts = h.exchange(&dst.remote())?;
     let mut got = vec![0u8; max];
     for &size in SIZES {
         let off = size % 13;
-        let op = h
-            .f
-            .put(&src, 0, size, dsts[right as usize].at(off), Some(size as u64 + 1))
+        let op =
+            h.f.put(
+                &src,
+                0,
+                size,
+                dsts[right as usize].at(off),
+                Some(size as u64 + 1),
+            )
             .map_err(|e| format!("put {size}: {e}"))?;
         h.op_ok(op, &format!("put of {size} bytes"))?;
         let imm = h.imm_from(left)?;
         if imm != size as u64 + 1 {
-            return fail(h, format!("immediate {imm} from {left}, expected {}", size + 1));
+            return fail(
+                h,
+                format!("immediate {imm} from {left}, expected {}", size + 1),
+            );
         }
         dst.read(off, &mut got[..size]).map_err(|e| e.to_string())?;
         if got[..size] != pattern_vec(left, 0, size)[..] {
             return fail(h, format!("put of {size} bytes from {left} landed wrong"));
         }
         h.barrier()?;
-        let op = h
-            .f
-            .get(&dst, 1, size, srcs[right as usize].at(off))
-            .map_err(|e| format!("get {size}: {e}"))?;
+        let op =
+            h.f.get(&dst, 1, size, srcs[right as usize].at(off))
+                .map_err(|e| format!("get {size}: {e}"))?;
         h.op_ok(op, &format!("get of {size} bytes"))?;
         dst.read(1, &mut got[..size]).map_err(|e| e.to_string())?;
         if got[..size] != pattern_vec(right, off, size)[..] {
-            return fail(h, format!("get of {size} bytes from {right} read wrong data"));
+            return fail(
+                h,
+                format!("get of {size} bytes from {right} read wrong data"),
+            );
         }
         h.barrier()?;
     }
@@ -154,11 +171,16 @@ fn put_many_peers(h: &mut Harness) -> Result<(), String> {
     let outbox = h.f.alloc_region(SLOT).map_err(|e| e.to_string())?;
     let inboxes = h.exchange(&inbox.remote())?;
     for round in 0..ROUNDS {
-        outbox.write(0, &pattern_vec(me, round, SLOT)).map_err(|e| e.to_string())?;
+        outbox
+            .write(0, &pattern_vec(me, round, SLOT))
+            .map_err(|e| e.to_string())?;
         let mut ops = Vec::new();
-        for dest in 0..n {
-            let at = inboxes[dest].at(SLOT * me as usize);
-            ops.push(h.f.put(&outbox, 0, SLOT, at, Some(round as u64)).map_err(|e| e.to_string())?);
+        for inbox in &inboxes {
+            let at = inbox.at(SLOT * me as usize);
+            ops.push(
+                h.f.put(&outbox, 0, SLOT, at, Some(round as u64))
+                    .map_err(|e| e.to_string())?,
+            );
         }
         for op in ops {
             h.op_ok(op, "put to a peer")?;
@@ -169,7 +191,9 @@ fn put_many_peers(h: &mut Harness) -> Result<(), String> {
             if imm != round as u64 {
                 return fail(h, format!("round {round}: immediate {imm} from {src}"));
             }
-            inbox.read(SLOT * src as usize, &mut slot).map_err(|e| e.to_string())?;
+            inbox
+                .read(SLOT * src as usize, &mut slot)
+                .map_err(|e| e.to_string())?;
             if slot != pattern_vec(src, round, SLOT) {
                 return fail(h, format!("round {round}: slot of {src} is wrong"));
             }
@@ -214,27 +238,88 @@ fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
     let r = right as usize;
     let is_range = |e: &TransportError| matches!(e, TransportError::OutOfRange { .. });
     let is_key = |e: &TransportError| matches!(e, TransportError::BadKey { .. });
-    expect_remote_error(h, h.f.put(&src, 0, 8, guardeds[r].at(60), None), "put past the end", is_range)?;
-    expect_remote_error(h, h.f.put(&src, 0, 1, guardeds[r].at(usize::MAX), None), "put at usize::MAX", is_range)?;
-    expect_remote_error(h, h.f.put(&src, 0, 128, guardeds[r].at(0), None), "put longer than the region", is_range)?;
-    expect_remote_error(h, h.f.get(&src, 0, 1, guardeds[r].at(64)), "get at the end", is_range)?;
-    expect_remote_error(h, h.f.put(&src, 0, 8, doomeds[r].at(0), Some(9)), "put to a deregistered region", is_key)?;
-    expect_remote_error(h, h.f.get(&src, 0, 8, doomeds[r].at(0)), "get from a deregistered region", is_key)?;
-    let unknown = RemoteAddr { rank: right, key: RegionKey::new(9999, 3), offset: 0 };
-    expect_remote_error(h, h.f.put(&src, 0, 8, unknown, None), "put to an unknown key", is_key)?;
-    expect_remote_error(h, h.f.get(&src, 0, 8, unknown), "get from an unknown key", is_key)?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 8, guardeds[r].at(60), None),
+        "put past the end",
+        is_range,
+    )?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 1, guardeds[r].at(usize::MAX), None),
+        "put at usize::MAX",
+        is_range,
+    )?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 128, guardeds[r].at(0), None),
+        "put longer than the region",
+        is_range,
+    )?;
+    expect_remote_error(
+        h,
+        h.f.get(&src, 0, 1, guardeds[r].at(64)),
+        "get at the end",
+        is_range,
+    )?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 8, doomeds[r].at(0), Some(9)),
+        "put to a deregistered region",
+        is_key,
+    )?;
+    expect_remote_error(
+        h,
+        h.f.get(&src, 0, 8, doomeds[r].at(0)),
+        "get from a deregistered region",
+        is_key,
+    )?;
+    let unknown = RemoteAddr {
+        rank: right,
+        key: RegionKey::new(9999, 3),
+        offset: 0,
+    };
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 8, unknown, None),
+        "put to an unknown key",
+        is_key,
+    )?;
+    expect_remote_error(
+        h,
+        h.f.get(&src, 0, 8, unknown),
+        "get from an unknown key",
+        is_key,
+    )?;
     // Local mistakes are reported at once.
-    if !matches!(h.f.put(&src, 100, 29, guardeds[r].at(0), None), Err(TransportError::OutOfRange { .. })) {
+    if !matches!(
+        h.f.put(&src, 100, 29, guardeds[r].at(0), None),
+        Err(TransportError::OutOfRange { .. })
+    ) {
         return fail(h, "put from beyond the local region was not refused");
     }
-    if !matches!(h.f.get(&src, 0, 8, RemoteAddr { rank: n, key: RegionKey(0), offset: 0 }), Err(TransportError::InvalidRank { .. })) {
+    if !matches!(
+        h.f.get(
+            &src,
+            0,
+            8,
+            RemoteAddr {
+                rank: n,
+                key: RegionKey(0),
+                offset: 0
+            }
+        ),
+        Err(TransportError::InvalidRank { .. })
+    ) {
         return fail(h, "get from a rank out of range was not refused");
     }
     h.barrier()?;
     // Nothing landed in the guarded region or beside it, and no stray immediate arrived.
     let mut bytes = [0u8; 64];
     guarded.read(0, &mut bytes).map_err(|e| e.to_string())?;
-    neighbour.read(0, &mut bytes[..]).map_err(|e| e.to_string())?;
+    neighbour
+        .read(0, &mut bytes[..])
+        .map_err(|e| e.to_string())?;
     let mut g = [0u8; 64];
     guarded.read(0, &mut g).map_err(|e| e.to_string())?;
     if g.iter().chain(bytes.iter()).any(|&b| b != 0) {
@@ -242,7 +327,9 @@ fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
     }
     h.barrier()?;
     // The fabric still works: a valid put to the last 8 bytes, with an immediate.
-    let op = h.f.put(&src, 0, 8, guardeds[r].at(56), Some(77)).map_err(|e| e.to_string())?;
+    let op =
+        h.f.put(&src, 0, 8, guardeds[r].at(56), Some(77))
+            .map_err(|e| e.to_string())?;
     h.op_ok(op, "valid put after errors")?;
     if h.imm_from((me + n - 1) % n)? != 77 {
         return fail(h, "a stray immediate arrived from a refused put");
@@ -325,7 +412,10 @@ fn link_break(h: &mut Harness) -> Result<(), String> {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
         if !h.failed.is_empty() {
-            println!("link_break: rank {me} saw PeerFailed after {:?}", start.elapsed());
+            println!(
+                "link_break: rank {me} saw PeerFailed after {:?}",
+                start.elapsed()
+            );
             return Ok(());
         }
         match h.f.get(&region, 0, 1 << 20, regions[right as usize].at(0)) {

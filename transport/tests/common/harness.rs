@@ -32,7 +32,12 @@ impl<'a> Harness<'a> {
         let left = deadline.saturating_duration_since(Instant::now());
         match self.f.wait(Some(left)).map_err(|e| format!("wait: {e}"))? {
             Some(ev) => self.file(ev),
-            None => return Err(format!("rank {}: no event within the deadline", self.f.rank())),
+            None => {
+                return Err(format!(
+                    "rank {}: no event within the deadline",
+                    self.f.rank()
+                ))
+            }
         }
         Ok(())
     }
@@ -94,14 +99,17 @@ impl<'a> Harness<'a> {
 
     /// Waits for `op` and requires success.
     pub fn op_ok(&mut self, op: OpId, what: &str) -> Result<(), String> {
-        self.op(op)?.map_err(|e| format!("rank {}: {what}: {e}", self.f.rank()))
+        self.op(op)?
+            .map_err(|e| format!("rank {}: {what}: {e}", self.f.rank()))
     }
 
     /// Sends this rank's descriptor of `region` to every rank and collects theirs.
     pub fn exchange(&mut self, region: &RemoteRegion) -> Result<Vec<RemoteRegion>, String> {
         let n = self.f.size();
         for dest in 0..n {
-            self.f.send(dest as Rank, &region.to_bytes()).map_err(|e| format!("send: {e}"))?;
+            self.f
+                .send(dest as Rank, &region.to_bytes())
+                .map_err(|e| format!("send: {e}"))?;
         }
         let mut out = Vec::with_capacity(n);
         for src in 0..n {
@@ -115,12 +123,17 @@ impl<'a> Harness<'a> {
     pub fn barrier(&mut self) -> Result<(), String> {
         let n = self.f.size();
         for dest in 0..n {
-            self.f.send(dest as Rank, b"barrier").map_err(|e| format!("send: {e}"))?;
+            self.f
+                .send(dest as Rank, b"barrier")
+                .map_err(|e| format!("send: {e}"))?;
         }
         for src in 0..n {
             let m = self.message_from(src as Rank)?;
             if m != b"barrier" {
-                return Err(format!("expected a barrier message from {src}, got {} bytes", m.len()));
+                return Err(format!(
+                    "expected a barrier message from {src}, got {} bytes",
+                    m.len()
+                ));
             }
         }
         Ok(())

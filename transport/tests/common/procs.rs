@@ -13,7 +13,9 @@ pub const CASE_VAR: &str = "RDCOLL_CONFORMANCE_CASE";
 
 /// Body of the `worker_process_entry` test: does nothing unless started as a rank.
 pub fn worker_entry() {
-    let Ok(case) = std::env::var(CASE_VAR) else { return };
+    let Ok(case) = std::env::var(CASE_VAR) else {
+        return;
+    };
     let fabric = match rdcoll_transport::bootstrap::init_from_env() {
         Ok(f) => f,
         Err(e) => {
@@ -27,7 +29,12 @@ pub fn worker_entry() {
     };
     let code = match run_case(&case, fabric.as_ref(), &die) {
         Ok(()) => {
-            println!("conformance {case}: rank {} of {} passed over {}", fabric.rank(), fabric.size(), fabric.backend());
+            println!(
+                "conformance {case}: rank {} of {} passed over {}",
+                fabric.rank(),
+                fabric.size(),
+                fabric.backend()
+            );
             0
         }
         Err(e) => {
@@ -40,17 +47,29 @@ pub fn worker_entry() {
 }
 
 /// Runs `case` as `n` processes over `transport`; `Err` describes every rank that misbehaved.
-pub fn run_procs(transport: &str, n: usize, case: &str, extra_env: &[(&str, &str)]) -> Result<(), String> {
+pub fn run_procs(
+    transport: &str,
+    n: usize,
+    case: &str,
+    extra_env: &[(&str, &str)],
+) -> Result<(), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut spec = JobSpec::new(
         n,
-        vec![exe.into(), "worker_process_entry".into(), "--exact".into(), "--nocapture".into(), "--test-threads=1".into()],
+        vec![
+            exe.into(),
+            "worker_process_entry".into(),
+            "--exact".into(),
+            "--nocapture".into(),
+            "--test-threads=1".into(),
+        ],
     );
     spec.transport = Some(transport.to_string());
     spec.prefix_output = true;
     spec.stop_on_failure = false;
     spec.env.push((CASE_VAR.into(), case.into()));
-    spec.env.push(("RDCOLL_PEER_TIMEOUT_MS".into(), "3000".into()));
+    spec.env
+        .push(("RDCOLL_PEER_TIMEOUT_MS".into(), "3000".into()));
     for (k, v) in extra_env {
         spec.env.push((OsString::from(k), OsString::from(v)));
     }
@@ -58,7 +77,11 @@ pub fn run_procs(transport: &str, n: usize, case: &str, extra_env: &[(&str, &str
     let mut problems = Vec::new();
     for e in &report.exits {
         let victim = case == "peer_death" && e.rank == n - 1;
-        let ok = if victim { e.status.signal() == Some(libc::SIGKILL) } else { e.status.success() };
+        let ok = if victim {
+            e.status.signal() == Some(libc::SIGKILL)
+        } else {
+            e.status.success()
+        };
         if !ok {
             problems.push(format!("rank {} {}", e.rank, describe(e.status)));
         }
@@ -66,6 +89,9 @@ pub fn run_procs(transport: &str, n: usize, case: &str, extra_env: &[(&str, &str
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!("{case} over {transport} with {n} ranks: {}", problems.join("; ")))
+        Err(format!(
+            "{case} over {transport} with {n} ranks: {}",
+            problems.join("; ")
+        ))
     }
 }

@@ -1,0 +1,39 @@
+//! `rdcoll-bench info`: what this process would run with — rank and size as the launcher set
+//! them, the transport choice, and every `RDCOLL_*` setting with its effective value.
+
+use rdcoll_transport::bootstrap::{host_identity, rank_and_size, TransportChoice};
+use rdcoll_transport::{FabricConfig, MAX_MESSAGE_SIZE};
+
+/// Prints the configuration; returns the exit code (non-zero if a setting is malformed).
+pub fn run(_args: &[String]) -> i32 {
+    let report = || -> Result<(), String> {
+        let (rank, size) = rank_and_size().map_err(|e| e.to_string())?;
+        let choice = TransportChoice::from_env().map_err(|e| e.to_string())?;
+        let c = FabricConfig::from_env().map_err(|e| e.to_string())?;
+        let var = |k: &str| std::env::var(k).unwrap_or_else(|_| "(unset)".into());
+        println!("rank / size               {rank} / {size}");
+        println!("RDCOLL_STORE              {}", var("RDCOLL_STORE"));
+        println!("RDCOLL_STORE_SERVER       {}", var("RDCOLL_STORE_SERVER"));
+        println!("RDCOLL_TRANSPORT          {choice:?}");
+        println!("RDCOLL_TCP_HOST           {}", var("RDCOLL_TCP_HOST"));
+        println!("RDCOLL_PEER_TIMEOUT_MS    {}", c.peer_timeout.as_millis());
+        println!(
+            "RDCOLL_BOOTSTRAP_TIMEOUT_MS {}",
+            c.bootstrap_timeout.as_millis()
+        );
+        println!("RDCOLL_SHM_RING_BYTES     {}", c.shm_ring_bytes);
+        println!("RDCOLL_SHM_HEAP_BYTES     {}", c.shm_heap_bytes);
+        println!("RDCOLL_SHM_CMA            {}", c.shm_cma as u8);
+        println!("RDCOLL_MAX_REGIONS        {}", c.max_regions);
+        println!("max active message        {MAX_MESSAGE_SIZE} bytes");
+        println!("host identity             {}", host_identity());
+        Ok(())
+    };
+    match report() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rdcoll-bench info: {e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,24 @@
+//! `rdcoll-bench`: the benchmark binary. Each subcommand measures one layer and prints the
+//! comparison it is judged against in the same run.
+
+mod info;
+mod matching;
+mod transport;
+
+fn usage() -> ! {
+    eprintln!("usage: rdcoll-bench <info|transport|match> [options]");
+    std::process::exit(2);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(cmd) = args.first() else { usage() };
+    let rest = &args[1..];
+    let code = match cmd.as_str() {
+        "info" => info::run(rest),
+        "match" => matching::run(rest),
+        "transport" => transport::run(rest),
+        _ => usage(),
+    };
+    std::process::exit(code);
+}
