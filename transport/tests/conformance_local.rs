@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::cases::{run_case, CASES};
+use common::cases::{run_case, CASES, CROWDED_CASES};
 
 fn run_local(case: &str, n: usize) {
     let fabrics = rdcoll_transport::local::create(n).expect("create local job");
@@ -34,7 +34,8 @@ fn run_local(case: &str, n: usize) {
 #[test]
 fn every_case_on_local_ranks() {
     for &(case, min) in CASES {
-        for n in [min.max(1), 4] {
+        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
+        for n in [min.max(1), 4, crowded] {
             run_local(case, n);
         }
     }

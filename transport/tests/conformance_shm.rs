@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cases::CASES;
+use common::cases::{CASES, CROWDED_CASES};
 use common::procs::{run_procs, worker_entry};
 
 #[test]
@@ -15,7 +15,8 @@ fn worker_process_entry() {
 fn all_cases(env: &[(&str, &str)]) {
     let mut failures = Vec::new();
     for &(case, min) in CASES {
-        for n in [min.max(2), 4] {
+        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
+        for n in [min.max(2), 4, crowded] {
             if let Err(e) = run_procs("shm", n, case, env) {
                 failures.push(e);
             }

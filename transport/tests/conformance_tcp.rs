@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::cases::CASES;
+use common::cases::{CASES, CROWDED_CASES};
 use common::procs::{run_procs, worker_entry};
 
 #[test]
@@ -14,7 +14,8 @@ fn worker_process_entry() {
 fn every_case_over_tcp_processes() {
     let mut failures = Vec::new();
     for &(case, min) in CASES {
-        for n in [min.max(2), 4] {
+        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
+        for n in [min.max(2), 4, crowded] {
             if let Err(e) = run_procs("tcp", n, case, &[]) {
                 failures.push(e);
             }

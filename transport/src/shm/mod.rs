@@ -492,7 +492,7 @@ impl Inner {
 
     /// Whether anything is ready for this rank's progress to pick up.
     fn anything_ready(&self) -> bool {
-        if !self.local_events.lock().is_empty() || self.any_backlog.load(Ordering::Acquire) {
+        if !self.local_events.lock().is_empty() {
             return true;
         }
         let Some(cons) = self.consumers.try_lock() else {
@@ -835,6 +835,13 @@ impl Fabric for ShmFabric {
         own.sleepers().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
         if !inner.anything_ready() {
+            // With a backlog, the receiver wakes us when it frees ring space; the short cap
+            // covers the race where it looked before we raised the flag.
+            let timeout = if inner.any_backlog.load(Ordering::Acquire) {
+                timeout.min(Duration::from_millis(1))
+            } else {
+                timeout
+            };
             os::futex_wait(own.doorbell(), seen, timeout);
         }
         own.sleepers().fetch_sub(1, Ordering::SeqCst);

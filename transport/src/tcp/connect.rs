@@ -164,3 +164,39 @@ fn accept_higher(
     }
     Ok(got)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_without_the_secret_is_closed_and_real_peers_still_join() {
+        let secret = [9u8; 16];
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let acceptor =
+            std::thread::spawn(move || accept_higher(listener, 0, 3, 2, &secret, deadline));
+        // An intruder with the wrong secret: refused, nothing written back.
+        let mut intruder = TcpStream::connect(&addr).unwrap();
+        intruder.write_all(&hello(1, &[1u8; 16])).unwrap();
+        intruder
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut buf = [0u8; 4];
+        assert!(
+            matches!(intruder.read(&mut buf), Ok(0) | Err(_)),
+            "the intruder got an answer"
+        );
+        // Garbage that is not even a hello.
+        let mut garbage = TcpStream::connect(&addr).unwrap();
+        garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
+        drop(garbage);
+        let a = connect_lower(&addr, 1, 0, &secret, deadline).unwrap();
+        let b = connect_lower(&addr, 2, 0, &secret, deadline).unwrap();
+        let got = acceptor.join().unwrap().unwrap();
+        let ranks: Vec<Rank> = got.iter().map(|(r, _)| *r).collect();
+        assert_eq!(ranks, vec![1, 2]);
+        drop((a, b));
+    }
+}

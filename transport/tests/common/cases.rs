@@ -8,6 +8,9 @@ use rdcoll_transport::{Fabric, Rank, RegionKey, RemoteAddr, TransportError, MAX_
 
 use super::harness::Harness;
 
+/// Cases also run with 8 ranks (more ranks than this machine's cores: the blocking wait path).
+pub const CROWDED_CASES: &[&str] = &["messages_fifo_all_pairs", "put_many_peers"];
+
 /// Every case, by name, with the smallest job it needs.
 pub const CASES: &[(&str, usize)] = &[
     ("messages_fifo_all_pairs", 1),
