@@ -25,9 +25,10 @@ mod records;
 mod ring;
 mod segment;
 mod service;
+mod spin;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -43,11 +44,73 @@ use heap::HeapAlloc;
 use layout::{Layout, View, MAGIC};
 use records::*;
 use segment::Segment;
+use spin::SpinLock;
 
 /// Kind of a region-table entry: a block of the owner's heap (addr = heap offset).
 const KIND_HEAP: u64 = 1;
 /// Kind of a region-table entry: caller memory (addr = virtual address in the owner).
 const KIND_EXTERNAL: u64 = 2;
+
+/// Raw addresses of one ring's data and control words, computed once: the message path should
+/// not redo layout arithmetic and bounds checks for every record.
+#[derive(Clone, Copy)]
+struct RingRef {
+    data: *mut u8,
+    head: *const AtomicU64,
+    waiting: *const AtomicU32,
+}
+
+// SAFETY: the pointers are into segments that `Inner` keeps mapped for its whole life; the
+// words behind them are atomics and the data area follows the ring protocol.
+unsafe impl Send for RingRef {}
+// SAFETY: as above.
+unsafe impl Sync for RingRef {}
+
+impl RingRef {
+    fn new(v: &View<'_>, src: usize) -> RingRef {
+        RingRef {
+            data: v.ring_data(src),
+            head: v.ring_head(src),
+            waiting: v.ring_producer_waiting(src),
+        }
+    }
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: points into a segment mapped for as long as `Inner` (and so `self`) lives.
+        unsafe { &*self.head }
+    }
+    fn waiting(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`.
+        unsafe { &*self.waiting }
+    }
+}
+
+/// Events raised by this rank's own calls (completions, failures), checked on every poll
+/// without taking the lock unless something is there.
+#[derive(Default)]
+struct LocalQueue {
+    events: Mutex<VecDeque<Event>>,
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl LocalQueue {
+    fn push(&self, ev: Event) {
+        let mut q = self.events.lock();
+        q.push_back(ev);
+        self.len.store(q.len(), Ordering::SeqCst);
+    }
+    fn pop(&self) -> Option<Event> {
+        if self.is_empty() {
+            return None;
+        }
+        let mut q = self.events.lock();
+        let ev = q.pop_front();
+        self.len.store(q.len(), Ordering::Release);
+        ev
+    }
+    fn is_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
+    }
+}
 
 struct ProducerSide {
     ring: ring::Producer,
@@ -93,10 +156,14 @@ pub(crate) struct Inner {
     pids: Vec<i32>,
     table: Arc<RegionTable>,
     heap: Arc<Mutex<HeapAlloc>>,
-    local_events: Mutex<VecDeque<Event>>,
-    producers: Vec<Mutex<ProducerSide>>,
+    local_events: LocalQueue,
+    producers: Vec<SpinLock<ProducerSide>>,
+    /// The ring from us into each rank's segment.
+    outgoing: Vec<RingRef>,
+    /// The ring from each rank into ours.
+    incoming: Vec<RingRef>,
     any_backlog: AtomicBool,
-    consumers: Mutex<(Vec<ring::Consumer>, usize)>,
+    consumers: SpinLock<(Vec<ring::Consumer>, usize)>,
     pending: Mutex<HashMap<u64, Pending>>,
     failed: Vec<AtomicBool>,
     cma_ok: Vec<AtomicBool>,
@@ -216,7 +283,24 @@ impl ShmFabric {
             })
             .collect();
         let heap_ptr_len = layout.heap_bytes;
+        let outgoing = segs
+            .iter()
+            .map(|seg| RingRef::new(&View { seg, layout }, rank as usize))
+            .collect();
+        let incoming = (0..size)
+            .map(|src| {
+                RingRef::new(
+                    &View {
+                        seg: &segs[rank as usize],
+                        layout,
+                    },
+                    src,
+                )
+            })
+            .collect();
         let inner = Arc::new(Inner {
+            outgoing,
+            incoming,
             rank,
             size,
             start: Instant::now(),
@@ -225,17 +309,17 @@ impl ShmFabric {
             pids: pids.clone(),
             table: RegionTable::new(rank, cfg.max_regions),
             heap: Arc::new(Mutex::new(HeapAlloc::new(heap_ptr_len))),
-            local_events: Mutex::new(VecDeque::new()),
+            local_events: LocalQueue::default(),
             producers: (0..size)
                 .map(|_| {
-                    Mutex::new(ProducerSide {
+                    SpinLock::new(ProducerSide {
                         ring: Default::default(),
                         backlog: VecDeque::new(),
                     })
                 })
                 .collect(),
             any_backlog: AtomicBool::new(false),
-            consumers: Mutex::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
+            consumers: SpinLock::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
             pending: Mutex::new(HashMap::new()),
             failed: (0..size).map(|_| AtomicBool::new(false)).collect(),
             cma_ok,
@@ -287,15 +371,16 @@ impl Inner {
 
     /// Queues an event for this rank and wakes a sleeping thread of it.
     fn push_local(&self, ev: Event) {
-        self.local_events.lock().push_back(ev);
+        self.local_events.push(ev);
         self.ring_doorbell(self.rank);
     }
 
-    /// Wakes `rank` if any of its threads sleeps.
+    /// Wakes `rank` if any of its threads sleeps. Every publication before this is a SeqCst
+    /// store (the ring record's sequence word, the local queue's length), and a sleeper raises
+    /// `sleepers` and fences before its last look, so either it sees our record or we see it.
     fn ring_doorbell(&self, rank: Rank) {
-        fence(Ordering::SeqCst);
         let v = self.view(rank);
-        if v.sleepers().load(Ordering::Relaxed) > 0 {
+        if v.sleepers().load(Ordering::SeqCst) > 0 {
             v.doorbell().fetch_add(1, Ordering::Release);
             os::futex_wake(v.doorbell());
         }
@@ -303,18 +388,12 @@ impl Inner {
 
     /// Writes one record into `dest`'s ring from us; false if the ring is full.
     fn try_push(&self, dest: Rank, side: &mut ProducerSide, kind: u32, parts: &[&[u8]]) -> bool {
-        let v = self.view(dest);
-        let data = v.ring_data(self.rank as usize);
+        let ring = &self.outgoing[dest as usize];
         // SAFETY: the ring from us to `dest` lives in dest's mapped segment and only this rank
         // (under the producer lock) writes it.
         unsafe {
-            side.ring.try_push(
-                data,
-                self.layout.ring_bytes,
-                v.ring_head(self.rank as usize),
-                kind,
-                parts,
-            )
+            side.ring
+                .try_push(ring.data, self.layout.ring_bytes, ring.head(), kind, parts)
         }
     }
 
@@ -337,7 +416,9 @@ impl Inner {
 
     /// Moves backlogged records into rings that have room again.
     fn flush_backlogs(&self) {
-        if !self.any_backlog.swap(false, Ordering::AcqRel) {
+        if !self.any_backlog.load(Ordering::Acquire)
+            || !self.any_backlog.swap(false, Ordering::AcqRel)
+        {
             return;
         }
         for dest in 0..self.size as Rank {
@@ -353,8 +434,8 @@ impl Inner {
             }
             if !side.backlog.is_empty() {
                 self.any_backlog.store(true, Ordering::Release);
-                self.view(dest)
-                    .ring_producer_waiting(self.rank as usize)
+                self.outgoing[dest as usize]
+                    .waiting()
                     .store(1, Ordering::Release);
             }
             drop(side);
@@ -476,15 +557,13 @@ impl Inner {
             ids
         };
         self.producers[rank as usize].lock().backlog.clear();
-        let mut q = self.local_events.lock();
         for op in drained {
-            q.push_back(Event::Completed {
+            self.local_events.push(Event::Completed {
                 op: OpId(op),
                 result: Err(TransportError::PeerFailed(rank)),
             });
         }
-        q.push_back(Event::PeerFailed { rank });
-        drop(q);
+        self.local_events.push(Event::PeerFailed { rank });
         let own = self.view(self.rank);
         own.doorbell().fetch_add(1, Ordering::Release);
         os::futex_wake(own.doorbell());
@@ -492,16 +571,15 @@ impl Inner {
 
     /// Whether anything is ready for this rank's progress to pick up.
     fn anything_ready(&self) -> bool {
-        if !self.local_events.lock().is_empty() {
+        if !self.local_events.is_empty() {
             return true;
         }
         let Some(cons) = self.consumers.try_lock() else {
             return true;
         };
-        let own = self.view(self.rank);
         (0..self.size).any(|src| {
             // SAFETY: our own incoming ring from `src`, read under the consumer lock.
-            unsafe { cons.0[src].ready(own.ring_data(src), self.layout.ring_bytes) }
+            unsafe { cons.0[src].ready(self.incoming[src].data, self.layout.ring_bytes) }
         })
     }
 

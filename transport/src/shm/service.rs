@@ -11,51 +11,53 @@ use crate::types::{range_fits, Event, OpId, Payload, Rank, RegionKey, RemoteAddr
 
 /// One step of progress; returns the next event if there is one.
 pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
-    if let Some(ev) = inner.local_events.lock().pop_front() {
+    if let Some(ev) = inner.local_events.pop() {
         return Ok(Some(ev));
     }
     inner.flush_backlogs();
     let Some(mut cons) = inner.consumers.try_lock() else {
         return Ok(None);
     };
-    let own = inner.view(inner.rank);
     let size = inner.size;
-    let start = cons.1;
-    for i in 0..size {
-        let src = (start + i) % size;
-        let data = own.ring_data(src);
-        let head = own.ring_head(src);
+    let mut src = cons.1;
+    for _ in 0..size {
+        let ring = &inner.incoming[src];
         loop {
             // SAFETY: our own incoming ring from `src`, read only under the consumer lock.
             let popped = unsafe {
-                cons.0[src].try_pop(data, inner.layout.ring_bytes, head, |kind, payload| {
-                    handle(inner, src as Rank, kind, payload)
-                })
+                cons.0[src].try_pop(
+                    ring.data,
+                    inner.layout.ring_bytes,
+                    ring.head(),
+                    |kind, payload| handle(inner, src as Rank, kind, payload),
+                )
             };
-            let waiting = own.ring_producer_waiting(src);
-            if waiting.load(Ordering::Acquire) != 0 {
-                waiting.store(0, Ordering::Release);
-                let peer = inner.view(src as Rank);
-                peer.doorbell().fetch_add(1, Ordering::Release);
-                os::futex_wake(peer.doorbell());
-            }
             match popped {
-                Ok(Some(Some(ev))) => {
-                    cons.1 = (src + 1) % size;
-                    return Ok(Some(ev));
-                }
-                Ok(Some(None)) => continue,
                 Ok(None) => break,
                 Err(_) => {
                     drop(cons);
                     inner.fail_peer(src as Rank);
-                    return Ok(inner.local_events.lock().pop_front());
+                    return Ok(inner.local_events.pop());
+                }
+                Ok(Some(ev)) => {
+                    // Space was freed: wake the sender if it waits for it.
+                    if ring.waiting().load(Ordering::Acquire) != 0 {
+                        ring.waiting().store(0, Ordering::Release);
+                        let peer = inner.view(src as Rank);
+                        peer.doorbell().fetch_add(1, Ordering::Release);
+                        os::futex_wake(peer.doorbell());
+                    }
+                    if let Some(ev) = ev {
+                        cons.1 = if src + 1 == size { 0 } else { src + 1 };
+                        return Ok(Some(ev));
+                    }
                 }
             }
         }
+        src = if src + 1 == size { 0 } else { src + 1 };
     }
     drop(cons);
-    Ok(inner.local_events.lock().pop_front())
+    Ok(inner.local_events.pop())
 }
 
 fn status_of(e: &TransportError) -> (u64, u64) {
