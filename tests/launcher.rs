@@ -123,3 +123,21 @@ fn bad_usage_is_refused() {
         assert_eq!(out.status.code(), Some(2), "{args:?}");
     }
 }
+
+#[test]
+fn ctrl_c_stops_the_job() {
+    let start = Instant::now();
+    let mut child = launcher()
+        .args(["-n", "3", "sh", "-c", "sleep 60"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: signalling the launcher we just started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    assert!(
+        start.elapsed() < Duration::from_secs(30),
+        "the job was not stopped"
+    );
+}
