@@ -10,6 +10,13 @@ use std::time::{Duration, Instant};
 use rdcoll_transport::launch::{run_job, JobSpec};
 use rdcoll_transport::{Event, Fabric, RemoteRegion};
 
+/// A backend to measure: label, `RDCOLL_TRANSPORT`, extra environment.
+type BackendJob = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
 const GET_SIZES: &[usize] = &[64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 const WORKER_FLAG: &str = "--worker";
 
@@ -383,7 +390,7 @@ fn driver(opts: &Opts) -> i32 {
     let mut floors = vec![cacheline_floor_ns(opts.pingpongs * 4)];
     let memcpy: Vec<(usize, f64)> = GET_SIZES.iter().map(|&s| (s, memcpy_bw(s))).collect();
     let mut rows = Vec::new();
-    let jobs: [(&str, &str, &[(&str, &str)]); 4] = [
+    let jobs: [BackendJob; 4] = [
         ("local", "", &[]),
         ("shm", "shm", &[]),
         (

@@ -577,10 +577,12 @@ impl Inner {
         let Some(cons) = self.consumers.try_lock() else {
             return true;
         };
-        (0..self.size).any(|src| {
-            // SAFETY: our own incoming ring from `src`, read under the consumer lock.
-            unsafe { cons.0[src].ready(self.incoming[src].data, self.layout.ring_bytes) }
-        })
+        (0..self.size)
+            .filter(|&src| src != self.rank as usize)
+            .any(|src| {
+                // SAFETY: our own incoming ring from `src`, read under the consumer lock.
+                unsafe { cons.0[src].ready(self.incoming[src].data, self.layout.ring_bytes) }
+            })
     }
 
     fn copy_local(
@@ -898,6 +900,12 @@ impl Fabric for ShmFabric {
                 len: data.len(),
                 max: crate::MAX_MESSAGE_SIZE,
             });
+        }
+        if dest == self.inner.rank {
+            // Messages to self skip the ring, so `poll` only watches the peers' rings.
+            let data = crate::types::Payload::from_slice(data);
+            self.inner.push_local(Event::Message { src: dest, data });
+            return Ok(());
         }
         self.inner.send_record(dest, K_MSG, &[data])
     }

@@ -20,7 +20,13 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
     };
     let size = inner.size;
     let mut src = cons.1;
+    let me = inner.rank as usize;
     for _ in 0..size {
+        if src == me {
+            // Nothing is ever sent to ourselves through the ring (see `send`).
+            src = if src + 1 == size { 0 } else { src + 1 };
+            continue;
+        }
         let ring = &inner.incoming[src];
         loop {
             // SAFETY: our own incoming ring from `src`, read only under the consumer lock.
