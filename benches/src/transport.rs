@@ -19,6 +19,13 @@ type BackendJob = (
 
 const GET_SIZES: &[usize] = &[64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 const WORKER_FLAG: &str = "--worker";
+/// Latency is timed in this many batches; the median batch is reported.
+const BATCHES: u64 = 20;
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+}
 
 /// Options parsed from the command line.
 struct Opts {
@@ -189,27 +196,28 @@ fn measure(
     let me = f.rank();
     let peer = 1 - me;
     let msg = [0u8; 8];
-    // Latency: warm up, then time round trips.
-    let pingpongs = if f.backend() == "tcp" {
-        (opts.pingpongs / 5).max(1)
-    } else {
-        opts.pingpongs
-    };
-    let warm = pingpongs / 10 + 1;
-    let mut t0 = Instant::now();
-    for i in 0..warm + pingpongs {
-        if i == warm {
-            t0 = Instant::now();
+    // Latency: warm up, then time round trips in batches and keep the median batch, so a
+    // rank preempted for a few milliseconds on this shared 2-core machine skews nothing.
+    let pingpongs = if f.backend() == "tcp" { (opts.pingpongs / 5).max(BATCHES) } else { opts.pingpongs.max(BATCHES) };
+    let per_batch = pingpongs / BATCHES;
+    let mut batches = Vec::with_capacity(BATCHES as usize);
+    for b in 0..=BATCHES {
+        let t0 = Instant::now();
+        for _ in 0..per_batch {
+            if me == 0 {
+                f.send(peer, &msg).map_err(|e| e.to_string())?;
+                spin_message(f)?;
+            } else {
+                spin_message(f)?;
+                f.send(peer, &msg).map_err(|e| e.to_string())?;
+            }
         }
-        if me == 0 {
-            f.send(peer, &msg).map_err(|e| e.to_string())?;
-            spin_message(f)?;
-        } else {
-            spin_message(f)?;
-            f.send(peer, &msg).map_err(|e| e.to_string())?;
+        // Batch 0 is the warm-up.
+        if b > 0 {
+            batches.push(t0.elapsed().as_nanos() as f64 / per_batch as f64 / 2.0);
         }
     }
-    let latency_ns = t0.elapsed().as_nanos() as f64 / pingpongs as f64 / 2.0;
+    let latency_ns = median(&mut batches);
     // Bandwidth: rank 1 exposes 64 MiB, rank 0 gets from it.
     let max = *GET_SIZES.last().unwrap_or(&0);
     let mut backing = Vec::new();
@@ -293,18 +301,31 @@ fn cacheline_floor_ns(iters: u64) -> f64 {
         // SAFETY: leaving the forked child without running the parent's destructors.
         unsafe { libc::_exit(0) };
     }
-    let warm = iters / 10;
-    let mut t0 = Instant::now();
-    for i in 1..=iters {
-        if i == warm + 1 {
-            t0 = Instant::now();
+    let per_batch = iters / (BATCHES + 1);
+    let mut batches = Vec::new();
+    let mut i = 0;
+    for b in 0..=BATCHES {
+        let t0 = Instant::now();
+        for _ in 0..per_batch {
+            i += 1;
+            ping.store(i, Ordering::Release);
+            while pong.load(Ordering::Acquire) != i {
+                std::hint::spin_loop();
+            }
         }
+        if b > 0 {
+            batches.push(t0.elapsed().as_nanos() as f64 / per_batch as f64 / 2.0);
+        }
+    }
+    // Let the child finish its count.
+    while i < iters {
+        i += 1;
         ping.store(i, Ordering::Release);
         while pong.load(Ordering::Acquire) != i {
             std::hint::spin_loop();
         }
     }
-    let ns = t0.elapsed().as_nanos() as f64 / (iters - warm) as f64 / 2.0;
+    let ns = median(&mut batches);
     // SAFETY: reaping our child, then unmapping.
     unsafe {
         libc::waitpid(pid, std::ptr::null_mut(), 0);
