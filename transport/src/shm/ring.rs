@@ -10,8 +10,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of a record header.
 pub(crate) const REC_HEADER: usize = 16;
-/// Kind of the filler record that skips to the start of the ring.
+/// Kind of the filler record that skips ahead (to the ring's start or the next cache line).
 const K_WRAP: u32 = u32::MAX;
+/// Cache-line size the record layout keeps small records within.
+const LINE: usize = 64;
 
 fn padded(len: usize) -> usize {
     REC_HEADER + len.next_multiple_of(16)
@@ -48,7 +50,15 @@ impl Producer {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         let size = padded(len);
         let mut off = (self.tail as usize) & (cap - 1);
-        let filler = if cap - off < size { cap - off } else { 0 };
+        // Skip to the ring's start if the record does not fit before its end, or to the next
+        // cache line if a small record would straddle two (two line transfers per message).
+        let filler = if cap - off < size {
+            cap - off
+        } else if size <= LINE && (off % LINE) + size > LINE {
+            LINE - off % LINE
+        } else {
+            0
+        };
         let need = (filler + size) as u64;
         if self.tail + need - self.cached_head > cap as u64 {
             self.cached_head = head.load(Ordering::Acquire);
@@ -61,11 +71,11 @@ impl Producer {
         unsafe {
             if filler > 0 {
                 let h = data.add(off);
-                std::ptr::write(h.add(8) as *mut u32, 0);
+                std::ptr::write(h.add(8) as *mut u32, (filler - REC_HEADER) as u32);
                 std::ptr::write(h.add(12) as *mut u32, K_WRAP);
                 seq_at(data, off).store(self.tail + 1, Ordering::Release);
                 self.tail += filler as u64;
-                off = 0;
+                off = (off + filler) & (cap - 1);
             }
             let h = data.add(off);
             let mut p = h.add(REC_HEADER);
@@ -130,7 +140,12 @@ impl Consumer {
                 let len = std::ptr::read(h.add(8) as *const u32) as usize;
                 let kind = std::ptr::read(h.add(12) as *const u32);
                 if kind == K_WRAP {
-                    self.head += (cap - off) as u64;
+                    // A filler covers its header plus `len` bytes (to the line or ring end).
+                    let skip = REC_HEADER + len;
+                    if skip > cap - off || skip % 16 != 0 {
+                        return Err(Corrupt);
+                    }
+                    self.head += skip as u64;
                     head.store(self.head, Ordering::Release);
                     continue;
                 }
