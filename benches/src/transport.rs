@@ -198,7 +198,11 @@ fn measure(
     let msg = [0u8; 8];
     // Latency: warm up, then time round trips in batches and keep the median batch, so a
     // rank preempted for a few milliseconds on this shared 2-core machine skews nothing.
-    let pingpongs = if f.backend() == "tcp" { (opts.pingpongs / 5).max(BATCHES) } else { opts.pingpongs.max(BATCHES) };
+    let pingpongs = if f.backend() == "tcp" {
+        (opts.pingpongs / 5).max(BATCHES)
+    } else {
+        opts.pingpongs.max(BATCHES)
+    };
     let per_batch = pingpongs / BATCHES;
     let mut batches = Vec::with_capacity(BATCHES as usize);
     for b in 0..=BATCHES {

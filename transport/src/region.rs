@@ -235,7 +235,8 @@ impl Region {
         Ok(unsafe { self.inner.ptr.as_ptr().add(offset) })
     }
 
-    fn check_range(&self, offset: usize, len: usize) -> Result<()> {
+    /// `Ok` if `offset..offset+len` lies inside the region, else the `OutOfRange` error.
+    pub(crate) fn check_range(&self, offset: usize, len: usize) -> Result<()> {
         if range_fits(offset, len, self.inner.len) {
             Ok(())
         } else {
@@ -273,6 +274,50 @@ impl Region {
     /// Base address (for the shm backend's cross-process copies).
     pub(crate) fn base_addr(&self) -> usize {
         self.inner.ptr.as_ptr() as usize
+    }
+}
+
+/// Copies `len` bytes between two live regions (possibly the same one): the self-targeted and
+/// in-process put/get of every backend.
+pub(crate) fn copy_between(
+    from: &Region,
+    from_off: usize,
+    to: &Region,
+    to_off: usize,
+    len: usize,
+) -> Result<()> {
+    from.with_range(from_off, len, |s| {
+        to.with_range(to_off, len, |d| {
+            // SAFETY: both ranges were checked on live regions; `copy` allows overlap.
+            unsafe { std::ptr::copy(s, d, len) }
+        })
+    })?
+}
+
+impl RegionTable {
+    /// Performs a put into one of this table's regions from a region of the same process (the
+    /// `local` backend, and every backend's puts to itself).
+    pub(crate) fn put_from(
+        &self,
+        src: &Region,
+        src_off: usize,
+        len: usize,
+        dst: crate::RemoteAddr,
+    ) -> Result<()> {
+        self.lookup(dst.key)
+            .and_then(|r| copy_between(src, src_off, &r, dst.offset, len))
+    }
+
+    /// Performs a get from one of this table's regions into a region of the same process.
+    pub(crate) fn get_into(
+        &self,
+        dst: &Region,
+        dst_off: usize,
+        len: usize,
+        src: crate::RemoteAddr,
+    ) -> Result<()> {
+        self.lookup(src.key)
+            .and_then(|r| copy_between(&r, src.offset, dst, dst_off, len))
     }
 }
 

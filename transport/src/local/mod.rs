@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Region, RegionTable};
-use crate::types::{range_fits, Event, OpId, Payload, Rank, RemoteAddr};
+use crate::types::{Event, OpId, Payload, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 
 struct Endpoint {
@@ -87,36 +87,6 @@ impl LocalFabric {
         self.me().events.push(Event::Completed { op, result });
         op
     }
-
-    fn check_local(region: &Region, offset: usize, len: usize) -> Result<()> {
-        if range_fits(offset, len, region.len()) {
-            Ok(())
-        } else {
-            Err(TransportError::OutOfRange {
-                rank: region.rank(),
-                key: region.key().0,
-                offset: offset as u64,
-                len: len as u64,
-                region_len: region.len() as u64,
-            })
-        }
-    }
-}
-
-/// Copies `len` bytes between two regions, either of which may be the same region.
-fn copy_between(
-    from: &Region,
-    from_off: usize,
-    to: &Region,
-    to_off: usize,
-    len: usize,
-) -> Result<()> {
-    from.with_range(from_off, len, |s| {
-        to.with_range(to_off, len, |d| {
-            // SAFETY: both ranges were checked against live regions; `copy` allows overlap.
-            unsafe { std::ptr::copy(s, d, len) }
-        })
-    })?
 }
 
 impl Fabric for LocalFabric {
@@ -154,12 +124,9 @@ impl Fabric for LocalFabric {
         dst: RemoteAddr,
         imm: Option<u64>,
     ) -> Result<OpId> {
-        Self::check_local(src, src_offset, len)?;
+        src.check_range(src_offset, len)?;
         let target = self.peer(dst.rank)?;
-        let result = target
-            .table
-            .lookup(dst.key)
-            .and_then(|region| copy_between(src, src_offset, &region, dst.offset, len));
+        let result = target.table.put_from(src, src_offset, len, dst);
         if result.is_ok() {
             if let Some(imm) = imm {
                 target.events.push(Event::Immediate {
@@ -172,12 +139,9 @@ impl Fabric for LocalFabric {
     }
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
-        Self::check_local(dst, dst_offset, len)?;
+        dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;
-        let result = target
-            .table
-            .lookup(src.key)
-            .and_then(|region| copy_between(&region, src.offset, dst, dst_offset, len));
+        let result = target.table.get_into(dst, dst_offset, len, src);
         Ok(self.complete(result))
     }
 

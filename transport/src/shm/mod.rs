@@ -584,36 +584,6 @@ impl Inner {
                 unsafe { cons.0[src].ready(self.incoming[src].data, self.layout.ring_bytes) }
             })
     }
-
-    fn copy_local(
-        &self,
-        from: &Region,
-        from_off: usize,
-        to: &Region,
-        to_off: usize,
-        len: usize,
-    ) -> Result<()> {
-        from.with_range(from_off, len, |s| {
-            to.with_range(to_off, len, |d| {
-                // SAFETY: both ranges checked on live regions; `copy` allows overlap.
-                unsafe { std::ptr::copy(s, d, len) }
-            })
-        })?
-    }
-}
-
-fn check_local(region: &Region, offset: usize, len: usize) -> Result<()> {
-    if range_fits(offset, len, region.len()) {
-        Ok(())
-    } else {
-        Err(TransportError::OutOfRange {
-            rank: region.rank(),
-            key: region.key().0,
-            offset: offset as u64,
-            len: len as u64,
-            region_len: region.len() as u64,
-        })
-    }
 }
 
 impl Fabric for ShmFabric {
@@ -698,14 +668,11 @@ impl Fabric for ShmFabric {
         imm: Option<u64>,
     ) -> Result<OpId> {
         let inner = &self.inner;
-        check_local(src, src_offset, len)?;
+        src.check_range(src_offset, len)?;
         inner.check_peer(dst.rank)?;
         let op = inner.new_op();
         if dst.rank == inner.rank {
-            let result = inner
-                .table
-                .lookup(dst.key)
-                .and_then(|r| inner.copy_local(src, src_offset, &r, dst.offset, len));
+            let result = inner.table.put_from(src, src_offset, len, dst);
             if let (Ok(()), Some(imm)) = (&result, imm) {
                 inner.push_local(Event::Immediate {
                     src: inner.rank,
@@ -789,14 +756,11 @@ impl Fabric for ShmFabric {
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         let inner = &self.inner;
-        check_local(dst, dst_offset, len)?;
+        dst.check_range(dst_offset, len)?;
         inner.check_peer(src.rank)?;
         let op = inner.new_op();
         if src.rank == inner.rank {
-            let result = inner
-                .table
-                .lookup(src.key)
-                .and_then(|r| inner.copy_local(&r, src.offset, dst, dst_offset, len));
+            let result = inner.table.get_into(dst, dst_offset, len, src);
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }

@@ -142,7 +142,7 @@ impl Consumer {
                 if kind == K_WRAP {
                     // A filler covers its header plus `len` bytes (to the line or ring end).
                     let skip = REC_HEADER + len;
-                    if skip > cap - off || skip % 16 != 0 {
+                    if skip > cap - off || !skip.is_multiple_of(16) {
                         return Err(Corrupt);
                     }
                     self.head += skip as u64;

@@ -24,7 +24,7 @@ use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Region, RegionTable};
-use crate::types::{range_fits, Event, OpId, Payload, Rank, RemoteAddr};
+use crate::types::{Event, OpId, Payload, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 use wire::{Frame, CHUNK};
 
@@ -284,36 +284,6 @@ impl Shared {
             }
         }
     }
-
-    fn local_copy(
-        &self,
-        from: &Region,
-        from_off: usize,
-        to: &Region,
-        to_off: usize,
-        len: usize,
-    ) -> Result<()> {
-        from.with_range(from_off, len, |s| {
-            to.with_range(to_off, len, |d| {
-                // SAFETY: both ranges checked on live regions; `copy` allows overlap.
-                unsafe { std::ptr::copy(s, d, len) }
-            })
-        })?
-    }
-}
-
-fn check_local(region: &Region, offset: usize, len: usize) -> Result<()> {
-    if range_fits(offset, len, region.len()) {
-        Ok(())
-    } else {
-        Err(TransportError::OutOfRange {
-            rank: region.rank(),
-            key: region.key().0,
-            offset: offset as u64,
-            len: len as u64,
-            region_len: region.len() as u64,
-        })
-    }
 }
 
 impl Fabric for TcpFabric {
@@ -352,14 +322,11 @@ impl Fabric for TcpFabric {
         imm: Option<u64>,
     ) -> Result<OpId> {
         let sh = &self.shared;
-        check_local(src, src_offset, len)?;
+        src.check_range(src_offset, len)?;
         sh.check_rank(dst.rank)?;
         let op = sh.new_op();
         if dst.rank == sh.rank {
-            let result = sh
-                .table
-                .lookup(dst.key)
-                .and_then(|r| sh.local_copy(src, src_offset, &r, dst.offset, len));
+            let result = sh.table.put_from(src, src_offset, len, dst);
             if let (Ok(()), Some(imm)) = (&result, imm) {
                 sh.events.push(Event::Immediate { src: sh.rank, imm });
             }
@@ -413,14 +380,11 @@ impl Fabric for TcpFabric {
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         let sh = &self.shared;
-        check_local(dst, dst_offset, len)?;
+        dst.check_range(dst_offset, len)?;
         sh.check_rank(src.rank)?;
         let op = sh.new_op();
         if src.rank == sh.rank {
-            let result = sh
-                .table
-                .lookup(src.key)
-                .and_then(|r| sh.local_copy(&r, src.offset, dst, dst_offset, len));
+            let result = sh.table.get_into(dst, dst_offset, len, src);
             sh.events.push(Event::Completed { op, result });
             return Ok(op);
         }
