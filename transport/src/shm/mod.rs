@@ -415,6 +415,7 @@ impl Inner {
     }
 
     /// Moves backlogged records into rings that have room again.
+    #[inline]
     fn flush_backlogs(&self) {
         if !self.any_backlog.load(Ordering::Acquire)
             || !self.any_backlog.swap(false, Ordering::AcqRel)

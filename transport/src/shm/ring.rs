@@ -94,6 +94,18 @@ impl Producer {
     }
 }
 
+/// Whether a record waits at the consumer position published in `head`, without taking the
+/// consumer's lock: lets an idle poll cost a few plain loads.
+///
+/// # Safety
+/// `data` must point to a live ring of `cap` bytes whose consumer publishes its position in
+/// `head`.
+pub(crate) unsafe fn peek_ready(data: *mut u8, cap: usize, head: &AtomicU64) -> bool {
+    let h = head.load(Ordering::Relaxed);
+    // SAFETY: positions are record starts inside the ring (the consumer only publishes those).
+    unsafe { seq_at(data, (h as usize) & (cap - 1)).load(Ordering::Acquire) == h + 1 }
+}
+
 /// The consumer's private state for one ring.
 #[derive(Default)]
 pub(crate) struct Consumer {
@@ -202,5 +214,81 @@ mod tests {
             }
         }
         producer.join().unwrap();
+    }
+}
+
+#[cfg(test)]
+mod latency_probe {
+    use super::*;
+
+    /// Raw ring ping-pong between two processes, no fabric around it (run by hand with
+    /// `--ignored --nocapture` to see how much of the message latency the ring itself costs).
+    #[test]
+    #[ignore]
+    fn raw_ring_pingpong_between_processes() {
+        const CAP: usize = 1 << 18;
+        const N: u64 = 400_000;
+        let total = 2 * (CAP + 4096);
+        // SAFETY: an anonymous shared mapping, used only by this test and its child.
+        let mem = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        } as *mut u8;
+        let ring = |i: usize| -> (*mut u8, &'static AtomicU64) {
+            // SAFETY: inside the mapping, page aligned.
+            unsafe {
+                (
+                    mem.add(i * (CAP + 4096) + 4096),
+                    &*(mem.add(i * (CAP + 4096)) as *const AtomicU64),
+                )
+            }
+        };
+        let (a_data, a_head) = ring(0);
+        let (b_data, b_head) = ring(1);
+        let run = |out: (*mut u8, &AtomicU64), inp: (*mut u8, &AtomicU64), first: bool| {
+            let mut p = Producer::default();
+            let mut c = Consumer::default();
+            let msg = [0u8; 8];
+            let mut t = std::time::Instant::now();
+            for i in 0..N {
+                if i == N / 10 {
+                    t = std::time::Instant::now();
+                }
+                if first {
+                    // SAFETY: each ring has one producer and one consumer process.
+                    unsafe { while !p.try_push(out.0, CAP, out.1, 1, &[&msg]) {} }
+                }
+                // SAFETY: as above.
+                while unsafe { c.try_pop(inp.0, CAP, inp.1, |_, _| ()) }
+                    .ok()
+                    .flatten()
+                    .is_none()
+                {
+                    std::hint::spin_loop();
+                }
+                if !first {
+                    // SAFETY: as above.
+                    unsafe { while !p.try_push(out.0, CAP, out.1, 1, &[&msg]) {} }
+                }
+            }
+            t.elapsed().as_nanos() as f64 / (N - N / 10) as f64 / 2.0
+        };
+        // SAFETY: the child only runs the ring loop and leaves with _exit.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            run((b_data, b_head), (a_data, a_head), false);
+            // SAFETY: leaving the forked child.
+            unsafe { libc::_exit(0) };
+        }
+        let ns = run((a_data, a_head), (b_data, b_head), true);
+        // SAFETY: reaping the child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        println!("raw ring one-way: {ns:.0} ns");
     }
 }
