@@ -39,3 +39,8 @@ fn every_case_over_shm_with_private_regions_and_cma() {
 fn every_case_over_shm_with_private_regions_and_bounce() {
     all_cases(&[("RDCOLL_SHM_HEAP_BYTES", "65536"), ("RDCOLL_SHM_CMA", "0")]);
 }
+
+#[test]
+fn segments_are_mapped_by_all_unlinked_and_private() {
+    run_procs("shm", 3, "shm_segments", &[]).unwrap();
+}

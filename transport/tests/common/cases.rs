@@ -32,6 +32,7 @@ pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String
         "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
         "peer_death" => peer_death(&mut h, die),
         "link_break" => link_break(&mut h),
+        "shm_segments" => shm_segments(&mut h),
         _ => Err(format!("no conformance case named {name}")),
     }
 }
@@ -432,4 +433,45 @@ fn link_break(h: &mut Harness) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(20));
     }
     fail(h, "no PeerFailed within 60 s of the link breaking")
+}
+
+/// Not in [`CASES`] (shm only): after bootstrap every rank has mapped every segment, each is
+/// already unlinked (a crash from here on leaves nothing in /dev/shm), and each was created
+/// mode 0600.
+fn shm_segments(h: &mut Harness) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let maps = std::fs::read_to_string("/proc/self/maps").map_err(|e| e.to_string())?;
+    let segs: Vec<&str> = maps
+        .lines()
+        .filter(|l| l.contains("/dev/shm/rdcoll-"))
+        .collect();
+    if segs.len() != h.f.size() {
+        return fail(
+            h,
+            format!(
+                "{} rdcoll segments mapped, expected {}",
+                segs.len(),
+                h.f.size()
+            ),
+        );
+    }
+    for line in &segs {
+        if !line.ends_with("(deleted)") {
+            return fail(h, format!("segment still linked in /dev/shm: {line}"));
+        }
+        let range = line.split_whitespace().next().unwrap_or("");
+        // map_files needs CAP_SYS_ADMIN; where it is readable, check the mode.
+        if let Ok(meta) = std::fs::metadata(format!("/proc/self/map_files/{range}")) {
+            let mode = meta.permissions().mode() & 0o777;
+            if mode != 0o600 {
+                return fail(h, format!("segment mode {mode:o}, expected 600: {line}"));
+            }
+        }
+    }
+    println!(
+        "shm_segments: rank {} sees {} segments, all unlinked",
+        h.f.rank(),
+        segs.len()
+    );
+    h.barrier()
 }
