@@ -159,10 +159,12 @@ fn spin_message(f: &dyn Fabric) -> Result<(), String> {
         return wait_message(f).map(drop);
     }
     loop {
-        match f.poll().map_err(|e| e.to_string())? {
-            Some(Event::Message { .. }) => return Ok(()),
-            Some(Event::PeerFailed { rank }) => return Err(format!("rank {rank} failed")),
-            _ => std::hint::spin_loop(),
+        // Matched in place: no conversion of the result, which would copy the event around.
+        match f.poll() {
+            Ok(Some(Event::Message { .. })) => return Ok(()),
+            Ok(Some(Event::PeerFailed { rank })) => return Err(format!("rank {rank} failed")),
+            Ok(_) => std::hint::spin_loop(),
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
