@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use rdcoll_transport::launch::{run_job, JobSpec};
-use rdcoll_transport::{Event, Fabric, RemoteRegion};
+use rdcoll_transport::{Event, EventRef, Fabric, RemoteRegion};
 
 /// A backend to measure: label, `RDCOLL_TRANSPORT`, extra environment.
 type BackendJob = (
@@ -158,12 +158,23 @@ fn spin_message(f: &dyn Fabric) -> Result<(), String> {
     if f.backend() != "shm" {
         return wait_message(f).map(drop);
     }
+    // `poll_with` lends the message bytes from the ring: the zero-copy receive path.
+    let mut got: Option<Result<(), String>> = None;
     loop {
-        // Matched in place: no conversion of the result, which would copy the event around.
-        match f.poll() {
-            Ok(Some(Event::Message { .. })) => return Ok(()),
-            Ok(Some(Event::PeerFailed { rank })) => return Err(format!("rank {rank} failed")),
-            Ok(_) => std::hint::spin_loop(),
+        let mut on_event = |ev: EventRef<'_>| match ev {
+            EventRef::Message { .. } => got = Some(Ok(())),
+            EventRef::Owned(Event::PeerFailed { rank }) => {
+                got = Some(Err(format!("rank {rank} failed")))
+            }
+            EventRef::Owned(_) => {}
+        };
+        match f.poll_with(&mut on_event) {
+            Ok(true) => {
+                if let Some(r) = got.take() {
+                    return r;
+                }
+            }
+            Ok(false) => std::hint::spin_loop(),
             Err(e) => return Err(e.to_string()),
         }
     }

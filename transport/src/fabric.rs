@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::region::Region;
-use crate::types::{Event, OpId, Rank, RemoteAddr};
+use crate::types::{Event, EventRef, OpId, Rank, RemoteAddr};
 
 /// One rank's endpoint into a job's fabric.
 ///
@@ -57,6 +57,23 @@ pub trait Fabric: Send + Sync {
 
     /// The next event, if one is ready, after making what progress can be made without waiting.
     fn poll(&self) -> Result<Option<Event>>;
+
+    /// Like [`poll`](Fabric::poll), but hands the next event to `f` instead of returning it, with
+    /// a message's bytes lent from the transport's buffer (no copy). Returns whether an event
+    /// was handed over. `f` must not wait on this fabric.
+    fn poll_with(&self, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
+        Ok(match self.poll()? {
+            Some(Event::Message { src, data }) => {
+                f(EventRef::Message { src, data: &data });
+                true
+            }
+            Some(ev) => {
+                f(EventRef::Owned(ev));
+                true
+            }
+            None => false,
+        })
+    }
 
     /// Sleeps until an event may be ready or `timeout` passes (spurious wake-ups allowed). Used
     /// by [`wait`](Fabric::wait) after it has spun and yielded.

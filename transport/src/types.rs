@@ -137,6 +137,34 @@ pub enum Event {
     },
 }
 
+/// An event lent to the callback of [`crate::Fabric::poll_with`]: a message's bytes borrow
+/// straight from the transport's receive buffer (no copy); everything else is an owned event.
+#[derive(Debug)]
+pub enum EventRef<'a> {
+    /// An active message from `src`, valid for the duration of the callback.
+    Message {
+        /// Sender.
+        src: Rank,
+        /// The bytes sent.
+        data: &'a [u8],
+    },
+    /// Any other event.
+    Owned(Event),
+}
+
+impl EventRef<'_> {
+    /// The event as an owned value (copies a message's bytes).
+    pub fn into_owned(self) -> Event {
+        match self {
+            EventRef::Message { src, data } => Event::Message {
+                src,
+                data: Payload::from_slice(data),
+            },
+            EventRef::Owned(ev) => ev,
+        }
+    }
+}
+
 /// Checks that `offset..offset+len` fits in `region_len` without overflow.
 pub(crate) fn range_fits(offset: usize, len: usize, region_len: usize) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)

@@ -876,7 +876,13 @@ impl Fabric for ShmFabric {
     }
 
     fn poll(&self) -> Result<Option<Event>> {
-        service::poll(&self.inner)
+        let mut out = None;
+        service::poll_with(&self.inner, &mut |ev| out = Some(ev.into_owned()))?;
+        Ok(out)
+    }
+
+    fn poll_with(&self, f: &mut dyn FnMut(crate::EventRef<'_>)) -> Result<bool> {
+        service::poll_with(&self.inner, f)
     }
 
     fn block(&self, timeout: Duration) {

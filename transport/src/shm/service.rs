@@ -7,12 +7,22 @@ use super::records::*;
 use super::{os, ring, Inner, PendingKind};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
-use crate::types::{range_fits, Event, OpId, Payload, Rank, RegionKey, RemoteAddr};
+use crate::types::{range_fits, Event, EventRef, OpId, Payload, Rank, RegionKey, RemoteAddr};
 
-/// One step of progress; returns the next event if there is one.
-pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
+/// What one record from a ring turned into.
+enum Popped {
+    /// A message, already lent to the caller's callback.
+    Delivered,
+    /// An event to report, or nothing (a service record handled internally).
+    Event(Option<Event>),
+}
+
+/// One step of progress: hands the next event, if there is one, to `f` (a message's bytes
+/// straight from the ring) and returns whether it did.
+pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
     if let Some(ev) = inner.local_events.pop() {
-        return Ok(Some(ev));
+        f(EventRef::Owned(ev));
+        return Ok(true);
     }
     inner.flush_backlogs();
     let size = inner.size;
@@ -24,10 +34,10 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
         src != me && unsafe { ring::peek_ready(ring.data, inner.layout.ring_bytes, ring.head()) }
     });
     if !waiting {
-        return Ok(None);
+        return Ok(false);
     }
     let Some(mut cons) = inner.consumers.try_lock() else {
-        return Ok(None);
+        return Ok(false);
     };
     let mut src = cons.1;
     for _ in 0..size {
@@ -44,7 +54,17 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
                     ring.data,
                     inner.layout.ring_bytes,
                     ring.head(),
-                    |kind, payload| handle(inner, src as Rank, kind, payload),
+                    |kind, payload| {
+                        if kind == K_MSG {
+                            f(EventRef::Message {
+                                src: src as Rank,
+                                data: payload,
+                            });
+                            Popped::Delivered
+                        } else {
+                            Popped::Event(handle(inner, src as Rank, kind, payload))
+                        }
+                    },
                 )
             };
             match popped {
@@ -52,7 +72,7 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
                 Err(_) => {
                     drop(cons);
                     inner.fail_peer(src as Rank);
-                    return Ok(inner.local_events.pop());
+                    return Ok(deliver(inner.local_events.pop(), f));
                 }
                 Ok(Some(ev)) => {
                     // Space was freed: wake the sender if it waits for it.
@@ -62,9 +82,17 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
                         peer.doorbell().fetch_add(1, Ordering::Release);
                         os::futex_wake(peer.doorbell());
                     }
-                    if let Some(ev) = ev {
+                    let delivered = match ev {
+                        Popped::Delivered => true,
+                        Popped::Event(Some(ev)) => {
+                            f(EventRef::Owned(ev));
+                            true
+                        }
+                        Popped::Event(None) => false,
+                    };
+                    if delivered {
                         cons.1 = if src + 1 == size { 0 } else { src + 1 };
-                        return Ok(Some(ev));
+                        return Ok(true);
                     }
                 }
             }
@@ -72,7 +100,17 @@ pub(super) fn poll(inner: &Inner) -> Result<Option<Event>> {
         src = if src + 1 == size { 0 } else { src + 1 };
     }
     drop(cons);
-    Ok(inner.local_events.pop())
+    Ok(deliver(inner.local_events.pop(), f))
+}
+
+fn deliver(ev: Option<Event>, f: &mut dyn FnMut(EventRef<'_>)) -> bool {
+    match ev {
+        Some(ev) => {
+            f(EventRef::Owned(ev));
+            true
+        }
+        None => false,
+    }
 }
 
 fn status_of(e: &TransportError) -> (u64, u64) {

@@ -74,8 +74,11 @@ fn messages_fifo_all_pairs(h: &mut Harness) -> Result<(), String> {
             h.f.send(dest, &body(me, seq))
                 .map_err(|e| format!("send to {dest}: {e}"))?;
         }
-        // Drain as we go so bounded rings cannot fill up on every side at once.
-        while let Ok(Some(ev)) = h.f.poll() {
+        // Drain as we go so bounded rings cannot fill up on every side at once; through
+        // `poll_with`, so the lent-bytes receive path is held to the same order and content.
+        let mut got = Vec::new();
+        while let Ok(true) = h.f.poll_with(&mut |ev| got.push(ev.into_owned())) {}
+        for ev in got {
             h.file(ev);
         }
     }
