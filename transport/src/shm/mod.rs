@@ -58,6 +58,8 @@ struct RingRef {
     data: *mut u8,
     head: *const AtomicU64,
     waiting: *const AtomicU32,
+    /// The sleeper count of the segment's owner (checked after every send).
+    sleepers: *const AtomicU32,
 }
 
 // SAFETY: the pointers are into segments that `Inner` keeps mapped for its whole life; the
@@ -72,6 +74,7 @@ impl RingRef {
             data: v.ring_data(src),
             head: v.ring_head(src),
             waiting: v.ring_producer_waiting(src),
+            sleepers: v.sleepers(),
         }
     }
     fn head(&self) -> &AtomicU64 {
@@ -81,6 +84,10 @@ impl RingRef {
     fn waiting(&self) -> &AtomicU32 {
         // SAFETY: as for `head`.
         unsafe { &*self.waiting }
+    }
+    fn sleepers(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`.
+        unsafe { &*self.sleepers }
     }
 }
 
@@ -379,8 +386,9 @@ impl Inner {
     /// store (the ring record's sequence word, the local queue's length), and a sleeper raises
     /// `sleepers` and fences before its last look, so either it sees our record or we see it.
     fn ring_doorbell(&self, rank: Rank) {
-        let v = self.view(rank);
-        if v.sleepers().load(Ordering::SeqCst) > 0 {
+        let ring = &self.outgoing[rank as usize];
+        if ring.sleepers().load(Ordering::SeqCst) > 0 {
+            let v = self.view(rank);
             v.doorbell().fetch_add(1, Ordering::Release);
             os::futex_wake(v.doorbell());
         }
