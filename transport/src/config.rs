@@ -4,6 +4,15 @@ use std::time::Duration;
 
 use crate::error::{Result, TransportError};
 
+/// Smallest shm ring: room for several of the largest records.
+pub const MIN_RING_BYTES: usize = 4 * crate::MAX_MESSAGE_SIZE;
+/// Largest shm ring (per ordered pair of ranks).
+pub const MAX_RING_BYTES: usize = 1 << 30;
+/// Largest shm heap per rank.
+pub const MAX_HEAP_BYTES: usize = 1 << 40;
+/// Largest region table.
+pub const MAX_REGIONS_LIMIT: usize = 1 << 20;
+
 /// Settings shared by the backends.
 #[derive(Debug, Clone)]
 pub struct FabricConfig {
@@ -54,24 +63,43 @@ impl FabricConfig {
             c.bootstrap_timeout = Duration::from_millis(ms);
         }
         if let Some(b) = env_num("RDCOLL_SHM_RING_BYTES")? {
-            let b = b as usize;
-            if !b.is_power_of_two() || b < 4 * crate::MAX_MESSAGE_SIZE {
-                return Err(TransportError::InvalidArgument(format!(
-                    "RDCOLL_SHM_RING_BYTES={b} must be a power of two of at least {}",
-                    4 * crate::MAX_MESSAGE_SIZE
-                )));
-            }
-            c.shm_ring_bytes = b;
+            c.shm_ring_bytes = usize::try_from(b).unwrap_or(usize::MAX);
         }
         if let Some(b) = env_num("RDCOLL_SHM_HEAP_BYTES")? {
-            c.shm_heap_bytes = b as usize;
+            c.shm_heap_bytes = usize::try_from(b).unwrap_or(usize::MAX);
         }
         if let Some(v) = env_num("RDCOLL_SHM_CMA")? {
             c.shm_cma = v != 0;
         }
         if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
-            c.max_regions = (v as usize).clamp(1, 1 << 20);
+            c.max_regions = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        c.validate()?;
         Ok(c)
+    }
+
+    /// Checks the settings a backend sizes memory from, so a bad value is a clear error
+    /// rather than an overflow or a ring that cannot hold a message.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(TransportError::InvalidArgument(what));
+        let ring = self.shm_ring_bytes;
+        if !ring.is_power_of_two() || !(MIN_RING_BYTES..=MAX_RING_BYTES).contains(&ring) {
+            return bad(format!(
+                "RDCOLL_SHM_RING_BYTES={ring} must be a power of two from {MIN_RING_BYTES} to {MAX_RING_BYTES}"
+            ));
+        }
+        if self.shm_heap_bytes > MAX_HEAP_BYTES {
+            return bad(format!(
+                "RDCOLL_SHM_HEAP_BYTES={} is above the limit of {MAX_HEAP_BYTES}",
+                self.shm_heap_bytes
+            ));
+        }
+        if self.max_regions == 0 || self.max_regions > MAX_REGIONS_LIMIT {
+            return bad(format!(
+                "RDCOLL_MAX_REGIONS={} must be from 1 to {MAX_REGIONS_LIMIT}",
+                self.max_regions
+            ));
+        }
+        Ok(())
     }
 }

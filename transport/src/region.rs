@@ -166,7 +166,7 @@ impl Region {
     }
     /// Whether the region is still registered.
     pub fn is_registered(&self) -> bool {
-        *self.inner.alive.read()
+        *self.inner.alive.read_recursive()
     }
 
     /// Stops peers from reaching this region and waits until no peer-driven copy is touching
@@ -259,7 +259,7 @@ impl Region {
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R> {
         self.check_range(offset, len)?;
-        let alive = self.inner.alive.read();
+        let alive = self.inner.alive.read_recursive();
         if !*alive {
             return Err(TransportError::BadKey {
                 rank: self.inner.rank,
@@ -422,17 +422,27 @@ impl RegionTable {
     }
 }
 
-impl Publisher for RegionTable {
-    fn unpublish(&self, key: RegionKey) {
+impl RegionTable {
+    /// Forgets `key`; its slot is handed out again only if `reuse` (a backend that cannot be
+    /// sure no peer still holds the slot busy retires it instead).
+    pub(crate) fn forget(&self, key: RegionKey, reuse: bool) {
         let mut guard = self.slots.lock();
         let (slots, free) = &mut *guard;
         if let Some(slot) = slots.get_mut(key.index() as usize) {
             if slot.generation == key.generation() && slot.region.is_some() {
                 slot.region = None;
                 slot.generation = slot.generation.wrapping_add(1).max(1);
-                free.push(key.index());
+                if reuse {
+                    free.push(key.index());
+                }
             }
         }
+    }
+}
+
+impl Publisher for RegionTable {
+    fn unpublish(&self, key: RegionKey) {
+        self.forget(key, true);
     }
 }
 

@@ -1,7 +1,7 @@
 //! First-fit allocator for the shared heap, with coalescing. Only the owner allocates; the
 //! bookkeeping is process-private.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 /// Allocation granularity (a cache line).
 const GRAIN: usize = 64;
@@ -9,6 +9,8 @@ const GRAIN: usize = 64;
 /// Free space of a heap of fixed size, by offset.
 pub(crate) struct HeapAlloc {
     free: BTreeMap<usize, usize>,
+    /// Blocks a peer may still be copying into: never handed out again.
+    quarantined: HashSet<usize>,
 }
 
 impl HeapAlloc {
@@ -19,7 +21,10 @@ impl HeapAlloc {
         if len > 0 {
             free.insert(0, len);
         }
-        HeapAlloc { free }
+        HeapAlloc {
+            free,
+            quarantined: HashSet::new(),
+        }
     }
 
     /// Offset of `len` bytes (rounded up to the grain), or `None` if no block is large enough.
@@ -33,8 +38,17 @@ impl HeapAlloc {
         Some(off)
     }
 
+    /// Keeps the block at `off` out of circulation when it is freed (a peer died, or stalled,
+    /// in the middle of a direct copy into it).
+    pub(crate) fn quarantine(&mut self, off: usize) {
+        self.quarantined.insert(off);
+    }
+
     /// Returns the block at `off` of `len` bytes (as passed to `alloc`).
     pub(crate) fn free(&mut self, off: usize, len: usize) {
+        if self.quarantined.remove(&off) {
+            return;
+        }
         let Some(mut len) = len.max(1).checked_next_multiple_of(GRAIN) else {
             return;
         };
@@ -70,6 +84,18 @@ mod tests {
         h.free(a, 100);
         h.free(c, 1);
         assert_eq!(h.alloc(1024), Some(0));
+        assert!(h.alloc(1).is_none());
+    }
+
+    #[test]
+    fn a_quarantined_block_is_never_reused() {
+        let mut h = HeapAlloc::new(256);
+        let a = h.alloc(128).unwrap();
+        let b = h.alloc(128).unwrap();
+        h.quarantine(a);
+        h.free(a, 128);
+        h.free(b, 128);
+        assert_eq!(h.alloc(128), Some(b));
         assert!(h.alloc(1).is_none());
     }
 }

@@ -1,8 +1,8 @@
 //! Where things are in a rank's segment, and the atomics that live there.
 //!
 //! ```text
-//! [0, 4096)            control: magic, pid, doorbell (own cache line), sleepers (own line)
-//! [4096, +table)       region table: one 32-byte seqlocked entry per region slot
+//! [0, 4096)            control: magic, pid, doorbell (own line), sleepers (own line), closed
+//! [4096, +table)       region table: one 64-byte seqlocked entry per region slot
 //! [.., +size*stride)   incoming rings, one per sender, each a control line + data
 //! [.., +heap)          heap for regions the fabric allocates (peers store into it directly)
 //! ```
@@ -13,7 +13,7 @@ use super::segment::Segment;
 
 pub(crate) const MAGIC: u64 = 0x5244_434f_4c4c_5348; // "RDCOLLSH"
 pub(crate) const CONTROL_BYTES: usize = 4096;
-pub(crate) const ENTRY_BYTES: usize = 32;
+pub(crate) const ENTRY_BYTES: usize = 64;
 pub(crate) const RING_CONTROL: usize = 128;
 
 /// Offsets inside one segment, the same for every rank of a job.
@@ -44,6 +44,19 @@ impl Layout {
     }
     pub(crate) fn total(&self) -> usize {
         self.heap_offset() + self.heap_bytes
+    }
+    /// Checks that every offset of the layout is representable (sizes come from the
+    /// environment), so the unchecked arithmetic above cannot overflow.
+    pub(crate) fn checked_total(&self) -> Option<usize> {
+        let table = self.max_regions.checked_mul(ENTRY_BYTES)?;
+        let rings = CONTROL_BYTES
+            .checked_add(table)?
+            .checked_next_multiple_of(4096)?;
+        let stride = RING_CONTROL.checked_add(self.ring_bytes)?;
+        let heap = rings
+            .checked_add(self.size.checked_mul(stride)?)?
+            .checked_next_multiple_of(4096)?;
+        heap.checked_add(self.heap_bytes)
     }
 }
 
@@ -86,7 +99,12 @@ impl<'a> View<'a> {
     pub(crate) fn sleepers(&self) -> &'a AtomicU32 {
         self.word32(128)
     }
-    /// Field `field` (0: seq, 1: kind, 2: addr, 3: len) of region-table entry `index`.
+    /// Set once the owner's fabric is gone (dropped while its process lives on).
+    pub(crate) fn closed(&self) -> &'a AtomicU32 {
+        self.word32(192)
+    }
+    /// Field `field` of region-table entry `index`: 0 seq, 1 kind, 2 addr, 3 len, and 4 the
+    /// number of peers copying directly into or out of the region right now.
     pub(crate) fn entry(&self, index: usize, field: usize) -> &'a AtomicU64 {
         self.word64(self.layout.table_offset() + index * ENTRY_BYTES + field * 8)
     }

@@ -1,5 +1,7 @@
-//! The shm watchdog: one thread per rank that sleeps on pidfds of all peers and fails a peer the
-//! moment its process exits (falling back to polling `kill(pid, 0)` where pidfds are missing).
+//! The shm watchdog: one thread per rank that sleeps on pidfds of all peers and marks a peer dead
+//! the moment its process exits (falling back to polling `kill(pid, 0)` where pidfds are
+//! missing). Every tick it also looks at the peers' `closed` words, set when a fabric is
+//! dropped while its process lives on. A dead peer is failed once its ring is drained.
 
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -8,7 +10,8 @@ use super::{os, Inner};
 use crate::error::{Result, TransportError};
 use crate::types::Rank;
 
-/// Fallback polling period when a pidfd could not be opened.
+/// Tick of the watchdog: how often it looks at `closed` words (and, where pidfds are
+/// missing, at processes).
 const POLL_MS: i32 = 100;
 
 /// A running watchdog; [`Watchdog::stop`] ends it.
@@ -80,11 +83,22 @@ fn watch(inner: Arc<Inner>, mut peers: Vec<(Rank, i32, Option<i32>)>, stop_fd: i
                 None => need_polling = true,
             }
         }
-        let timeout = if need_polling { POLL_MS } else { -1 };
         // SAFETY: polling descriptors we own, with a correctly sized array.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-            return;
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_MS) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINTR) {
+                // Without pidfds we can still watch by polling the processes.
+                tracing::warn!("shm watchdog: poll failed ({err}); watching by polling");
+                for (_, _, pidfd) in peers.iter_mut() {
+                    if let Some(fd) = pidfd.take() {
+                        // SAFETY: closing a pidfd we opened.
+                        unsafe { libc::close(fd) };
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(POLL_MS as u64));
+            }
+            continue;
         }
         if fds[0].revents != 0 {
             break;
@@ -95,8 +109,10 @@ fn watch(inner: Arc<Inner>, mut peers: Vec<(Rank, i32, Option<i32>)>, stop_fd: i
                 dead.push(i);
             }
         }
-        for (i, (_, pid, pidfd)) in peers.iter().enumerate() {
-            if pidfd.is_none() && !os::process_alive(*pid) {
+        for (i, (rank, pid, pidfd)) in peers.iter().enumerate() {
+            let closed = inner.peer_closed(*rank);
+            let exited = need_polling && pidfd.is_none() && !os::process_alive(*pid);
+            if (closed || exited) && !dead.contains(&i) {
                 dead.push(i);
             }
         }
@@ -107,7 +123,7 @@ fn watch(inner: Arc<Inner>, mut peers: Vec<(Rank, i32, Option<i32>)>, stop_fd: i
                 // SAFETY: closing a pidfd we opened.
                 unsafe { libc::close(fd) };
             }
-            inner.fail_peer(rank);
+            inner.mark_dead(rank);
         }
     }
     for (_, _, pidfd) in peers {

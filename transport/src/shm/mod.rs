@@ -26,6 +26,7 @@ mod ring;
 mod segment;
 mod service;
 mod spin;
+mod table;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -39,17 +40,13 @@ use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Publisher, Region, RegionTable};
-use crate::types::{range_fits, Event, OpId, Rank, RegionKey, RemoteAddr};
+use crate::types::{Event, OpId, Rank, RegionKey, RemoteAddr};
 use heap::HeapAlloc;
 use layout::{Layout, View, MAGIC};
 use records::*;
 use segment::Segment;
 use spin::SpinLock;
-
-/// Kind of a region-table entry: a block of the owner's heap (addr = heap offset).
-const KIND_HEAP: u64 = 1;
-/// Kind of a region-table entry: caller memory (addr = virtual address in the owner).
-const KIND_EXTERNAL: u64 = 2;
+use table::{KIND_EXTERNAL, KIND_HEAP};
 
 /// Raw addresses of one ring's data and control words, computed once: the message path should
 /// not redo layout arithmetic and bounds checks for every record.
@@ -145,15 +142,6 @@ pub(crate) struct Pending {
     kind: PendingKind,
 }
 
-/// A validated view of a peer's region-table entry.
-#[derive(Clone, Copy)]
-struct Entry {
-    kind: u64,
-    addr: usize,
-    len: usize,
-    seq: u64,
-}
-
 pub(crate) struct Inner {
     rank: Rank,
     size: usize,
@@ -173,6 +161,10 @@ pub(crate) struct Inner {
     consumers: SpinLock<(Vec<ring::Consumer>, usize)>,
     pending: Mutex<HashMap<u64, Pending>>,
     failed: Vec<AtomicBool>,
+    /// Peers known gone (process exited, fabric closed) whose rings may still hold records:
+    /// they are failed once those are drained, so nothing they sent is lost.
+    dead: Vec<AtomicBool>,
+    any_dead: AtomicBool,
     cma_ok: Vec<AtomicBool>,
     next_op: AtomicU64,
 }
@@ -185,11 +177,8 @@ struct ShmPublisher {
 impl Publisher for ShmPublisher {
     fn unpublish(&self, key: RegionKey) {
         if let Some(inner) = self.inner.upgrade() {
-            inner
-                .view(inner.rank)
-                .entry(key.index() as usize, 0)
-                .store(0, Ordering::Release);
-            inner.table.unpublish(key);
+            let drained = inner.retract(key);
+            inner.table.forget(key, drained);
         }
     }
 }
@@ -224,6 +213,10 @@ impl ShmFabric {
         store: &dyn Store,
         cfg: &FabricConfig,
     ) -> Result<ShmFabric> {
+        cfg.validate()?;
+        if rank as usize >= size {
+            return Err(TransportError::InvalidRank { rank, size });
+        }
         let timeout = cfg.bootstrap_timeout;
         let job = String::from_utf8_lossy(&store.get(JOB_ID_KEY, timeout)?).to_string();
         let layout = Layout {
@@ -232,11 +225,32 @@ impl ShmFabric {
             ring_bytes: cfg.shm_ring_bytes,
             heap_bytes: cfg.shm_heap_bytes,
         };
+        let total = layout.checked_total().ok_or_else(|| {
+            TransportError::InvalidArgument(format!("shm segment for {layout:?} is too large"))
+        })?;
         let name = format!("/rdcoll-{job}-{rank}");
-        let own = Arc::new(Segment::create(&name, layout.total())?);
+        let own = Arc::new(Segment::create(&name, total)?);
+        let mapped = Self::map_peers(rank, size, store, cfg, layout, (&name, &own));
+        // Unlinked in every case: on success all ranks have mapped it, on failure it must not
+        // outlive this process.
+        own.unlink();
+        let (segs, pids) = mapped?;
+        Self::start(rank, size, cfg, layout, segs, pids)
+    }
+
+    /// Publishes our segment, maps every peer's, and waits until all ranks have done so.
+    fn map_peers(
+        rank: Rank,
+        size: usize,
+        store: &dyn Store,
+        cfg: &FabricConfig,
+        layout: Layout,
+        (name, own): (&str, &Arc<Segment>),
+    ) -> Result<(Vec<Arc<Segment>>, Vec<i32>)> {
+        let timeout = cfg.bootstrap_timeout;
         let pid = std::process::id() as i32;
         {
-            let v = View { seg: &own, layout };
+            let v = View { seg: own, layout };
             v.pid().store(pid as u64, Ordering::Relaxed);
             v.owner_base().store(own.base() as u64, Ordering::Relaxed);
             v.magic().store(MAGIC, Ordering::Release);
@@ -279,9 +293,19 @@ impl ShmFabric {
             segs.push(Arc::new(seg));
             pids.push(ppid);
         }
-        let barrier = store.barrier("shm-mapped", size, timeout);
-        own.unlink();
-        barrier?;
+        store.barrier("shm-mapped", size, timeout)?;
+        Ok((segs, pids))
+    }
+
+    /// Builds the endpoint over the mapped segments and starts its watchdog.
+    fn start(
+        rank: Rank,
+        size: usize,
+        cfg: &FabricConfig,
+        layout: Layout,
+        segs: Vec<Arc<Segment>>,
+        pids: Vec<i32>,
+    ) -> Result<ShmFabric> {
         let cma_ok: Vec<AtomicBool> = (0..size)
             .map(|r| {
                 let ok =
@@ -329,6 +353,8 @@ impl ShmFabric {
             consumers: SpinLock::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
             pending: Mutex::new(HashMap::new()),
             failed: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            dead: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            any_dead: AtomicBool::new(false),
             cma_ok,
             next_op: AtomicU64::new(0),
         });
@@ -366,10 +392,71 @@ impl Inner {
                 size: self.size,
             });
         }
-        if self.failed[rank as usize].load(Ordering::Acquire) {
+        if self.failed[rank as usize].load(Ordering::Acquire)
+            || self.dead[rank as usize].load(Ordering::Acquire)
+        {
             return Err(TransportError::PeerFailed(rank));
         }
         Ok(())
+    }
+
+    /// Notes that `rank` is gone. It is failed by the next poll that finds its ring drained,
+    /// so its last messages and completions still arrive, before the failure.
+    pub(crate) fn mark_dead(&self, rank: Rank) {
+        if self.dead[rank as usize].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.any_dead.store(true, Ordering::SeqCst);
+        let own = self.view(self.rank);
+        own.doorbell().fetch_add(1, Ordering::Release);
+        os::futex_wake(own.doorbell());
+    }
+
+    /// Whether `rank`'s fabric was dropped (its process may live on).
+    pub(crate) fn peer_closed(&self, rank: Rank) -> bool {
+        self.view(rank).closed().load(Ordering::Acquire) != 0
+    }
+
+    /// Fails the dead peers whose rings are empty; call without the consumer lock.
+    fn reap_dead(&self) {
+        if !self.any_dead.load(Ordering::Acquire) {
+            return;
+        }
+        let mut left = false;
+        for src in 0..self.size {
+            if !self.dead[src].load(Ordering::Acquire) || self.failed[src].load(Ordering::Acquire) {
+                continue;
+            }
+            let ring = &self.incoming[src];
+            // SAFETY: our own incoming ring; `head` is where its consumer stands.
+            if unsafe { ring::peek_ready(ring.data, self.layout.ring_bytes, ring.head()) } {
+                left = true;
+            } else {
+                self.fail_peer(src as Rank);
+            }
+        }
+        if !left {
+            self.any_dead.store(false, Ordering::Release);
+            // A peer marked dead meanwhile has set the flag again after its own store.
+            if self
+                .dead
+                .iter()
+                .zip(&self.failed)
+                .any(|(d, f)| d.load(Ordering::Acquire) && !f.load(Ordering::Acquire))
+            {
+                self.any_dead.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Takes back an operation whose request could not be sent: `Err` if nothing will report
+    /// it, `Ok(op)` if a peer failure already queued its completion.
+    fn abandon(&self, op: OpId, err: TransportError) -> Result<OpId> {
+        if self.pending.lock().remove(&op.0).is_some() {
+            Err(err)
+        } else {
+            Ok(op)
+        }
     }
 
     fn new_op(&self) -> OpId {
@@ -454,89 +541,9 @@ impl Inner {
         }
     }
 
-    /// Reads and validates entry `key` of `rank`'s region table.
-    fn entry(&self, rank: Rank, key: RegionKey) -> Result<Entry> {
-        let bad = || TransportError::BadKey { rank, key: key.0 };
-        let index = key.index() as usize;
-        if index >= self.layout.max_regions {
-            return Err(bad());
-        }
-        let v = self.view(rank);
-        let seq = v.entry(index, 0).load(Ordering::Acquire);
-        if seq != (key.generation() as u64) << 1 {
-            return Err(bad());
-        }
-        let (kind, addr, len) = (
-            v.entry(index, 1).load(Ordering::Relaxed),
-            v.entry(index, 2).load(Ordering::Relaxed),
-            v.entry(index, 3).load(Ordering::Relaxed),
-        );
-        fence(Ordering::Acquire);
-        if v.entry(index, 0).load(Ordering::Relaxed) != seq {
-            return Err(bad());
-        }
-        let (addr, len) = (addr as usize, len as usize);
-        if kind == KIND_HEAP && !range_fits(addr, len, self.layout.heap_bytes)
-            || kind != KIND_HEAP && kind != KIND_EXTERNAL
-        {
-            return Err(TransportError::Protocol {
-                rank,
-                what: "corrupt region table entry".into(),
-            });
-        }
-        Ok(Entry {
-            kind,
-            addr,
-            len,
-            seq,
-        })
-    }
-
-    /// Whether the entry is unchanged since `e` was read (the region was not deregistered).
-    fn still_valid(&self, rank: Rank, key: RegionKey, e: &Entry) -> bool {
-        self.view(rank)
-            .entry(key.index() as usize, 0)
-            .load(Ordering::Acquire)
-            == e.seq
-    }
-
-    fn check_remote_range(
-        &self,
-        rank: Rank,
-        key: RegionKey,
-        e: &Entry,
-        offset: usize,
-        len: usize,
-    ) -> Result<()> {
-        if range_fits(offset, len, e.len) {
-            Ok(())
-        } else {
-            Err(TransportError::OutOfRange {
-                rank,
-                key: key.0,
-                offset: offset as u64,
-                len: len as u64,
-                region_len: e.len as u64,
-            })
-        }
-    }
-
     /// Address of heap byte `addr` of `rank`, as mapped here.
     fn heap_ptr(&self, rank: Rank, addr: usize, len: usize) -> Result<*mut u8> {
         self.segs[rank as usize].at(self.layout.heap_offset() + addr, len)
-    }
-
-    /// Publishes one of our regions in the shared table (seqlock write).
-    fn publish(&self, key: RegionKey, kind: u64, addr: usize, len: usize) {
-        let v = self.view(self.rank);
-        let i = key.index() as usize;
-        let gen = (key.generation() as u64) << 1;
-        v.entry(i, 0).store(gen | 1, Ordering::Relaxed);
-        fence(Ordering::Release);
-        v.entry(i, 1).store(kind, Ordering::Relaxed);
-        v.entry(i, 2).store(addr as u64, Ordering::Relaxed);
-        v.entry(i, 3).store(len as u64, Ordering::Relaxed);
-        v.entry(i, 0).store(gen, Ordering::Release);
     }
 
     fn add_pending(&self, op: OpId, p: Pending) -> Result<()> {
@@ -555,6 +562,7 @@ impl Inner {
             if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
                 return;
             }
+            self.dead[rank as usize].store(true, Ordering::Release);
             let ids: Vec<u64> = pending
                 .iter()
                 .filter(|(_, p)| p.peer == rank)
@@ -580,14 +588,14 @@ impl Inner {
 
     /// Whether anything is ready for this rank's progress to pick up.
     fn anything_ready(&self) -> bool {
-        if !self.local_events.is_empty() {
+        if !self.local_events.is_empty() || self.any_dead.load(Ordering::Acquire) {
             return true;
         }
         let Some(cons) = self.consumers.try_lock() else {
             return true;
         };
         (0..self.size)
-            .filter(|&src| src != self.rank as usize)
+            .filter(|&src| src != self.rank as usize && !self.failed[src].load(Ordering::Relaxed))
             .any(|src| {
                 // SAFETY: our own incoming ring from `src`, read under the consumer lock.
                 unsafe { cons.0[src].ready(self.incoming[src].data, self.layout.ring_bytes) }
@@ -691,11 +699,7 @@ impl Fabric for ShmFabric {
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }
-        let entry = inner.entry(dst.rank, dst.key).and_then(|e| {
-            inner.check_remote_range(dst.rank, dst.key, &e, dst.offset, len)?;
-            Ok(e)
-        });
-        let e = match entry {
+        let e = match inner.entry_for(dst.rank, dst.key, dst.offset, len) {
             Ok(e) => e,
             Err(err) => {
                 inner.push_local(Event::Completed {
@@ -706,28 +710,18 @@ impl Fabric for ShmFabric {
             }
         };
         if e.kind == KIND_HEAP {
-            let result = inner
-                .heap_ptr(dst.rank, e.addr + dst.offset, len)
-                .and_then(|d| {
-                    src.with_range(src_offset, len, |s| {
-                        // SAFETY: `d` is inside the peer's heap block (validated entry and range),
-                        // `s` inside our live source region.
-                        unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-                    })
-                });
-            let result = result.and_then(|()| {
-                if inner.still_valid(dst.rank, dst.key, &e) {
-                    Ok(())
-                } else {
-                    Err(TransportError::BadKey {
-                        rank: dst.rank,
-                        key: dst.key.0,
-                    })
-                }
+            let result = inner.direct_copy(dst.rank, dst.key, &e, || {
+                let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, len)?;
+                src.with_range(src_offset, len, |s| {
+                    // SAFETY: `d` is inside the peer's heap block (validated entry and range,
+                    // held by `direct_copy`), `s` inside our live source region.
+                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                })
             });
-            if let (Ok(()), Some(imm)) = (&result, imm) {
-                inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()])?;
-            }
+            let result = match (result, imm) {
+                (Ok(()), Some(imm)) => inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()]),
+                (result, _) => result,
+            };
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }
@@ -746,7 +740,7 @@ impl Fabric for ShmFabric {
                 kind,
             },
         )?;
-        if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
+        let sent = if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
             let words = [
                 op.0,
                 dst.key.0,
@@ -756,11 +750,14 @@ impl Fabric for ShmFabric {
                 imm.is_some() as u64,
                 imm.unwrap_or(0),
             ];
-            inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])?;
+            inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])
         } else {
-            service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)?;
+            service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)
+        };
+        match sent {
+            Ok(()) => Ok(op),
+            Err(e) => inner.abandon(op, e),
         }
-        Ok(op)
     }
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
@@ -773,11 +770,7 @@ impl Fabric for ShmFabric {
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
         }
-        let entry = inner.entry(src.rank, src.key).and_then(|e| {
-            inner.check_remote_range(src.rank, src.key, &e, src.offset, len)?;
-            Ok(e)
-        });
-        let e = match entry {
+        let e = match inner.entry_for(src.rank, src.key, src.offset, len) {
             Ok(e) => e,
             Err(err) => {
                 inner.push_local(Event::Completed {
@@ -792,21 +785,13 @@ impl Fabric for ShmFabric {
             key: src.key.0,
         };
         if e.kind == KIND_HEAP {
-            let result = inner
-                .heap_ptr(src.rank, e.addr + src.offset, len)
-                .and_then(|s| {
-                    dst.with_range(dst_offset, len, |d| {
-                        // SAFETY: `s` is inside the peer's heap block (validated entry and range),
-                        // `d` inside our live destination region.
-                        unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-                    })
-                });
-            let result = result.and_then(|()| {
-                if inner.still_valid(src.rank, src.key, &e) {
-                    Ok(())
-                } else {
-                    Err(stale())
-                }
+            let result = inner.direct_copy(src.rank, src.key, &e, || {
+                let s = inner.heap_ptr(src.rank, e.addr + src.offset, len)?;
+                dst.with_range(dst_offset, len, |d| {
+                    // SAFETY: `s` is inside the peer's heap block (validated entry and range,
+                    // held by `direct_copy`), `d` inside our live destination region.
+                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                })
             });
             inner.push_local(Event::Completed { op, result });
             return Ok(op);
@@ -859,12 +844,11 @@ impl Fabric for ShmFabric {
                 kind,
             },
         )?;
-        inner.send_record(
-            src.rank,
-            K_GET_REQ,
-            &[&header([op.0, src.key.0, src.offset as u64, len as u64])],
-        )?;
-        Ok(op)
+        let request = header([op.0, src.key.0, src.offset as u64, len as u64]);
+        match inner.send_record(src.rank, K_GET_REQ, &[&request]) {
+            Ok(()) => Ok(op),
+            Err(e) => inner.abandon(op, e),
+        }
     }
 
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
@@ -917,15 +901,33 @@ impl Fabric for ShmFabric {
     }
 
     fn is_failed(&self, rank: Rank) -> bool {
-        self.inner
-            .failed
-            .get(rank as usize)
-            .is_some_and(|f| f.load(Ordering::Acquire))
+        let r = rank as usize;
+        r < self.inner.size
+            && (self.inner.failed[r].load(Ordering::Acquire)
+                || self.inner.dead[r].load(Ordering::Acquire))
     }
 }
 
+/// How long a dropped fabric keeps trying to hand queued records to peers that are slow to
+/// make room for them.
+const CLOSE_FLUSH_LIMIT: Duration = Duration::from_secs(1);
+
 impl Drop for ShmFabric {
     fn drop(&mut self) {
+        let inner = &self.inner;
+        let deadline = Instant::now() + CLOSE_FLUSH_LIMIT;
+        while inner.any_backlog.load(Ordering::Acquire) && Instant::now() < deadline {
+            inner.flush_backlogs();
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        if inner.any_backlog.load(Ordering::Acquire) {
+            tracing::warn!(
+                "shm rank {}: closing with records peers did not take",
+                inner.rank
+            );
+        }
+        // Peers fail us once they have drained what we sent (their watchdogs look at this).
+        inner.view(inner.rank).closed().store(1, Ordering::SeqCst);
         if let Some(w) = self.watchdog.take() {
             w.stop();
         }

@@ -3,8 +3,11 @@
 //! Each record is a 16-byte header (`seq:u64, len:u32, kind:u32`) and its payload padded to 16
 //! bytes. `seq` is the record's absolute position plus one, stored last with release order, so
 //! the consumer polls the very cache line the record starts on (one miss per small message) and
-//! a record from an earlier lap can never be mistaken for a new one. The consumer publishes its
-//! position for the producer, which reads it only when its cached view says the ring is full.
+//! a record from an earlier lap can never be mistaken for a new one. Before it publishes a record
+//! the producer zeroes the sequence word where the next record will start, so stale bytes of an
+//! earlier lap (a payload that happened to hold the right number) are never read as a header.
+//! The consumer publishes its position for the producer, which reads it only when its cached
+//! view says the ring is full.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -14,6 +17,8 @@ pub(crate) const REC_HEADER: usize = 16;
 const K_WRAP: u32 = u32::MAX;
 /// Cache-line size the record layout keeps small records within.
 const LINE: usize = 64;
+/// Space kept free past every record so the next record's sequence word can be cleared.
+const NEXT_SEQ_GUARD: u64 = 16;
 
 fn padded(len: usize) -> usize {
     REC_HEADER + len.next_multiple_of(16)
@@ -59,7 +64,7 @@ impl Producer {
         } else {
             0
         };
-        let need = (filler + size) as u64;
+        let need = (filler + size) as u64 + NEXT_SEQ_GUARD;
         if self.tail + need - self.cached_head > cap as u64 {
             self.cached_head = head.load(Ordering::Acquire);
             if self.tail + need - self.cached_head > cap as u64 {
@@ -67,15 +72,18 @@ impl Producer {
             }
         }
         // SAFETY (whole block): offsets stay inside the ring (checked sizes, 16-byte records),
-        // and the space between tail and head + cap belongs to the producer.
+        // and the space between tail and head + cap (which includes the guard past this
+        // record) belongs to the producer.
         unsafe {
             if filler > 0 {
                 let h = data.add(off);
                 std::ptr::write(h.add(8) as *mut u32, (filler - REC_HEADER) as u32);
                 std::ptr::write(h.add(12) as *mut u32, K_WRAP);
+                let next = (off + filler) & (cap - 1);
+                seq_at(data, next).store(0, Ordering::Relaxed);
                 seq_at(data, off).store(self.tail + 1, Ordering::Release);
                 self.tail += filler as u64;
-                off = (off + filler) & (cap - 1);
+                off = next;
             }
             let h = data.add(off);
             let mut p = h.add(REC_HEADER);
@@ -85,6 +93,8 @@ impl Producer {
             }
             std::ptr::write(h.add(8) as *mut u32, len as u32);
             std::ptr::write(h.add(12) as *mut u32, kind);
+            // Ordered before the store below by its SeqCst (release) semantics.
+            seq_at(data, (off + size) & (cap - 1)).store(0, Ordering::Relaxed);
             // SeqCst, not just Release: it pairs with the consumer's check of its sleep flag
             // (see `Inner::ring_doorbell`), and on x86 an exchange is cheaper than a fence.
             seq_at(data, off).store(self.tail + 1, Ordering::SeqCst);
@@ -214,6 +224,35 @@ mod tests {
             }
         }
         producer.join().unwrap();
+    }
+    #[test]
+    fn stale_payload_of_an_earlier_lap_is_never_read_as_a_record() {
+        const CAP: usize = 4096;
+        #[repr(align(64))]
+        struct Mem([u8; CAP]);
+        let mut mem = Box::new(Mem([0; CAP]));
+        let data = mem.0.as_mut_ptr();
+        let head = AtomicU64::new(0);
+        let (mut p, mut c) = (Producer::default(), Consumer::default());
+        // Lap one: a payload whose every word holds the sequence number a record starting
+        // there one lap later would carry.
+        let len = CAP - 48;
+        let poison: Vec<u8> = (0..len / 8)
+            .flat_map(|j| ((REC_HEADER + 8 * j + CAP + 1) as u64).to_le_bytes())
+            .collect();
+        // SAFETY: `mem` is a ring of CAP bytes used by this thread alone.
+        unsafe {
+            assert!(p.try_push(data, CAP, &head, 9, &[&poison]));
+            let got = c.try_pop(data, CAP, &head, |k, b| (k, b.len())).unwrap();
+            assert_eq!(got, Some((9, len)));
+            // Lap two: a filler to the end, then a small record at the start; the record
+            // after it would begin inside the poisoned payload.
+            assert!(p.try_push(data, CAP, &head, 5, &[&[1u8; 32]]));
+            let got = c.try_pop(data, CAP, &head, |k, b| (k, b.to_vec())).unwrap();
+            assert_eq!(got, Some((5, vec![1u8; 32])));
+            assert!(matches!(c.try_pop(data, CAP, &head, |_, _| ()), Ok(None)));
+            assert!(!peek_ready(data, CAP, &head));
+        }
     }
 }
 

@@ -31,18 +31,22 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
     let waiting = (0..size).any(|src| {
         let ring = &inner.incoming[src];
         // SAFETY: our own incoming ring; `head` is where its consumer (us) stands.
-        src != me && unsafe { ring::peek_ready(ring.data, inner.layout.ring_bytes, ring.head()) }
+        src != me
+            && unsafe { ring::peek_ready(ring.data, inner.layout.ring_bytes, ring.head()) }
+            && !inner.failed[src].load(Ordering::Acquire)
     });
     if !waiting {
-        return Ok(false);
+        inner.reap_dead();
+        return Ok(deliver(inner.local_events.pop(), f));
     }
     let Some(mut cons) = inner.consumers.try_lock() else {
         return Ok(false);
     };
     let mut src = cons.1;
     for _ in 0..size {
-        if src == me {
-            // Nothing is ever sent to ourselves through the ring (see `send`).
+        // Nothing is ever sent to ourselves through the ring (see `send`), and a failed
+        // peer's ring is not read again (it may be corrupt).
+        if src == me || inner.failed[src].load(Ordering::Acquire) {
             src = if src + 1 == size { 0 } else { src + 1 };
             continue;
         }
@@ -70,6 +74,7 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
             match popped {
                 Ok(None) => break,
                 Err(_) => {
+                    cons.1 = if src + 1 == size { 0 } else { src + 1 };
                     drop(cons);
                     inner.fail_peer(src as Rank);
                     return Ok(deliver(inner.local_events.pop(), f));
@@ -100,6 +105,7 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
         src = if src + 1 == size { 0 } else { src + 1 };
     }
     drop(cons);
+    inner.reap_dead();
     Ok(deliver(inner.local_events.pop(), f))
 }
 
@@ -262,6 +268,9 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
 
 /// Completes a target-served operation from its `K_DONE`.
 fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Option<Event> {
+    if status == ST_CMA_REFUSED {
+        return resend_as_chunks(inner, src, op);
+    }
     let p = {
         let mut pending = inner.pending.lock();
         if pending.get(&op).is_none_or(|p| p.peer != src) {
@@ -269,34 +278,6 @@ fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Op
         }
         pending.remove(&op)?
     };
-    if status == ST_CMA_REFUSED {
-        // The target cannot attach to our memory: send the data through the ring instead.
-        inner.cma_ok[src as usize].store(false, Ordering::Release);
-        if let PendingKind::Put {
-            src: region,
-            src_off,
-            imm,
-        } = &p.kind
-        {
-            let (region, src_off, imm) = (region.clone(), *src_off, *imm);
-            let dst = RemoteAddr {
-                rank: p.peer,
-                key: p.key,
-                offset: p.offset,
-            };
-            let len = p.len;
-            if inner.add_pending(OpId(op), p).is_ok() {
-                if let Err(e) = send_put_chunks(inner, op, dst, &region, src_off, len, imm) {
-                    inner.pending.lock().remove(&op);
-                    return Some(Event::Completed {
-                        op: OpId(op),
-                        result: Err(e),
-                    });
-                }
-            }
-            return None;
-        }
-    }
     let result = match status {
         ST_OK => match &p.kind {
             PendingKind::Get { received, .. } if *received != p.len => {
@@ -322,6 +303,37 @@ fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Op
     Some(Event::Completed {
         op: OpId(op),
         result,
+    })
+}
+
+/// The target cannot attach to our memory: sends a pending put's data through the ring
+/// instead. The operation stays pending throughout, so a peer failure meanwhile completes it
+/// exactly once.
+fn resend_as_chunks(inner: &Inner, src: Rank, op: u64) -> Option<Event> {
+    inner.cma_ok[src as usize].store(false, Ordering::Release);
+    let (dst, region, src_off, len, imm) = {
+        let pending = inner.pending.lock();
+        let p = pending.get(&op).filter(|p| p.peer == src)?;
+        let PendingKind::Put {
+            src: region,
+            src_off,
+            imm,
+        } = &p.kind
+        else {
+            return None;
+        };
+        let dst = RemoteAddr {
+            rank: p.peer,
+            key: p.key,
+            offset: p.offset,
+        };
+        (dst, region.clone(), *src_off, p.len, *imm)
+    };
+    let err = send_put_chunks(inner, op, dst, &region, src_off, len, imm).err()?;
+    inner.pending.lock().remove(&op)?;
+    Some(Event::Completed {
+        op: OpId(op),
+        result: Err(err),
     })
 }
 

@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use rdcoll_transport::{Fabric, Rank, RegionKey, RemoteAddr, TransportError, MAX_MESSAGE_SIZE};
+use rdcoll_transport::{
+    Event, Fabric, Rank, RegionKey, RemoteAddr, TransportError, MAX_MESSAGE_SIZE,
+};
 
 use super::harness::Harness;
 
@@ -19,7 +21,15 @@ pub const CASES: &[(&str, usize)] = &[
     ("put_many_peers", 2),
     ("bad_keys_and_offsets", 2),
     ("peer_death", 3),
+    ("last_words", 2),
+    ("last_words_closed", 2),
 ];
+
+/// Cases whose victim returns instead of dying: its process must drop the fabric and then
+/// stay alive for [`LINGER`], so peers learn of the departure from the fabric, not the exit.
+pub const LINGERING_CASES: &[&str] = &["last_words_closed"];
+/// How long a lingering victim stays alive after dropping its fabric.
+pub const LINGER: Duration = Duration::from_millis(1500);
 
 /// Runs one case on this rank. `die` ends this rank abruptly (the victim in `peer_death`).
 pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String> {
@@ -31,6 +41,8 @@ pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String
         "put_many_peers" => put_many_peers(&mut h),
         "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
         "peer_death" => peer_death(&mut h, die),
+        "last_words" => last_words(&mut h, Some(die)),
+        "last_words_closed" => last_words(&mut h, None),
         "link_break" => link_break(&mut h),
         "shm_segments" => shm_segments(&mut h),
         _ => Err(format!("no conformance case named {name}")),
@@ -406,6 +418,67 @@ fn peer_death(h: &mut Harness, die: &dyn Fn()) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The victim sends a burst to every survivor and then leaves: killed (`die`), or, with `None`,
+/// by returning so its fabric is dropped while the process lives on. Survivors do not poll
+/// meanwhile; afterwards every message must arrive, in order, before `PeerFailed`.
+fn last_words(h: &mut Harness, die: Option<&dyn Fn()>) -> Result<(), String> {
+    const WORDS: usize = 100;
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let victim = n - 1;
+    let word = |k: usize| pattern_vec(victim, k, 8 + k % 57);
+    if me == victim {
+        for _ in 0..n - 1 {
+            if h.message()?.1 != b"ready" {
+                return fail(h, "victim expected 'ready'");
+            }
+        }
+        for k in 0..WORDS {
+            for dest in 0..victim {
+                h.f.send(dest, &word(k)).map_err(|e| e.to_string())?;
+            }
+        }
+        // Let a backend with a send thread hand the burst to the OS.
+        std::thread::sleep(Duration::from_millis(50));
+        return match die {
+            Some(die) => {
+                die();
+                fail(h, "die() returned")
+            }
+            None => Ok(()),
+        };
+    }
+    h.f.send(victim, b"ready").map_err(|e| e.to_string())?;
+    std::thread::sleep(Duration::from_millis(300));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut got = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match h.f.wait(Some(left)).map_err(|e| e.to_string())? {
+            None => return fail(h, format!("no PeerFailed; {got} of {WORDS} words arrived")),
+            Some(Event::Message { src, data }) if src == victim => {
+                if got >= WORDS || data[..] != word(got)[..] {
+                    return fail(h, format!("word {got} from the victim is wrong"));
+                }
+                got += 1;
+            }
+            Some(Event::PeerFailed { rank }) if rank == victim => {
+                if got != WORDS {
+                    return fail(
+                        h,
+                        format!("PeerFailed came after only {got} of {WORDS} words"),
+                    );
+                }
+                break;
+            }
+            Some(other) => h.file(other),
+        }
+    }
+    match h.f.send(victim, b"x") {
+        Err(TransportError::PeerFailed(r)) if r == victim => Ok(()),
+        other => fail(h, format!("send to the departed rank gave {other:?}")),
+    }
 }
 
 /// Not in [`CASES`]: the test driving it breaks the network link between the ranks. Every

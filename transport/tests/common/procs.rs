@@ -42,7 +42,12 @@ pub fn worker_entry() {
             1
         }
     };
+    let rank = fabric.rank();
+    let victim = fabric.size() as u32 - 1;
     drop(fabric);
+    if rank == victim && super::cases::LINGERING_CASES.contains(&case.as_str()) {
+        std::thread::sleep(super::cases::LINGER);
+    }
     std::process::exit(code);
 }
 
@@ -76,7 +81,7 @@ pub fn run_procs(
     let report = run_job(&spec).map_err(|e| e.to_string())?;
     let mut problems = Vec::new();
     for e in &report.exits {
-        let victim = case == "peer_death" && e.rank == n - 1;
+        let victim = matches!(case, "peer_death" | "last_words") && e.rank == n - 1;
         let ok = if victim {
             e.status.signal() == Some(libc::SIGKILL)
         } else {

@@ -1,0 +1,204 @@
+//! The shared region table: each rank publishes its regions in its own segment, seqlocked, so
+//! a peer can check a key, offset and length itself and then copy directly.
+//!
+//! An entry's sequence word is `generation << 1` while the region is published and odd while
+//! it is being written or after it was withdrawn, so a key only matches a live entry of its
+//! own generation. Direct copies into or out of the heap announce themselves in the entry's
+//! `users` word first; the owner, withdrawing a region, waits for that word to drain before
+//! the memory can be handed out again.
+
+use std::sync::atomic::{fence, Ordering};
+use std::time::{Duration, Instant};
+
+use super::Inner;
+use crate::error::{Result, TransportError};
+use crate::types::{range_fits, Rank, RegionKey};
+
+/// Kind of a region-table entry: a block of the owner's heap (addr = heap offset).
+pub(super) const KIND_HEAP: u64 = 1;
+/// Kind of a region-table entry: private memory (addr = virtual address in the owner).
+pub(super) const KIND_EXTERNAL: u64 = 2;
+
+/// Longest an owner waits for peers to finish direct copies of a region it withdraws; past
+/// it the block is retired rather than reused.
+const DRAIN_LIMIT: Duration = Duration::from_secs(2);
+/// Shorter limit once some peer is known dead (it may have died holding the count).
+const DRAIN_LIMIT_WITH_DEAD_PEER: Duration = Duration::from_millis(20);
+
+const SEQ: usize = 0;
+const KIND: usize = 1;
+const ADDR: usize = 2;
+const LEN: usize = 3;
+const USERS: usize = 4;
+
+/// A validated view of a peer's region-table entry.
+#[derive(Clone, Copy)]
+pub(super) struct Entry {
+    pub(super) kind: u64,
+    pub(super) addr: usize,
+    pub(super) len: usize,
+    seq: u64,
+}
+
+impl Inner {
+    /// Publishes one of our regions in the shared table (seqlock write).
+    pub(super) fn publish(&self, key: RegionKey, kind: u64, addr: usize, len: usize) {
+        let v = self.view(self.rank);
+        let i = key.index() as usize;
+        let gen = (key.generation() as u64) << 1;
+        v.entry(i, SEQ).store(gen | 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        v.entry(i, KIND).store(kind, Ordering::Relaxed);
+        v.entry(i, ADDR).store(addr as u64, Ordering::Relaxed);
+        v.entry(i, LEN).store(len as u64, Ordering::Relaxed);
+        v.entry(i, SEQ).store(gen, Ordering::Release);
+    }
+
+    /// Withdraws one of our regions: no peer starts a direct copy after this, and the ones
+    /// under way have finished when it returns. Returns false if some did not finish in time
+    /// (a peer died inside one): the slot and, for heap regions, the block must then be
+    /// retired, never reused.
+    pub(super) fn retract(&self, key: RegionKey) -> bool {
+        let v = self.view(self.rank);
+        let i = key.index() as usize;
+        // SeqCst pairs with the peers' SeqCst increment of `users` and reload of the sequence
+        // (see `direct_copy`): either they see the odd value, or we see their count.
+        v.entry(i, SEQ)
+            .store(((key.generation() as u64) << 1) | 1, Ordering::SeqCst);
+        let users = v.entry(i, USERS);
+        let start = Instant::now();
+        let mut spins = 0u32;
+        while users.load(Ordering::SeqCst) != 0 {
+            let waited = start.elapsed();
+            let limit = if self.failed.iter().any(|f| f.load(Ordering::Acquire)) {
+                DRAIN_LIMIT_WITH_DEAD_PEER
+            } else {
+                DRAIN_LIMIT
+            };
+            if waited > limit {
+                if v.entry(i, KIND).load(Ordering::Relaxed) == KIND_HEAP {
+                    let addr = v.entry(i, ADDR).load(Ordering::Relaxed) as usize;
+                    self.heap.lock().quarantine(addr);
+                }
+                return false;
+            }
+            spins += 1;
+            if spins < 1000 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        }
+        true
+    }
+
+    /// Reads and validates entry `key` of `rank`'s region table.
+    pub(super) fn entry(&self, rank: Rank, key: RegionKey) -> Result<Entry> {
+        let bad = || TransportError::BadKey { rank, key: key.0 };
+        let index = key.index() as usize;
+        if index >= self.layout.max_regions || key.generation() == 0 {
+            return Err(bad());
+        }
+        let v = self.view(rank);
+        let seq = v.entry(index, SEQ).load(Ordering::Acquire);
+        if seq != (key.generation() as u64) << 1 {
+            return Err(bad());
+        }
+        let (kind, addr, len) = (
+            v.entry(index, KIND).load(Ordering::Relaxed),
+            v.entry(index, ADDR).load(Ordering::Relaxed),
+            v.entry(index, LEN).load(Ordering::Relaxed),
+        );
+        fence(Ordering::Acquire);
+        if v.entry(index, SEQ).load(Ordering::Relaxed) != seq {
+            return Err(bad());
+        }
+        let corrupt = || TransportError::Protocol {
+            rank,
+            what: "corrupt region table entry".into(),
+        };
+        let addr = usize::try_from(addr).map_err(|_| corrupt())?;
+        let len = usize::try_from(len).map_err(|_| corrupt())?;
+        let sane = match kind {
+            KIND_HEAP => range_fits(addr, len, self.layout.heap_bytes),
+            KIND_EXTERNAL => addr.checked_add(len).is_some(),
+            _ => false,
+        };
+        if !sane {
+            return Err(corrupt());
+        }
+        Ok(Entry {
+            kind,
+            addr,
+            len,
+            seq,
+        })
+    }
+
+    /// Checks `offset..offset + len` against a validated entry.
+    pub(super) fn check_remote_range(
+        &self,
+        rank: Rank,
+        key: RegionKey,
+        e: &Entry,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        if range_fits(offset, len, e.len) {
+            Ok(())
+        } else {
+            Err(TransportError::OutOfRange {
+                rank,
+                key: key.0,
+                offset: offset as u64,
+                len: len as u64,
+                region_len: e.len as u64,
+            })
+        }
+    }
+
+    /// The entry of `key` at `rank`, validated and with `offset..offset + len` inside it.
+    pub(super) fn entry_for(
+        &self,
+        rank: Rank,
+        key: RegionKey,
+        offset: usize,
+        len: usize,
+    ) -> Result<Entry> {
+        let e = self.entry(rank, key)?;
+        self.check_remote_range(rank, key, &e, offset, len)?;
+        Ok(e)
+    }
+
+    /// Whether the entry is unchanged since `e` was read (the region was not withdrawn): a
+    /// seqlock reader's second look, after the data it copied.
+    pub(super) fn still_valid(&self, rank: Rank, key: RegionKey, e: &Entry) -> bool {
+        fence(Ordering::Acquire);
+        self.view(rank)
+            .entry(key.index() as usize, SEQ)
+            .load(Ordering::Relaxed)
+            == e.seq
+    }
+
+    /// Runs `copy` on a peer's heap region while announced in its `users` word, so the owner
+    /// cannot free and reuse the block in the middle; a withdrawn region is `BadKey`.
+    pub(super) fn direct_copy(
+        &self,
+        rank: Rank,
+        key: RegionKey,
+        e: &Entry,
+        copy: impl FnOnce() -> Result<()>,
+    ) -> Result<()> {
+        let v = self.view(rank);
+        let i = key.index() as usize;
+        let users = v.entry(i, USERS);
+        users.fetch_add(1, Ordering::SeqCst);
+        let result = if v.entry(i, SEQ).load(Ordering::SeqCst) == e.seq {
+            copy()
+        } else {
+            Err(TransportError::BadKey { rank, key: key.0 })
+        };
+        users.fetch_sub(1, Ordering::Release);
+        result
+    }
+}
