@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use rdcoll_transport::{
-    Event, Fabric, Rank, RegionKey, RemoteAddr, TransportError, MAX_MESSAGE_SIZE,
+    Event, Fabric, Rank, RegionKey, RemoteAddr, RemoteRegion, TransportError, MAX_MESSAGE_SIZE,
 };
 
 use super::harness::Harness;
@@ -20,6 +20,7 @@ pub const CASES: &[(&str, usize)] = &[
     ("put_get_sizes", 2),
     ("put_many_peers", 2),
     ("bad_keys_and_offsets", 2),
+    ("reuse_under_fire", 2),
     ("peer_death", 3),
     ("last_words", 2),
     ("last_words_closed", 2),
@@ -40,6 +41,7 @@ pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String
         "put_get_sizes" => put_get_sizes(&mut h),
         "put_many_peers" => put_many_peers(&mut h),
         "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
+        "reuse_under_fire" => reuse_under_fire(&mut h),
         "peer_death" => peer_death(&mut h, die),
         "last_words" => last_words(&mut h, Some(die)),
         "last_words_closed" => last_words(&mut h, None),
@@ -418,6 +420,67 @@ fn peer_death(h: &mut Harness, die: &dyn Fn()) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Peers keep putting into a region of rank 0 while it drops the region and allocates another
+/// of the same size (which may reuse the memory): no put may land in the new region.
+fn reuse_under_fire(h: &mut Harness) -> Result<(), String> {
+    const LEN: usize = 4 << 20;
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    if me != 0 {
+        let target = RemoteRegion::from_bytes(&h.message_from(0)?).map_err(|e| e.to_string())?;
+        let src = h.f.alloc_region(LEN).map_err(|e| e.to_string())?;
+        src.fill(0, LEN, 0xA5).map_err(|e| e.to_string())?;
+        let start = Instant::now();
+        let mut puts = 0usize;
+        loop {
+            if start.elapsed() > Duration::from_secs(20) {
+                return fail(h, "puts into the dropped region kept succeeding");
+            }
+            let op = h.f.put(&src, 0, LEN, target.at(0), None);
+            match op.map_err(|e| e.to_string()).and_then(|op| h.op(op))? {
+                Ok(()) => {
+                    puts += 1;
+                    if puts == 1 {
+                        h.f.send(0, b"firing").map_err(|e| e.to_string())?;
+                    }
+                }
+                Err(TransportError::BadKey { .. }) => break,
+                Err(e) => return fail(h, format!("put failed with {e}")),
+            }
+        }
+        return h.f.send(0, b"stopped").map_err(|e| e.to_string());
+    }
+    let old = h.f.alloc_region(LEN).map_err(|e| e.to_string())?;
+    for dest in 1..n {
+        h.f.send(dest, &old.remote().to_bytes())
+            .map_err(|e| e.to_string())?;
+    }
+    for src in 1..n {
+        if h.message_from(src)? != b"firing" {
+            return fail(h, "expected 'firing'");
+        }
+    }
+    let old_key = old.key();
+    drop(old);
+    let new = h.f.alloc_region(LEN).map_err(|e| e.to_string())?;
+    if new.key() == old_key {
+        return fail(h, "a new region got the dropped region's key");
+    }
+    for src in 1..n {
+        if h.message_from(src)? != b"stopped" {
+            return fail(h, "expected 'stopped'");
+        }
+    }
+    let mut bytes = vec![0u8; LEN];
+    new.read(0, &mut bytes).map_err(|e| e.to_string())?;
+    match bytes.iter().position(|&b| b != 0) {
+        Some(i) => fail(
+            h,
+            format!("a put meant for the dropped region hit byte {i} of the new one"),
+        ),
+        None => Ok(()),
+    }
 }
 
 /// The victim sends a burst to every survivor and then leaves: killed (`die`), or, with `None`,
