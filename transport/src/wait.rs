@@ -23,7 +23,8 @@ pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
     fabric: &F,
     timeout: Option<Duration>,
 ) -> Result<Option<Event>> {
-    let deadline = timeout.map(|t| Instant::now() + t);
+    // A timeout too long to represent is no timeout.
+    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
     for i in 0..SPIN_POLLS + YIELD_POLLS {
         if let Some(ev) = fabric.poll()? {
             return Ok(Some(ev));

@@ -6,6 +6,8 @@ use std::time::Duration;
 
 /// Sleeps while `*word == expected`, at most `timeout` (shared futex: works across processes).
 pub(crate) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    // Capped: a longer sleep is woken by the doorbell or the caller's next slice anyway.
+    let timeout = timeout.min(Duration::from_secs(86_400));
     let ts = libc::timespec {
         tv_sec: timeout.as_secs() as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,

@@ -210,7 +210,7 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             op,
             status,
             region_len,
-        } => sh.complete(op, |p| {
+        } => sh.complete_from(from, op, |p| {
             if status == wire::ST_OK {
                 Ok(())
             } else {
@@ -231,13 +231,16 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             data,
         } => {
             if status != wire::ST_OK {
-                sh.complete(op, |p| Err(sh.remote_error(p, status, region_len)));
+                sh.complete_from(from, op, |p| Err(sh.remote_error(p, status, region_len)));
                 return Ok(());
             }
             let mut pending = sh.pending.lock();
             let Some(p) = pending.get_mut(&op) else {
                 return Ok(());
             };
+            if p.peer != from {
+                return Err("get data for an operation with another rank".into());
+            }
             let PendingKind::Get {
                 dst,
                 dst_off,
@@ -307,16 +310,15 @@ fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) 
     loop {
         let n = (len - chunk_off).min(CHUNK);
         let frame = region.with_range(offset + chunk_off, n, |p| {
-            // SAFETY: range checked by `with_range`; the bytes are copied into the frame.
-            let data = unsafe { std::slice::from_raw_parts(p, n) };
-            Frame::GetData {
+            let head = Frame::GetData {
                 op,
                 chunk_off: chunk_off as u64,
                 status: wire::ST_OK,
                 region_len: 0,
-                data,
-            }
-            .encode()
+                data: &[],
+            };
+            // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
+            unsafe { wire::encode_with_raw_data(&head, p, n) }
         });
         let frame = frame.unwrap_or_else(|e| {
             Frame::GetData {

@@ -86,6 +86,9 @@ impl TcpFabric {
         cfg: &FabricConfig,
         local_ip: Option<IpAddr>,
     ) -> Result<TcpFabric> {
+        if rank as usize >= size {
+            return Err(TransportError::InvalidRank { rank, size });
+        }
         let streams = connect::connect_mesh(rank, size, store, cfg.bootstrap_timeout, local_ip)?;
         let poll = mio::Poll::new().map_err(|e| TransportError::io("creating the poller", e))?;
         let waker = mio::Waker::new(poll.registry(), mio::Token(size))
@@ -255,9 +258,36 @@ impl Shared {
         Ok(())
     }
 
+    /// Completes a pending operation with `from`, on that peer's word; a completion naming
+    /// another rank's operation is ignored.
+    pub(crate) fn complete_from(
+        &self,
+        from: Rank,
+        op: u64,
+        result: impl FnOnce(&Pending) -> Result<()>,
+    ) {
+        let removed = {
+            let mut pending = self.pending.lock();
+            match pending.get(&op) {
+                Some(p) if p.peer == from => pending.remove(&op),
+                _ => None,
+            }
+        };
+        self.report(op, removed, result);
+    }
+
     /// Completes a pending operation (ignored if it already completed).
     pub(crate) fn complete(&self, op: u64, result: impl FnOnce(&Pending) -> Result<()>) {
         let removed = self.pending.lock().remove(&op);
+        self.report(op, removed, result);
+    }
+
+    fn report(
+        &self,
+        op: u64,
+        removed: Option<Pending>,
+        result: impl FnOnce(&Pending) -> Result<()>,
+    ) {
         if let Some(p) = removed {
             let result = result(&p);
             self.events.push(Event::Completed {
@@ -347,18 +377,17 @@ impl Fabric for TcpFabric {
         loop {
             let n = (len - chunk_off).min(CHUNK);
             let frame = src.with_range(src_offset + chunk_off, n, |p| {
-                // SAFETY: range checked by `with_range`; copied out before the guard drops.
-                let data = unsafe { std::slice::from_raw_parts(p, n) };
-                Frame::Put {
+                let head = Frame::Put {
                     op: op.0,
                     key: dst.key.0,
                     base: dst.offset as u64,
                     total: len as u64,
                     chunk_off: chunk_off as u64,
                     imm,
-                    data,
-                }
-                .encode()
+                    data: &[],
+                };
+                // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
+                unsafe { wire::encode_with_raw_data(&head, p, n) }
             });
             let frame = match frame {
                 Ok(f) => f,

@@ -163,6 +163,29 @@ impl Frame<'_> {
     }
 }
 
+/// Encodes `frame` (a `Put` or `GetData` with empty `data`) followed by `len` bytes read from
+/// `src`: region memory that peers may be writing at the same time, so it is copied as raw
+/// bytes and never seen as a Rust slice.
+///
+/// # Safety
+/// `src` must be valid for reads of `len` bytes for the duration of the call.
+pub unsafe fn encode_with_raw_data(frame: &Frame<'_>, src: *const u8, len: usize) -> Vec<u8> {
+    debug_assert!(matches!(
+        frame,
+        Frame::Put { data: &[], .. } | Frame::GetData { data: &[], .. }
+    ));
+    let mut v = frame.encode();
+    v.reserve_exact(len);
+    // SAFETY: `reserve_exact` made room for `len` more bytes; the caller vouches for `src`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(src, v.as_mut_ptr().add(v.len()), len);
+        v.set_len(v.len() + len);
+    }
+    let body = (v.len() - HEADER) as u32;
+    v[..4].copy_from_slice(&body.to_le_bytes());
+    v
+}
+
 struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     fn u8(&mut self) -> Result<u8, String> {

@@ -32,6 +32,11 @@ pub const LINGERING_CASES: &[&str] = &["last_words_closed"];
 /// How long a lingering victim stays alive after dropping its fabric.
 pub const LINGER: Duration = Duration::from_millis(1500);
 
+/// Whether `rank` of an `n`-rank job of `case` is meant to end killed by SIGKILL.
+pub fn killed_on_purpose(case: &str, rank: usize, n: usize) -> bool {
+    matches!(case, "peer_death" | "last_words") && rank == n - 1
+}
+
 /// Runs one case on this rank. `die` ends this rank abruptly (the victim in `peer_death`).
 pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String> {
     let mut h = Harness::new(f);

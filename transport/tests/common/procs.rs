@@ -81,7 +81,7 @@ pub fn run_procs(
     let report = run_job(&spec).map_err(|e| e.to_string())?;
     let mut problems = Vec::new();
     for e in &report.exits {
-        let victim = matches!(case, "peer_death" | "last_words") && e.rank == n - 1;
+        let victim = super::cases::killed_on_purpose(case, e.rank, n);
         let ok = if victim {
             e.status.signal() == Some(libc::SIGKILL)
         } else {
