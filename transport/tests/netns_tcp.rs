@@ -156,7 +156,7 @@ fn tcp_across_network_namespaces() {
             .collect();
         for (rank, status, text) in collect(children, Duration::from_secs(180)) {
             use std::os::unix::process::ExitStatusExt;
-            let victim = common::cases::killed_on_purpose(case, rank as usize, 4);
+            let victim = common::cases::killed_on_purpose(case, rank, 4);
             let ok = if victim {
                 status.signal() == Some(libc::SIGKILL)
             } else {
