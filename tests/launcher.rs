@@ -71,6 +71,34 @@ fn program_arguments_pass_through_untouched() {
 }
 
 #[test]
+fn every_line_of_output_is_forwarded() {
+    let out = launcher()
+        .args([
+            "-n",
+            "2",
+            "--tag-output",
+            "sh",
+            "-c",
+            "seq 1 20000; seq 1 500 >&2",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for r in 0..2 {
+        let lines = |text: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("[{r}] ")))
+                .count()
+        };
+        assert_eq!(lines(&stdout), 20000, "rank {r} stdout");
+        assert_eq!(lines(&stderr), 500, "rank {r} stderr");
+        assert!(stdout.contains(&format!("[{r}] 20000\n")));
+    }
+}
+
+#[test]
 fn exit_status_of_the_failing_rank_is_returned() {
     let out = launcher()
         .args([
@@ -127,15 +155,20 @@ fn bad_usage_is_refused() {
 #[test]
 fn ctrl_c_stops_the_job() {
     let start = Instant::now();
-    let mut child = launcher()
+    let child = launcher()
         .args(["-n", "3", "sh", "-c", "sleep 60"])
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: signalling the launcher we just started.
     unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
-    let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(128 + libc::SIGINT));
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(128 + libc::SIGINT), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    // The ranks the launcher stopped did not fail on their own.
+    assert!(!stderr.contains("was killed"), "{stderr}");
     assert!(
         start.elapsed() < Duration::from_secs(30),
         "the job was not stopped"

@@ -133,7 +133,16 @@ fn forward(
     })
 }
 
-fn spawn_rank(spec: &JobSpec, rank: usize, store_addr: &str) -> Result<Child> {
+/// How long, after the last rank ended, the launcher waits for their output to drain (a
+/// descendant that escaped its group could hold the pipe open forever).
+const OUTPUT_DRAIN: Duration = Duration::from_secs(2);
+
+fn spawn_rank(
+    spec: &JobSpec,
+    rank: usize,
+    store_addr: &str,
+    forwarders: &mut Vec<std::thread::JoinHandle<()>>,
+) -> Result<Child> {
     let (program, args) = spec
         .command
         .split_first()
@@ -166,13 +175,30 @@ fn spawn_rank(spec: &JobSpec, rank: usize, store_addr: &str) -> Result<Child> {
         .map_err(|e| TransportError::io(format!("starting {}", program.to_string_lossy()), e))?;
     if spec.prefix_output {
         if let Some(o) = child.stdout.take() {
-            forward(rank, o, false);
+            forwarders.push(forward(rank, o, false));
         }
         if let Some(e) = child.stderr.take() {
-            forward(rank, e, true);
+            forwarders.push(forward(rank, e, true));
         }
     }
     Ok(child)
+}
+
+/// Whether `child` has ended, without reaping it (so its pid stays reserved).
+fn has_exited(child: &Child) -> bool {
+    // SAFETY: waitid on our own child with WNOWAIT leaves it waitable; `info` is zeroed first
+    // so `si_pid` reads 0 when nothing changed.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PID,
+            child.id() as libc::id_t,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        // An error (ECHILD: already reaped) is treated as ended, so try_wait reports it.
+        r != 0 || info.si_pid() != 0
+    }
 }
 
 /// Signals a rank's whole process group (the rank and anything it started).
@@ -215,8 +241,9 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     let addr = server.addr().to_string();
     publish_job_identity(&TcpStore::connect(&addr, Duration::from_secs(5))?)?;
     let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
+    let mut forwarders = Vec::new();
     for rank in 0..spec.ranks {
-        match spawn_rank(spec, rank, &addr) {
+        match spawn_rank(spec, rank, &addr, &mut forwarders) {
             Ok(c) => children.push(Some(c)),
             Err(e) => {
                 for c in children.iter_mut().flatten() {
@@ -236,6 +263,12 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
             let Some(child) = children[rank].as_mut() else {
                 continue;
             };
+            if !has_exited(child) {
+                continue;
+            }
+            // The rank is a zombie, so its pid (= its group's id) cannot be reused yet: stop
+            // whatever it left running in its group, then reap it.
+            signal(child, libc::SIGKILL);
             match child.try_wait() {
                 Ok(Some(status)) => {
                     let e = RankExit {
@@ -243,9 +276,10 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
                         pid: child.id(),
                         status,
                         stopped_by_launcher: stopping.is_some()
-                            && first_failure.is_some_and(|f| f.rank != rank),
+                            && first_failure.is_none_or(|f| f.rank != rank),
                     };
-                    if !status.success() && first_failure.is_none() {
+                    // Ranks ended by an interrupt are not failures of their own.
+                    if !status.success() && first_failure.is_none() && interrupted.is_none() {
                         first_failure = Some(e);
                         eprintln!("rdcoll-run: rank {rank} {}", describe(status));
                         if spec.stop_on_failure {
@@ -281,10 +315,14 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(server);
-    // Reap anything a rank left behind in its group.
-    for e in exits.iter().flatten() {
-        // SAFETY: signalling a process group that may no longer exist (then ESRCH, ignored).
-        unsafe { libc::kill(-(e.pid as libc::pid_t), libc::SIGKILL) };
+    let drain_until = Instant::now() + OUTPUT_DRAIN;
+    for t in forwarders {
+        while !t.is_finished() && Instant::now() < drain_until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if t.is_finished() {
+            let _ = t.join();
+        }
     }
     let exits: Vec<RankExit> = exits.into_iter().flatten().collect();
     Ok(JobReport {
