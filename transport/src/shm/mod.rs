@@ -418,6 +418,7 @@ impl Inner {
     }
 
     /// Fails the dead peers whose rings are empty; call without the consumer lock.
+    #[cold]
     fn reap_dead(&self) {
         if !self.any_dead.load(Ordering::Acquire) {
             return;

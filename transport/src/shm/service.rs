@@ -36,8 +36,11 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
             && !inner.failed[src].load(Ordering::Acquire)
     });
     if !waiting {
-        inner.reap_dead();
-        return Ok(deliver(inner.local_events.pop(), f));
+        if inner.any_dead.load(Ordering::Relaxed) {
+            inner.reap_dead();
+            return Ok(deliver(inner.local_events.pop(), f));
+        }
+        return Ok(false);
     }
     let Some(mut cons) = inner.consumers.try_lock() else {
         return Ok(false);
@@ -105,7 +108,9 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
         src = if src + 1 == size { 0 } else { src + 1 };
     }
     drop(cons);
-    inner.reap_dead();
+    if inner.any_dead.load(Ordering::Relaxed) {
+        inner.reap_dead();
+    }
     Ok(deliver(inner.local_events.pop(), f))
 }
 
