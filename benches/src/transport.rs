@@ -56,6 +56,10 @@ fn parse(args: &[String]) -> Result<Opts, String> {
 struct Row {
     name: String,
     latency_ns: f64,
+    /// For process backends: the cache-line floor measured by the same two rank processes,
+    /// batch by batch between the message batches (median ns), and the median of the
+    /// per-batch ratios. Immune to the vCPU placement changing between measurements.
+    paired: Option<(f64, f64)>,
     /// (size, bytes per second)
     get_bw: Vec<(usize, f64)>,
 }
@@ -67,12 +71,21 @@ impl Row {
             .iter()
             .map(|(s, b)| format!("{s}:{b}"))
             .collect();
-        format!("{}|{}|{}", self.name, self.latency_ns, bw.join(","))
+        let (pf, pr) = self.paired.unwrap_or((f64::NAN, f64::NAN));
+        format!(
+            "{}|{}|{pf}|{pr}|{}",
+            self.name,
+            self.latency_ns,
+            bw.join(",")
+        )
     }
     fn decode(s: &str) -> Option<Row> {
         let mut f = s.trim().split('|');
         let name = f.next()?.to_string();
         let latency_ns = f.next()?.parse().ok()?;
+        let pf: f64 = f.next()?.parse().ok()?;
+        let pr: f64 = f.next()?.parse().ok()?;
+        let paired = (pf.is_finite() && pr.is_finite()).then_some((pf, pr));
         let get_bw = f
             .next()?
             .split(',')
@@ -85,6 +98,7 @@ impl Row {
         Some(Row {
             name,
             latency_ns,
+            paired,
             get_bw,
         })
     }
@@ -218,7 +232,11 @@ fn measure(
     };
     let per_batch = pingpongs / BATCHES;
     let mut batches = Vec::with_capacity(BATCHES as usize);
+    let mut floor = PairedFloor::open(f)?;
+    let mut floor_batches = Vec::with_capacity(BATCHES as usize);
+    let mut ratios = Vec::with_capacity(BATCHES as usize);
     for b in 0..=BATCHES {
+        let floor_ns = floor.as_mut().map(|fl| fl.batch(me, per_batch));
         let t0 = Instant::now();
         for _ in 0..per_batch {
             if me == 0 {
@@ -231,10 +249,18 @@ fn measure(
         }
         // Batch 0 is the warm-up.
         if b > 0 {
-            batches.push(t0.elapsed().as_nanos() as f64 / per_batch as f64 / 2.0);
+            let ns = t0.elapsed().as_nanos() as f64 / per_batch as f64 / 2.0;
+            batches.push(ns);
+            if let Some(fl) = floor_ns {
+                floor_batches.push(fl);
+                ratios.push(ns / fl);
+            }
         }
     }
     let latency_ns = median(&mut batches);
+    let paired = floor
+        .is_some()
+        .then(|| (median(&mut floor_batches), median(&mut ratios)));
     // Bandwidth: rank 1 exposes 64 MiB, rank 0 gets from it.
     let max = *GET_SIZES.last().unwrap_or(&0);
     let mut backing = Vec::new();
@@ -253,6 +279,7 @@ fn measure(
     let mut row = Row {
         name,
         latency_ns,
+        paired,
         get_bw: Vec::new(),
     };
     if me == 0 {
@@ -280,6 +307,115 @@ fn measure(
     drop(region);
     drop(backing);
     Ok((me == 0).then_some(row))
+}
+
+/// The cache-line floor between the two rank processes of a process backend: two counters in
+/// a small shared mapping that rank 0 creates and names to rank 1 through the fabric.
+struct PairedFloor {
+    mem: *mut libc::c_void,
+    count: u64,
+}
+
+const FLOOR_MAP: usize = 4096;
+
+impl PairedFloor {
+    /// `None` for the local backend (its ranks are threads, not processes).
+    fn open(f: &dyn Fabric) -> Result<Option<PairedFloor>, String> {
+        if f.backend() == "local" {
+            return Ok(None);
+        }
+        let name = if f.rank() == 0 {
+            let name = format!("/rdcoll-bench-floor-{}", std::process::id());
+            f.send(1, name.as_bytes()).map_err(|e| e.to_string())?;
+            name
+        } else {
+            String::from_utf8(wait_message(f)?).map_err(|e| e.to_string())?
+        };
+        let cname = std::ffi::CString::new(name).map_err(|e| e.to_string())?;
+        let flags = if f.rank() == 0 {
+            libc::O_CREAT | libc::O_EXCL | libc::O_RDWR
+        } else {
+            libc::O_RDWR
+        };
+        if f.rank() == 1 {
+            // Rank 0 creates it before sending the name, but sizes it after: wait for that.
+            wait_message(f)?;
+        }
+        // SAFETY: shm_open with a valid C string; the descriptor is closed below.
+        let fd = unsafe { libc::shm_open(cname.as_ptr(), flags, 0o600) };
+        if fd < 0 {
+            return Err(format!("shm_open: {}", std::io::Error::last_os_error()));
+        }
+        // SAFETY: sizing and mapping our descriptor, then closing it.
+        let mem = unsafe {
+            if f.rank() == 0 {
+                libc::ftruncate(fd, FLOOR_MAP as libc::off_t);
+            }
+            let m = libc::mmap(
+                std::ptr::null_mut(),
+                FLOOR_MAP,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            );
+            libc::close(fd);
+            m
+        };
+        if f.rank() == 0 {
+            f.send(1, b"sized").map_err(|e| e.to_string())?;
+            // Rank 1 has mapped it once it answers; then the name can go.
+            wait_message(f)?;
+            // SAFETY: unlinking the name we created.
+            unsafe { libc::shm_unlink(cname.as_ptr()) };
+        } else {
+            f.send(0, b"mapped").map_err(|e| e.to_string())?;
+        }
+        if mem == libc::MAP_FAILED {
+            return Err(format!("mmap: {}", std::io::Error::last_os_error()));
+        }
+        Ok(Some(PairedFloor { mem, count: 0 }))
+    }
+
+    fn words(&self) -> (&AtomicU64, &AtomicU64) {
+        // SAFETY: the mapping is page aligned and FLOOR_MAP long; offsets 0 and 128 are
+        // 8-aligned and on separate cache lines.
+        unsafe {
+            (
+                &*(self.mem as *const AtomicU64),
+                &*((self.mem as *const u8).add(128) as *const AtomicU64),
+            )
+        }
+    }
+
+    /// `n` round trips; returns one-way ns.
+    fn batch(&mut self, me: u32, n: u64) -> f64 {
+        let (ping, pong) = self.words();
+        let start = self.count;
+        let t0 = Instant::now();
+        for i in start + 1..=start + n {
+            if me == 0 {
+                ping.store(i, Ordering::Release);
+                while pong.load(Ordering::Acquire) != i {
+                    std::hint::spin_loop();
+                }
+            } else {
+                while ping.load(Ordering::Acquire) != i {
+                    std::hint::spin_loop();
+                }
+                pong.store(i, Ordering::Release);
+            }
+        }
+        self.count = start + n;
+        t0.elapsed().as_nanos() as f64 / n as f64 / 2.0
+    }
+}
+
+impl Drop for PairedFloor {
+    fn drop(&mut self) {
+        // SAFETY: unmapping what `open` mapped.
+        unsafe { libc::munmap(self.mem, FLOOR_MAP) };
+    }
 }
 
 /// Two processes bouncing a counter through two cache lines of shared memory: the floor for
@@ -463,18 +599,30 @@ fn driver(opts: &Opts) -> i32 {
         opts.pingpongs
     );
     let _ = writeln!(out, "\n## 8-byte one-way latency (ping-pong / 2)\n");
-    let _ = writeln!(out, "| backend | one-way ns | vs cache-line floor |");
-    let _ = writeln!(out, "|---|---:|---:|");
-    let _ = writeln!(out, "| bare cache-line ping-pong (2 processes; before/after: {:.0}/{:.0}) | {floor:.0} | 1.00x |", floors[0], floors[1]);
+    let _ = writeln!(
+        out,
+        "| backend | one-way ns | vs cache-line floor | paired floor ns | vs paired floor |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    let _ = writeln!(out, "| bare cache-line ping-pong (2 processes; before/after: {:.0}/{:.0}) | {floor:.0} | 1.00x | | |", floors[0], floors[1]);
     for r in &rows {
+        let (pf, pr) = match r.paired {
+            Some((pf, pr)) => (format!("{pf:.0}"), format!("{pr:.2}x")),
+            None => (String::new(), String::new()),
+        };
         let _ = writeln!(
             out,
-            "| {} | {:.0} | {:.2}x |",
+            "| {} | {:.0} | {:.2}x | {pf} | {pr} |",
             r.name,
             r.latency_ns,
             r.latency_ns / floor
         );
     }
+    let _ = writeln!(
+        out,
+        "\nThe paired floor is the same ping-pong run by the backend's own two rank processes,\n\
+         one floor batch before each message batch; its ratio is the median of per-batch ratios."
+    );
     let _ = writeln!(out, "\n## get bandwidth, GB/s\n");
     let header: Vec<String> = GET_SIZES
         .iter()
@@ -502,7 +650,8 @@ fn driver(opts: &Opts) -> i32 {
     };
     let _ = writeln!(out, "\n## targets\n");
     for r in rows.iter().filter(|r| r.name.starts_with("shm")) {
-        let lat = r.latency_ns / floor;
+        // Judged against the paired floor where there is one (same processes, same moment).
+        let lat = r.paired.map_or(r.latency_ns / floor, |p| p.1);
         let bw = at4(&r.get_bw) / at4(&memcpy);
         let _ = writeln!(
             out,
