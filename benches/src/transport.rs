@@ -309,6 +309,18 @@ fn measure(
     Ok((me == 0).then_some(row))
 }
 
+/// Where the two processes probably ran, judging by the floor: the ratio of a fixed software
+/// cost to the floor depends on it, so every judgement says which it was.
+fn placement(floor_ns: f64) -> &'static str {
+    if floor_ns < 35.0 {
+        "vCPUs on one physical core (SMT siblings)"
+    } else if floor_ns < 120.0 {
+        "vCPUs on neighbouring cores"
+    } else {
+        "vCPUs on distant cores"
+    }
+}
+
 /// The cache-line floor between the two rank processes of a process backend: two counters in
 /// a small shared mapping that rank 0 creates and names to rank 1 through the fabric.
 struct PairedFloor {
@@ -319,9 +331,10 @@ struct PairedFloor {
 const FLOOR_MAP: usize = 4096;
 
 impl PairedFloor {
-    /// `None` for the local backend (its ranks are threads, not processes).
+    /// Only for shm: `local` ranks are threads, and `tcp` ranks share the two cores with their
+    /// I/O threads, which makes a spinning floor meaningless.
     fn open(f: &dyn Fabric) -> Result<Option<PairedFloor>, String> {
-        if f.backend() == "local" {
+        if f.backend() != "shm" {
             return Ok(None);
         }
         let name = if f.rank() == 0 {
@@ -652,10 +665,11 @@ fn driver(opts: &Opts) -> i32 {
     for r in rows.iter().filter(|r| r.name.starts_with("shm")) {
         // Judged against the paired floor where there is one (same processes, same moment).
         let lat = r.paired.map_or(r.latency_ns / floor, |p| p.1);
+        let placement = placement(r.paired.map_or(floor, |p| p.0));
         let bw = at4(&r.get_bw) / at4(&memcpy);
         let _ = writeln!(
             out,
-            "- {}: latency {lat:.2}x the floor (target <= 1.5x: {}); get at 4 MiB {:.0}% of memcpy (target >= 80%: {})",
+            "- {}: latency {lat:.2}x the floor, {placement} (target <= 1.5x: {}); get at 4 MiB {:.0}% of memcpy (target >= 80%: {})",
             r.name,
             if lat <= 1.5 { "met" } else { "NOT met" },
             bw * 100.0,
