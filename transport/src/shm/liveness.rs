@@ -6,13 +6,98 @@
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use super::{os, Inner};
+use std::sync::atomic::Ordering;
+
+use super::{os, ring, Inner};
 use crate::error::{Result, TransportError};
-use crate::types::Rank;
+use crate::types::{Event, OpId, Rank};
 
 /// Tick of the watchdog: how often it looks at `closed` words (and, where pidfds are
 /// missing, at processes).
 const POLL_MS: i32 = 100;
+
+impl Inner {
+    /// Notes that `rank` is gone. It is failed by the next poll that finds its ring drained,
+    /// so its last messages and completions still arrive, before the failure.
+    pub(crate) fn mark_dead(&self, rank: Rank) {
+        if self.dead[rank as usize].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.any_dead.store(true, Ordering::SeqCst);
+        let own = self.view(self.rank);
+        own.doorbell().fetch_add(1, Ordering::Release);
+        os::futex_wake(own.doorbell());
+    }
+
+    /// Whether `rank`'s fabric was dropped (its process may live on).
+    pub(crate) fn peer_closed(&self, rank: Rank) -> bool {
+        self.view(rank).closed().load(Ordering::Acquire) != 0
+    }
+
+    /// Fails the dead peers whose rings are empty; call without the consumer lock.
+    #[cold]
+    pub(super) fn reap_dead(&self) {
+        if !self.any_dead.load(Ordering::Acquire) {
+            return;
+        }
+        let mut left = false;
+        for src in 0..self.size {
+            if !self.dead[src].load(Ordering::Acquire) || self.failed[src].load(Ordering::Acquire) {
+                continue;
+            }
+            let ring = &self.incoming[src];
+            // SAFETY: our own incoming ring; `head` is where its consumer stands.
+            if unsafe { ring::peek_ready(ring.data, self.layout.ring_bytes, ring.head()) } {
+                left = true;
+            } else {
+                self.fail_peer(src as Rank);
+            }
+        }
+        if !left {
+            self.any_dead.store(false, Ordering::Release);
+            // A peer marked dead meanwhile has set the flag again after its own store.
+            if self
+                .dead
+                .iter()
+                .zip(&self.failed)
+                .any(|(d, f)| d.load(Ordering::Acquire) && !f.load(Ordering::Acquire))
+            {
+                self.any_dead.store(true, Ordering::Release);
+            }
+        }
+    }
+
+    /// Fails `rank` once: pending operations complete with `PeerFailed`, then the event.
+    pub(crate) fn fail_peer(&self, rank: Rank) {
+        let drained: Vec<u64> = {
+            let mut pending = self.pending.lock();
+            if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
+                return;
+            }
+            self.dead[rank as usize].store(true, Ordering::Release);
+            let ids: Vec<u64> = pending
+                .iter()
+                .filter(|(_, p)| p.peer == rank)
+                .map(|(k, _)| *k)
+                .collect();
+            for id in &ids {
+                pending.remove(id);
+            }
+            ids
+        };
+        self.producers[rank as usize].lock().backlog.clear();
+        for op in drained {
+            self.local_events.push(Event::Completed {
+                op: OpId(op),
+                result: Err(TransportError::PeerFailed(rank)),
+            });
+        }
+        self.local_events.push(Event::PeerFailed { rank });
+        let own = self.view(self.rank);
+        own.doorbell().fetch_add(1, Ordering::Release);
+        os::futex_wake(own.doorbell());
+    }
+}
 
 /// A running watchdog; [`Watchdog::stop`] ends it.
 pub(crate) struct Watchdog {

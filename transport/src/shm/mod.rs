@@ -23,8 +23,10 @@ mod liveness;
 mod os;
 mod records;
 mod ring;
+mod rma;
 mod segment;
 mod service;
+mod setup;
 mod spin;
 mod table;
 
@@ -35,14 +37,12 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use crate::bootstrap::{Store, JOB_ID_KEY};
-use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Publisher, Region, RegionTable};
 use crate::types::{Event, OpId, Rank, RegionKey, RemoteAddr};
 use heap::HeapAlloc;
-use layout::{Layout, View, MAGIC};
+use layout::{Layout, View};
 use records::*;
 use segment::Segment;
 use spin::SpinLock;
@@ -190,193 +190,6 @@ pub struct ShmFabric {
     watchdog: Option<liveness::Watchdog>,
 }
 
-fn parse_peer(bytes: &[u8]) -> Option<(String, usize, i32, [usize; 3])> {
-    let s = std::str::from_utf8(bytes).ok()?;
-    let f: Vec<&str> = s.split(' ').collect();
-    if f.len() != 6 {
-        return None;
-    }
-    let n = |i: usize| f[i].parse::<usize>().ok();
-    Some((
-        f[0].to_string(),
-        n(1)?,
-        f[2].parse().ok()?,
-        [n(3)?, n(4)?, n(5)?],
-    ))
-}
-
-impl ShmFabric {
-    /// Creates this rank's segment, maps every peer's, and starts the liveness watchdog.
-    pub fn new(
-        rank: Rank,
-        size: usize,
-        store: &dyn Store,
-        cfg: &FabricConfig,
-    ) -> Result<ShmFabric> {
-        cfg.validate()?;
-        if rank as usize >= size {
-            return Err(TransportError::InvalidRank { rank, size });
-        }
-        let timeout = cfg.bootstrap_timeout;
-        let job = String::from_utf8_lossy(&store.get(JOB_ID_KEY, timeout)?).to_string();
-        let layout = Layout {
-            size,
-            max_regions: cfg.max_regions,
-            ring_bytes: cfg.shm_ring_bytes,
-            heap_bytes: cfg.shm_heap_bytes,
-        };
-        let total = layout.checked_total().ok_or_else(|| {
-            TransportError::InvalidArgument(format!("shm segment for {layout:?} is too large"))
-        })?;
-        let name = format!("/rdcoll-{job}-{rank}");
-        let own = Arc::new(Segment::create(&name, total)?);
-        let mapped = Self::map_peers(rank, size, store, cfg, layout, (&name, &own));
-        // Unlinked in every case: on success all ranks have mapped it, on failure it must not
-        // outlive this process.
-        own.unlink();
-        let (segs, pids) = mapped?;
-        Self::start(rank, size, cfg, layout, segs, pids)
-    }
-
-    /// Publishes our segment, maps every peer's, and waits until all ranks have done so.
-    fn map_peers(
-        rank: Rank,
-        size: usize,
-        store: &dyn Store,
-        cfg: &FabricConfig,
-        layout: Layout,
-        (name, own): (&str, &Arc<Segment>),
-    ) -> Result<(Vec<Arc<Segment>>, Vec<i32>)> {
-        let timeout = cfg.bootstrap_timeout;
-        let pid = std::process::id() as i32;
-        {
-            let v = View { seg: own, layout };
-            v.pid().store(pid as u64, Ordering::Relaxed);
-            v.owner_base().store(own.base() as u64, Ordering::Relaxed);
-            v.magic().store(MAGIC, Ordering::Release);
-        }
-        // Allow peers to attach to our memory where Yama restricts ptrace to descendants.
-        // SAFETY: prctl with constant arguments.
-        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
-        let shape = [layout.max_regions, layout.ring_bytes, layout.heap_bytes];
-        let me = format!(
-            "{name} {} {pid} {} {} {}",
-            layout.total(),
-            shape[0],
-            shape[1],
-            shape[2]
-        );
-        store.set(&format!("shm/{rank}"), me.as_bytes())?;
-        let mut segs = Vec::with_capacity(size);
-        let mut pids = Vec::with_capacity(size);
-        for r in 0..size {
-            if r == rank as usize {
-                segs.push(own.clone());
-                pids.push(pid);
-                continue;
-            }
-            let info = store.get(&format!("shm/{r}"), timeout)?;
-            let (pname, total, ppid, pshape) = parse_peer(&info).ok_or_else(|| {
-                TransportError::Bootstrap(format!("rank {r} published a malformed shm entry"))
-            })?;
-            if pshape != shape || total != layout.total() {
-                return Err(TransportError::Bootstrap(format!(
-                    "rank {r} uses a different shm layout {pshape:?} from ours {shape:?}: set the same RDCOLL_SHM_* on every rank"
-                )));
-            }
-            let seg = Segment::open(&pname, total)?;
-            if (View { seg: &seg, layout }).magic().load(Ordering::Acquire) != MAGIC {
-                return Err(TransportError::Bootstrap(format!(
-                    "rank {r}'s segment is not initialised"
-                )));
-            }
-            segs.push(Arc::new(seg));
-            pids.push(ppid);
-        }
-        store.barrier("shm-mapped", size, timeout)?;
-        Ok((segs, pids))
-    }
-
-    /// Builds the endpoint over the mapped segments and starts its watchdog.
-    fn start(
-        rank: Rank,
-        size: usize,
-        cfg: &FabricConfig,
-        layout: Layout,
-        segs: Vec<Arc<Segment>>,
-        pids: Vec<i32>,
-    ) -> Result<ShmFabric> {
-        let cma_ok: Vec<AtomicBool> = (0..size)
-            .map(|r| {
-                let ok =
-                    cfg.shm_cma && (r == rank as usize || cma_probe(pids[r], &segs[r], layout));
-                AtomicBool::new(ok)
-            })
-            .collect();
-        let heap_ptr_len = layout.heap_bytes;
-        let outgoing = segs
-            .iter()
-            .map(|seg| RingRef::new(&View { seg, layout }, rank as usize))
-            .collect();
-        let incoming = (0..size)
-            .map(|src| {
-                RingRef::new(
-                    &View {
-                        seg: &segs[rank as usize],
-                        layout,
-                    },
-                    src,
-                )
-            })
-            .collect();
-        let inner = Arc::new(Inner {
-            outgoing,
-            incoming,
-            rank,
-            size,
-            start: Instant::now(),
-            layout,
-            segs,
-            pids: pids.clone(),
-            table: RegionTable::new(rank, cfg.max_regions),
-            heap: Arc::new(Mutex::new(HeapAlloc::new(heap_ptr_len))),
-            local_events: LocalQueue::default(),
-            producers: (0..size)
-                .map(|_| {
-                    SpinLock::new(ProducerSide {
-                        ring: Default::default(),
-                        backlog: VecDeque::new(),
-                    })
-                })
-                .collect(),
-            any_backlog: AtomicBool::new(false),
-            consumers: SpinLock::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
-            pending: Mutex::new(HashMap::new()),
-            failed: (0..size).map(|_| AtomicBool::new(false)).collect(),
-            dead: (0..size).map(|_| AtomicBool::new(false)).collect(),
-            any_dead: AtomicBool::new(false),
-            cma_ok,
-            next_op: AtomicU64::new(0),
-        });
-        let publisher = Arc::new(ShmPublisher {
-            inner: Arc::downgrade(&inner),
-        });
-        let watchdog = liveness::Watchdog::start(inner.clone(), pids)?;
-        Ok(ShmFabric {
-            inner,
-            publisher,
-            watchdog: Some(watchdog),
-        })
-    }
-}
-
-/// Whether `process_vm_readv` from `pid` works: read the peer's magic through it.
-fn cma_probe(pid: i32, seg: &Segment, layout: Layout) -> bool {
-    let remote = (View { seg, layout }).owner_base().load(Ordering::Acquire) as usize;
-    let mut word = [0u8; 8];
-    os::read_remote(pid, remote, word.as_mut_ptr(), 8).is_ok() && u64::from_le_bytes(word) == MAGIC
-}
-
 impl Inner {
     fn view(&self, rank: Rank) -> View<'_> {
         View {
@@ -398,56 +211,6 @@ impl Inner {
             return Err(TransportError::PeerFailed(rank));
         }
         Ok(())
-    }
-
-    /// Notes that `rank` is gone. It is failed by the next poll that finds its ring drained,
-    /// so its last messages and completions still arrive, before the failure.
-    pub(crate) fn mark_dead(&self, rank: Rank) {
-        if self.dead[rank as usize].swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.any_dead.store(true, Ordering::SeqCst);
-        let own = self.view(self.rank);
-        own.doorbell().fetch_add(1, Ordering::Release);
-        os::futex_wake(own.doorbell());
-    }
-
-    /// Whether `rank`'s fabric was dropped (its process may live on).
-    pub(crate) fn peer_closed(&self, rank: Rank) -> bool {
-        self.view(rank).closed().load(Ordering::Acquire) != 0
-    }
-
-    /// Fails the dead peers whose rings are empty; call without the consumer lock.
-    #[cold]
-    fn reap_dead(&self) {
-        if !self.any_dead.load(Ordering::Acquire) {
-            return;
-        }
-        let mut left = false;
-        for src in 0..self.size {
-            if !self.dead[src].load(Ordering::Acquire) || self.failed[src].load(Ordering::Acquire) {
-                continue;
-            }
-            let ring = &self.incoming[src];
-            // SAFETY: our own incoming ring; `head` is where its consumer stands.
-            if unsafe { ring::peek_ready(ring.data, self.layout.ring_bytes, ring.head()) } {
-                left = true;
-            } else {
-                self.fail_peer(src as Rank);
-            }
-        }
-        if !left {
-            self.any_dead.store(false, Ordering::Release);
-            // A peer marked dead meanwhile has set the flag again after its own store.
-            if self
-                .dead
-                .iter()
-                .zip(&self.failed)
-                .any(|(d, f)| d.load(Ordering::Acquire) && !f.load(Ordering::Acquire))
-            {
-                self.any_dead.store(true, Ordering::Release);
-            }
-        }
     }
 
     /// Takes back an operation whose request could not be sent: `Err` if nothing will report
@@ -556,37 +319,6 @@ impl Inner {
         Ok(())
     }
 
-    /// Fails `rank` once: pending operations complete with `PeerFailed`, then the event.
-    pub(crate) fn fail_peer(&self, rank: Rank) {
-        let drained: Vec<u64> = {
-            let mut pending = self.pending.lock();
-            if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
-                return;
-            }
-            self.dead[rank as usize].store(true, Ordering::Release);
-            let ids: Vec<u64> = pending
-                .iter()
-                .filter(|(_, p)| p.peer == rank)
-                .map(|(k, _)| *k)
-                .collect();
-            for id in &ids {
-                pending.remove(id);
-            }
-            ids
-        };
-        self.producers[rank as usize].lock().backlog.clear();
-        for op in drained {
-            self.local_events.push(Event::Completed {
-                op: OpId(op),
-                result: Err(TransportError::PeerFailed(rank)),
-            });
-        }
-        self.local_events.push(Event::PeerFailed { rank });
-        let own = self.view(self.rank);
-        own.doorbell().fetch_add(1, Ordering::Release);
-        os::futex_wake(own.doorbell());
-    }
-
     /// Whether anything is ready for this rank's progress to pick up.
     fn anything_ready(&self) -> bool {
         if !self.local_events.is_empty() || self.any_dead.load(Ordering::Acquire) {
@@ -685,171 +417,11 @@ impl Fabric for ShmFabric {
         dst: RemoteAddr,
         imm: Option<u64>,
     ) -> Result<OpId> {
-        let inner = &self.inner;
-        src.check_range(src_offset, len)?;
-        inner.check_peer(dst.rank)?;
-        let op = inner.new_op();
-        if dst.rank == inner.rank {
-            let result = inner.table.put_from(src, src_offset, len, dst);
-            if let (Ok(()), Some(imm)) = (&result, imm) {
-                inner.push_local(Event::Immediate {
-                    src: inner.rank,
-                    imm,
-                });
-            }
-            inner.push_local(Event::Completed { op, result });
-            return Ok(op);
-        }
-        let e = match inner.entry_for(dst.rank, dst.key, dst.offset, len) {
-            Ok(e) => e,
-            Err(err) => {
-                inner.push_local(Event::Completed {
-                    op,
-                    result: Err(err),
-                });
-                return Ok(op);
-            }
-        };
-        if e.kind == KIND_HEAP {
-            let result = inner.direct_copy(dst.rank, dst.key, &e, || {
-                let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, len)?;
-                src.with_range(src_offset, len, |s| {
-                    // SAFETY: `d` is inside the peer's heap block (validated entry and range,
-                    // held by `direct_copy`), `s` inside our live source region.
-                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-                })
-            });
-            let result = match (result, imm) {
-                (Ok(()), Some(imm)) => inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()]),
-                (result, _) => result,
-            };
-            inner.push_local(Event::Completed { op, result });
-            return Ok(op);
-        }
-        let kind = PendingKind::Put {
-            src: src.clone(),
-            src_off: src_offset,
-            imm,
-        };
-        inner.add_pending(
-            op,
-            Pending {
-                peer: dst.rank,
-                key: dst.key,
-                offset: dst.offset,
-                len,
-                kind,
-            },
-        )?;
-        let sent = if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
-            let words = [
-                op.0,
-                dst.key.0,
-                dst.offset as u64,
-                len as u64,
-                (src.base_addr() + src_offset) as u64,
-                imm.is_some() as u64,
-                imm.unwrap_or(0),
-            ];
-            inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])
-        } else {
-            service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)
-        };
-        match sent {
-            Ok(()) => Ok(op),
-            Err(e) => inner.abandon(op, e),
-        }
+        rma::put(&self.inner, src, src_offset, len, dst, imm)
     }
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
-        let inner = &self.inner;
-        dst.check_range(dst_offset, len)?;
-        inner.check_peer(src.rank)?;
-        let op = inner.new_op();
-        if src.rank == inner.rank {
-            let result = inner.table.get_into(dst, dst_offset, len, src);
-            inner.push_local(Event::Completed { op, result });
-            return Ok(op);
-        }
-        let e = match inner.entry_for(src.rank, src.key, src.offset, len) {
-            Ok(e) => e,
-            Err(err) => {
-                inner.push_local(Event::Completed {
-                    op,
-                    result: Err(err),
-                });
-                return Ok(op);
-            }
-        };
-        let stale = || TransportError::BadKey {
-            rank: src.rank,
-            key: src.key.0,
-        };
-        if e.kind == KIND_HEAP {
-            let result = inner.direct_copy(src.rank, src.key, &e, || {
-                let s = inner.heap_ptr(src.rank, e.addr + src.offset, len)?;
-                dst.with_range(dst_offset, len, |d| {
-                    // SAFETY: `s` is inside the peer's heap block (validated entry and range,
-                    // held by `direct_copy`), `d` inside our live destination region.
-                    unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-                })
-            });
-            inner.push_local(Event::Completed { op, result });
-            return Ok(op);
-        }
-        if inner.cma_ok[src.rank as usize].load(Ordering::Acquire) {
-            let pid = inner.pids[src.rank as usize];
-            let read = dst.with_range(dst_offset, len, |d| {
-                os::read_remote(pid, e.addr + src.offset, d, len)
-            })?;
-            match read {
-                Ok(()) => {
-                    // A region deregistered during the copy may have yielded garbage: refuse it.
-                    let result = if inner.still_valid(src.rank, src.key, &e) {
-                        Ok(())
-                    } else {
-                        Err(stale())
-                    };
-                    inner.push_local(Event::Completed { op, result });
-                    return Ok(op);
-                }
-                Err(errno) if errno == libc::EPERM || errno == libc::ENOSYS => {
-                    inner.cma_ok[src.rank as usize].store(false, Ordering::Release);
-                }
-                Err(errno) => {
-                    let gone = errno == libc::ESRCH
-                        || inner.failed[src.rank as usize].load(Ordering::Acquire);
-                    let result = if gone || !os::process_alive(pid) {
-                        inner.fail_peer(src.rank);
-                        Err(TransportError::PeerFailed(src.rank))
-                    } else {
-                        Err(stale())
-                    };
-                    inner.push_local(Event::Completed { op, result });
-                    return Ok(op);
-                }
-            }
-        }
-        let kind = PendingKind::Get {
-            dst: dst.clone(),
-            dst_off: dst_offset,
-            received: 0,
-        };
-        inner.add_pending(
-            op,
-            Pending {
-                peer: src.rank,
-                key: src.key,
-                offset: src.offset,
-                len,
-                kind,
-            },
-        )?;
-        let request = header([op.0, src.key.0, src.offset as u64, len as u64]);
-        match inner.send_record(src.rank, K_GET_REQ, &[&request]) {
-            Ok(()) => Ok(op),
-            Err(e) => inner.abandon(op, e),
-        }
+        rma::get(&self.inner, dst, dst_offset, len, src)
     }
 
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {

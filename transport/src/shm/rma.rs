@@ -1,0 +1,192 @@
+//! shm puts and gets: direct copies into and out of a peer's heap, `process_vm_readv` for
+//! memory a peer registered, and requests the target serves (pull puts, bounce transfers).
+
+use std::sync::atomic::Ordering;
+
+use super::records::*;
+use super::table::KIND_HEAP;
+use super::{os, service, Inner, Pending, PendingKind};
+use crate::error::{Result, TransportError};
+use crate::region::Region;
+use crate::types::{Event, OpId, RemoteAddr};
+
+/// One-sided write of `len` bytes of `src` at `src_offset` to `dst` (see `Fabric::put`).
+pub(super) fn put(
+    inner: &Inner,
+    src: &Region,
+    src_offset: usize,
+    len: usize,
+    dst: RemoteAddr,
+    imm: Option<u64>,
+) -> Result<OpId> {
+    src.check_range(src_offset, len)?;
+    inner.check_peer(dst.rank)?;
+    let op = inner.new_op();
+    if dst.rank == inner.rank {
+        let result = inner.table.put_from(src, src_offset, len, dst);
+        if let (Ok(()), Some(imm)) = (&result, imm) {
+            inner.push_local(Event::Immediate {
+                src: inner.rank,
+                imm,
+            });
+        }
+        inner.push_local(Event::Completed { op, result });
+        return Ok(op);
+    }
+    let e = match inner.entry_for(dst.rank, dst.key, dst.offset, len) {
+        Ok(e) => e,
+        Err(err) => {
+            inner.push_local(Event::Completed {
+                op,
+                result: Err(err),
+            });
+            return Ok(op);
+        }
+    };
+    if e.kind == KIND_HEAP {
+        let result = inner.direct_copy(dst.rank, dst.key, &e, || {
+            let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, len)?;
+            src.with_range(src_offset, len, |s| {
+                // SAFETY: `d` is inside the peer's heap block (validated entry and range,
+                // held by `direct_copy`), `s` inside our live source region.
+                unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+            })
+        });
+        let result = match (result, imm) {
+            (Ok(()), Some(imm)) => inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()]),
+            (result, _) => result,
+        };
+        inner.push_local(Event::Completed { op, result });
+        return Ok(op);
+    }
+    let kind = PendingKind::Put {
+        src: src.clone(),
+        src_off: src_offset,
+        imm,
+    };
+    inner.add_pending(
+        op,
+        Pending {
+            peer: dst.rank,
+            key: dst.key,
+            offset: dst.offset,
+            len,
+            kind,
+        },
+    )?;
+    let sent = if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
+        let words = [
+            op.0,
+            dst.key.0,
+            dst.offset as u64,
+            len as u64,
+            (src.base_addr() + src_offset) as u64,
+            imm.is_some() as u64,
+            imm.unwrap_or(0),
+        ];
+        inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])
+    } else {
+        service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)
+    };
+    match sent {
+        Ok(()) => Ok(op),
+        Err(e) => inner.abandon(op, e),
+    }
+}
+
+/// One-sided read of `len` bytes at `src` into `dst` at `dst_offset` (see `Fabric::get`).
+pub(super) fn get(
+    inner: &Inner,
+    dst: &Region,
+    dst_offset: usize,
+    len: usize,
+    src: RemoteAddr,
+) -> Result<OpId> {
+    dst.check_range(dst_offset, len)?;
+    inner.check_peer(src.rank)?;
+    let op = inner.new_op();
+    if src.rank == inner.rank {
+        let result = inner.table.get_into(dst, dst_offset, len, src);
+        inner.push_local(Event::Completed { op, result });
+        return Ok(op);
+    }
+    let e = match inner.entry_for(src.rank, src.key, src.offset, len) {
+        Ok(e) => e,
+        Err(err) => {
+            inner.push_local(Event::Completed {
+                op,
+                result: Err(err),
+            });
+            return Ok(op);
+        }
+    };
+    let stale = || TransportError::BadKey {
+        rank: src.rank,
+        key: src.key.0,
+    };
+    if e.kind == KIND_HEAP {
+        let result = inner.direct_copy(src.rank, src.key, &e, || {
+            let s = inner.heap_ptr(src.rank, e.addr + src.offset, len)?;
+            dst.with_range(dst_offset, len, |d| {
+                // SAFETY: `s` is inside the peer's heap block (validated entry and range,
+                // held by `direct_copy`), `d` inside our live destination region.
+                unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+            })
+        });
+        inner.push_local(Event::Completed { op, result });
+        return Ok(op);
+    }
+    if inner.cma_ok[src.rank as usize].load(Ordering::Acquire) {
+        let pid = inner.pids[src.rank as usize];
+        let read = dst.with_range(dst_offset, len, |d| {
+            os::read_remote(pid, e.addr + src.offset, d, len)
+        })?;
+        match read {
+            Ok(()) => {
+                // A region deregistered during the copy may have yielded garbage: refuse it.
+                let result = if inner.still_valid(src.rank, src.key, &e) {
+                    Ok(())
+                } else {
+                    Err(stale())
+                };
+                inner.push_local(Event::Completed { op, result });
+                return Ok(op);
+            }
+            Err(errno) if errno == libc::EPERM || errno == libc::ENOSYS => {
+                inner.cma_ok[src.rank as usize].store(false, Ordering::Release);
+            }
+            Err(errno) => {
+                let gone =
+                    errno == libc::ESRCH || inner.failed[src.rank as usize].load(Ordering::Acquire);
+                let result = if gone || !os::process_alive(pid) {
+                    inner.fail_peer(src.rank);
+                    Err(TransportError::PeerFailed(src.rank))
+                } else {
+                    Err(stale())
+                };
+                inner.push_local(Event::Completed { op, result });
+                return Ok(op);
+            }
+        }
+    }
+    let kind = PendingKind::Get {
+        dst: dst.clone(),
+        dst_off: dst_offset,
+        received: 0,
+    };
+    inner.add_pending(
+        op,
+        Pending {
+            peer: src.rank,
+            key: src.key,
+            offset: src.offset,
+            len,
+            kind,
+        },
+    )?;
+    let request = header([op.0, src.key.0, src.offset as u64, len as u64]);
+    match inner.send_record(src.rank, K_GET_REQ, &[&request]) {
+        Ok(()) => Ok(op),
+        Err(e) => inner.abandon(op, e),
+    }
+}

@@ -1,0 +1,208 @@
+//! Bringing up a rank's shm endpoint: its segment, every peer's, the cross-memory-attach probe.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use parking_lot::Mutex;
+
+use super::heap::HeapAlloc;
+use super::layout::{Layout, View, MAGIC};
+use super::segment::Segment;
+use super::spin::SpinLock;
+use super::{
+    liveness, os, ring, Inner, LocalQueue, ProducerSide, RingRef, ShmFabric, ShmPublisher,
+};
+use crate::bootstrap::{Store, JOB_ID_KEY};
+use crate::config::FabricConfig;
+use crate::error::{Result, TransportError};
+use crate::region::RegionTable;
+use crate::types::Rank;
+
+fn parse_peer(bytes: &[u8]) -> Option<(String, usize, i32, [usize; 3])> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    let f: Vec<&str> = s.split(' ').collect();
+    if f.len() != 6 {
+        return None;
+    }
+    let n = |i: usize| f[i].parse::<usize>().ok();
+    Some((
+        f[0].to_string(),
+        n(1)?,
+        f[2].parse().ok()?,
+        [n(3)?, n(4)?, n(5)?],
+    ))
+}
+
+impl ShmFabric {
+    /// Creates this rank's segment, maps every peer's, and starts the liveness watchdog.
+    pub fn new(
+        rank: Rank,
+        size: usize,
+        store: &dyn Store,
+        cfg: &FabricConfig,
+    ) -> Result<ShmFabric> {
+        cfg.validate()?;
+        if rank as usize >= size {
+            return Err(TransportError::InvalidRank { rank, size });
+        }
+        let timeout = cfg.bootstrap_timeout;
+        let job = String::from_utf8_lossy(&store.get(JOB_ID_KEY, timeout)?).to_string();
+        let layout = Layout {
+            size,
+            max_regions: cfg.max_regions,
+            ring_bytes: cfg.shm_ring_bytes,
+            heap_bytes: cfg.shm_heap_bytes,
+        };
+        let total = layout.checked_total().ok_or_else(|| {
+            TransportError::InvalidArgument(format!("shm segment for {layout:?} is too large"))
+        })?;
+        let name = format!("/rdcoll-{job}-{rank}");
+        let own = Arc::new(Segment::create(&name, total)?);
+        let mapped = Self::map_peers(rank, size, store, cfg, layout, (&name, &own));
+        // Unlinked in every case: on success all ranks have mapped it, on failure it must not
+        // outlive this process.
+        own.unlink();
+        let (segs, pids) = mapped?;
+        Self::start(rank, size, cfg, layout, segs, pids)
+    }
+
+    /// Publishes our segment, maps every peer's, and waits until all ranks have done so.
+    fn map_peers(
+        rank: Rank,
+        size: usize,
+        store: &dyn Store,
+        cfg: &FabricConfig,
+        layout: Layout,
+        (name, own): (&str, &Arc<Segment>),
+    ) -> Result<(Vec<Arc<Segment>>, Vec<i32>)> {
+        let timeout = cfg.bootstrap_timeout;
+        let pid = std::process::id() as i32;
+        {
+            let v = View { seg: own, layout };
+            v.pid().store(pid as u64, Ordering::Relaxed);
+            v.owner_base().store(own.base() as u64, Ordering::Relaxed);
+            v.magic().store(MAGIC, Ordering::Release);
+        }
+        // Allow peers to attach to our memory where Yama restricts ptrace to descendants.
+        // SAFETY: prctl with constant arguments.
+        unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
+        let shape = [layout.max_regions, layout.ring_bytes, layout.heap_bytes];
+        let me = format!(
+            "{name} {} {pid} {} {} {}",
+            layout.total(),
+            shape[0],
+            shape[1],
+            shape[2]
+        );
+        store.set(&format!("shm/{rank}"), me.as_bytes())?;
+        let mut segs = Vec::with_capacity(size);
+        let mut pids = Vec::with_capacity(size);
+        for r in 0..size {
+            if r == rank as usize {
+                segs.push(own.clone());
+                pids.push(pid);
+                continue;
+            }
+            let info = store.get(&format!("shm/{r}"), timeout)?;
+            let (pname, total, ppid, pshape) = parse_peer(&info).ok_or_else(|| {
+                TransportError::Bootstrap(format!("rank {r} published a malformed shm entry"))
+            })?;
+            if pshape != shape || total != layout.total() {
+                return Err(TransportError::Bootstrap(format!(
+                    "rank {r} uses a different shm layout {pshape:?} from ours {shape:?}: set the same RDCOLL_SHM_* on every rank"
+                )));
+            }
+            let seg = Segment::open(&pname, total)?;
+            if (View { seg: &seg, layout }).magic().load(Ordering::Acquire) != MAGIC {
+                return Err(TransportError::Bootstrap(format!(
+                    "rank {r}'s segment is not initialised"
+                )));
+            }
+            segs.push(Arc::new(seg));
+            pids.push(ppid);
+        }
+        store.barrier("shm-mapped", size, timeout)?;
+        Ok((segs, pids))
+    }
+
+    /// Builds the endpoint over the mapped segments and starts its watchdog.
+    fn start(
+        rank: Rank,
+        size: usize,
+        cfg: &FabricConfig,
+        layout: Layout,
+        segs: Vec<Arc<Segment>>,
+        pids: Vec<i32>,
+    ) -> Result<ShmFabric> {
+        let cma_ok: Vec<AtomicBool> = (0..size)
+            .map(|r| {
+                let ok =
+                    cfg.shm_cma && (r == rank as usize || cma_probe(pids[r], &segs[r], layout));
+                AtomicBool::new(ok)
+            })
+            .collect();
+        let heap_ptr_len = layout.heap_bytes;
+        let outgoing = segs
+            .iter()
+            .map(|seg| RingRef::new(&View { seg, layout }, rank as usize))
+            .collect();
+        let incoming = (0..size)
+            .map(|src| {
+                RingRef::new(
+                    &View {
+                        seg: &segs[rank as usize],
+                        layout,
+                    },
+                    src,
+                )
+            })
+            .collect();
+        let inner = Arc::new(Inner {
+            outgoing,
+            incoming,
+            rank,
+            size,
+            start: Instant::now(),
+            layout,
+            segs,
+            pids: pids.clone(),
+            table: RegionTable::new(rank, cfg.max_regions),
+            heap: Arc::new(Mutex::new(HeapAlloc::new(heap_ptr_len))),
+            local_events: LocalQueue::default(),
+            producers: (0..size)
+                .map(|_| {
+                    SpinLock::new(ProducerSide {
+                        ring: Default::default(),
+                        backlog: VecDeque::new(),
+                    })
+                })
+                .collect(),
+            any_backlog: AtomicBool::new(false),
+            consumers: SpinLock::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
+            pending: Mutex::new(HashMap::new()),
+            failed: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            dead: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            any_dead: AtomicBool::new(false),
+            cma_ok,
+            next_op: AtomicU64::new(0),
+        });
+        let publisher = Arc::new(ShmPublisher {
+            inner: Arc::downgrade(&inner),
+        });
+        let watchdog = liveness::Watchdog::start(inner.clone(), pids)?;
+        Ok(ShmFabric {
+            inner,
+            publisher,
+            watchdog: Some(watchdog),
+        })
+    }
+}
+
+/// Whether `process_vm_readv` from `pid` works: read the peer's magic through it.
+fn cma_probe(pid: i32, seg: &Segment, layout: Layout) -> bool {
+    let remote = (View { seg, layout }).owner_base().load(Ordering::Acquire) as usize;
+    let mut word = [0u8; 8];
+    os::read_remote(pid, remote, word.as_mut_ptr(), 8).is_ok() && u64::from_le_bytes(word) == MAGIC
+}
