@@ -1,0 +1,82 @@
+//! The progress agent: drains the fabric and runs all target-side work. In thread mode a
+//! dedicated thread runs it; in inline mode the host's calls do.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdcoll_transport::Event as FabricEvent;
+
+use crate::state::State;
+use crate::types::NiFail;
+use crate::wire::Msg;
+use crate::Shared;
+
+/// Most fabric events handled per lock hold, so host calls get the lock between batches.
+const BATCH: usize = 64;
+
+/// Handles what the fabric has ready; returns how many fabric events it handled.
+pub(crate) fn progress(shared: &Shared) -> usize {
+    let mut st = shared.state.lock();
+    let mut handled = 0;
+    while handled < BATCH {
+        let ev = match st.fabric.poll() {
+            Ok(Some(ev)) => ev,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::error!("offload agent: polling the fabric failed: {e}");
+                break;
+            }
+        };
+        handled += 1;
+        handle(&mut st, ev);
+    }
+    if handled > 0 {
+        if let Err(e) = st.fire_ready() {
+            tracing::error!("offload agent: firing triggered operations failed: {e}");
+        }
+        drop(st);
+        shared.changed.notify_all();
+    }
+    handled
+}
+
+fn handle(st: &mut State, ev: FabricEvent) {
+    match ev {
+        FabricEvent::Message { src, data } => match Msg::decode(&data) {
+            Some(Msg::Done {
+                op,
+                fail,
+                list,
+                mlength,
+                remote_offset,
+                ..
+            }) => crate::initiator::on_done(st, src, op, fail, list, mlength, remote_offset),
+            Some(msg) => crate::target::on_message(st, src, msg),
+            None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
+        },
+        FabricEvent::Completed { op, result } => {
+            if let Some(t) = st.transfers.remove(&op) {
+                let fail = if result.is_ok() {
+                    NiFail::Ok
+                } else {
+                    NiFail::Undeliverable
+                };
+                crate::target::finish(st, t, fail);
+            }
+        }
+        FabricEvent::PeerFailed { rank } => crate::initiator::on_peer_failed(st, rank),
+        FabricEvent::Immediate { .. } => {}
+    }
+}
+
+/// Runs the agent until `shared.stop` is set.
+pub(crate) fn run(shared: Arc<Shared>) {
+    let fabric = shared.state.lock().fabric.clone();
+    while !shared.stop.load(Ordering::Acquire) {
+        if progress(&shared) == 0 {
+            // Sleeps until the fabric has something (or briefly, to notice `stop`).
+            fabric.block(Duration::from_millis(5));
+        }
+    }
+}

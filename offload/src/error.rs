@@ -1,0 +1,35 @@
+//! Errors of the offload engine.
+
+use rdcoll_transport::TransportError;
+
+/// What went wrong with a call into the network interface.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OffloadError {
+    /// A resource with a configured cap is exhausted (triggered operations, handles...).
+    #[error("no space for another {what} (limit {limit})")]
+    NoSpace {
+        /// The resource.
+        what: &'static str,
+        /// Its configured limit.
+        limit: usize,
+    },
+    /// A handle that does not name a live object, or an argument out of range.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// An event queue overflowed; this many events were lost before this call.
+    #[error("{0} events were dropped because the event queue was full")]
+    EventsDropped(u64),
+    /// A wait ran out of time.
+    #[error("timed out after {0:?}")]
+    Timeout(std::time::Duration),
+    /// The transport failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+}
+
+/// Result of offload calls.
+pub type Result<T, E = OffloadError> = std::result::Result<T, E>;
+
+pub(crate) fn invalid(what: impl Into<String>) -> OffloadError {
+    OffloadError::InvalidArgument(what.into())
+}

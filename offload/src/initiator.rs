@@ -1,0 +1,214 @@
+//! The initiator side: issuing puts and gets from memory descriptors, and turning the target's
+//! answers (or its failure) into SEND, ACK and REPLY events and counts (SEMANTICS.md §8).
+
+use rdcoll_transport::Rank;
+
+use crate::error::{invalid, Result};
+use crate::event::{Event, EventKind};
+use crate::state::{InitOp, State};
+use crate::types::{AckReq, GetArgs, List, MdHandle, NiFail, PutArgs};
+use crate::wire::{Msg, PutData, PUT_HEADER};
+
+/// Checks that a memory descriptor exists and holds `offset..offset + len`.
+pub(crate) fn check_md(st: &mut State, md: MdHandle, offset: usize, len: usize) -> Result<()> {
+    let m = crate::state::slot(&mut st.mds, md.0, "memory descriptor")?;
+    if offset
+        .checked_add(len)
+        .is_none_or(|end| end > m.region.len())
+    {
+        return Err(invalid(format!(
+            "{len} bytes at offset {offset} are outside the {}-byte memory descriptor",
+            m.region.len()
+        )));
+    }
+    Ok(())
+}
+
+fn new_op(st: &mut State, op: InitOp) -> u64 {
+    st.next_op += 1;
+    st.ops.insert(st.next_op, op);
+    st.next_op
+}
+
+/// Starts a put. Failures after validation (an unreachable target) complete the operation with
+/// failure events rather than an error, as they would for a triggered put.
+pub(crate) fn issue_put(st: &mut State, a: PutArgs) {
+    if let Err(e) = check_md(st, a.md, a.local_offset, a.len) {
+        tracing::warn!("triggered put dropped: {e}");
+        return;
+    }
+    let inline = a.len <= st.cfg.inline_max;
+    let op = new_op(
+        st,
+        InitOp {
+            get: false,
+            md: a.md,
+            user_ptr: a.user_ptr,
+            target: a.target,
+            ack: a.ack_req,
+            len: a.len,
+            send_owed: !inline,
+            match_bits: a.match_bits,
+        },
+    );
+    let Some(md) = st.mds[a.md.0 as usize].as_ref() else {
+        return;
+    };
+    let region = md.region.clone();
+    let mut data = Vec::new();
+    let payload = if inline {
+        data.resize(a.len, 0);
+        if region.read(a.local_offset, &mut data).is_err() {
+            return fail_op(st, op, NiFail::Undeliverable);
+        }
+        PutData::Inline(&data)
+    } else {
+        PutData::Pull {
+            key: region.key().0,
+            offset: a.local_offset as u64,
+        }
+    };
+    let msg = Msg::Put {
+        op,
+        pt: a.pt,
+        ack: a.ack_req,
+        bits: a.match_bits,
+        remote_offset: a.remote_offset as u64,
+        hdr_data: a.hdr_data,
+        rlength: a.len as u64,
+        data: payload,
+    };
+    if st.fabric.send(a.target, &msg.encode()).is_err() {
+        return fail_op(st, op, NiFail::Undeliverable);
+    }
+    if inline {
+        raise_send(st, op);
+    }
+}
+
+/// Starts a get.
+pub(crate) fn issue_get(st: &mut State, a: GetArgs) {
+    if let Err(e) = check_md(st, a.md, a.local_offset, a.len) {
+        tracing::warn!("triggered get dropped: {e}");
+        return;
+    }
+    let op = new_op(
+        st,
+        InitOp {
+            get: true,
+            md: a.md,
+            user_ptr: a.user_ptr,
+            target: a.target,
+            ack: AckReq::None,
+            len: a.len,
+            send_owed: false,
+            match_bits: a.match_bits,
+        },
+    );
+    let Some(md) = st.mds[a.md.0 as usize].as_ref() else {
+        return;
+    };
+    let msg = Msg::Get {
+        op,
+        pt: a.pt,
+        bits: a.match_bits,
+        remote_offset: a.remote_offset as u64,
+        rlength: a.len as u64,
+        key: md.region.key().0,
+        md_offset: a.local_offset as u64,
+    };
+    if st.fabric.send(a.target, &msg.encode()).is_err() {
+        fail_op(st, op, NiFail::Undeliverable);
+    }
+}
+
+/// Raises SEND (and CT_SEND) for a put whose buffer may now be reused.
+fn raise_send(st: &mut State, op: u64) {
+    let Some(o) = st.ops.get_mut(&op) else { return };
+    o.send_owed = false;
+    let o = *o;
+    let Some(md) = st.mds.get(o.md.0 as usize).and_then(Option::as_ref) else {
+        return;
+    };
+    let (eq, opts) = (md.eq, md.opts);
+    let mut ev = Event::simple(EventKind::Send, None, o.target, o.user_ptr);
+    ev.match_bits = o.match_bits;
+    ev.rlength = o.len as u64;
+    st.post(eq, ev);
+    if opts.ct_send {
+        let amount = if opts.ct_bytes { o.len as u64 } else { 1 };
+        st.count(opts.ct, true, amount);
+    }
+}
+
+/// The target's answer to operation `op`.
+pub(crate) fn on_done(
+    st: &mut State,
+    from: Rank,
+    op: u64,
+    fail: NiFail,
+    list: Option<List>,
+    mlength: u64,
+    remote_offset: u64,
+) {
+    let Some(o) = st.ops.get(&op).copied() else {
+        return;
+    };
+    if o.target != from {
+        return;
+    }
+    if o.send_owed {
+        raise_send(st, op);
+    }
+    st.ops.remove(&op);
+    let Some(md) = st.mds.get(o.md.0 as usize).and_then(Option::as_ref) else {
+        return;
+    };
+    let (eq, opts) = (md.eq, md.opts);
+    let (kind, counted) = if o.get {
+        (EventKind::Reply, opts.ct_reply)
+    } else {
+        (EventKind::Ack, opts.ct_ack && o.ack != AckReq::None)
+    };
+    if o.get || o.ack == AckReq::Ack {
+        let mut ev = Event::simple(kind, None, o.target, o.user_ptr);
+        ev.fail = fail;
+        ev.match_bits = o.match_bits;
+        ev.rlength = o.len as u64;
+        ev.mlength = mlength;
+        ev.remote_offset = remote_offset;
+        ev.list = list;
+        st.post(eq, ev);
+    }
+    if counted {
+        let amount = if opts.ct_bytes { mlength } else { 1 };
+        st.count(opts.ct, fail == NiFail::Ok, amount);
+    }
+}
+
+/// Completes `op` as failed without an answer from the target.
+pub(crate) fn fail_op(st: &mut State, op: u64, fail: NiFail) {
+    if let Some(o) = st.ops.get(&op).copied() {
+        on_done(st, o.target, op, fail, None, 0, 0);
+    }
+}
+
+/// A target died: everything waiting on it fails as undeliverable.
+pub(crate) fn on_peer_failed(st: &mut State, rank: Rank) {
+    let mut dead: Vec<u64> = st
+        .ops
+        .iter()
+        .filter(|(_, o)| o.target == rank)
+        .map(|(&k, _)| k)
+        .collect();
+    dead.sort_unstable();
+    for op in dead {
+        fail_op(st, op, NiFail::Undeliverable);
+    }
+    st.transfers.retain(|_, t| t.initiator != rank);
+}
+
+/// Bytes of a put that travel inside its header message.
+pub(crate) fn inline_capacity() -> usize {
+    rdcoll_transport::MAX_MESSAGE_SIZE - PUT_HEADER
+}

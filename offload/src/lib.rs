@@ -1,0 +1,47 @@
+//! rdcoll-offload: an emulated Portals-4-style network interface.
+//!
+//! A [`Ni`] sits on a transport [`Fabric`] and offers what a Portals NIC does: portal table
+//! entries with priority and overflow lists of match list entries ([`MeSpec`]), unexpected
+//! headers and overflow events, memory descriptors, counting events, full event queues,
+//! triggered operations released by counter thresholds, and flow control. All target-side work
+//! is done by a progress agent: a dedicated thread ([`Mode::Thread`]) or the host's own calls
+//! ([`Mode::Inline`]), chosen by `RDCOLL_OFFLOAD=thread|inline|auto`.
+//!
+//! The exact rules (and the choices made where the sources differ) are in `SEMANTICS.md`
+//! beside this crate. Match lists are walked in order here; the MPI-shaped fast path of
+//! `rdcoll-matching` is not wired in yet.
+
+mod agent;
+mod counter;
+mod error;
+mod event;
+mod initiator;
+mod me;
+mod ni;
+mod portal;
+mod state;
+mod target;
+mod types;
+mod wire;
+
+use std::sync::atomic::AtomicBool;
+
+use parking_lot::{Condvar, Mutex};
+
+pub use error::{OffloadError, Result};
+pub use event::{Event, EventKind, Location};
+pub use ni::{Mode, Ni, NiConfig};
+pub use rdcoll_transport::Fabric;
+pub use types::{
+    AckReq, CtHandle, CtValue, EqHandle, GetArgs, List, MatchId, MdHandle, MdOptions, MeCounting,
+    MeHandle, MeOptions, MeSpec, NiFail, PtIndex, PutArgs, SearchOp,
+};
+
+/// What the host and the agent share.
+pub(crate) struct Shared {
+    pub(crate) state: Mutex<state::State>,
+    /// Notified whenever the agent changed counters or queued events.
+    pub(crate) changed: Condvar,
+    pub(crate) stop: AtomicBool,
+    pub(crate) mode: Mode,
+}

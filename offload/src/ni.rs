@@ -1,0 +1,510 @@
+//! The network interface handle: configuration, the host-side calls, and waiting.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+use rdcoll_transport::{Fabric, Rank, Region};
+
+use crate::counter::{Counter, TriggeredOp};
+use crate::error::{invalid, OffloadError, Result};
+use crate::event::{Event, EventKind, EventQueue};
+use crate::me::Me;
+use crate::portal::Portal;
+use crate::state::{insert, slot, Md, State};
+use crate::types::{
+    CtHandle, CtValue, EqHandle, GetArgs, List, MdHandle, MdOptions, MeHandle, MeSpec, NiFail,
+    PtIndex, PutArgs, SearchOp,
+};
+use crate::Shared;
+
+/// Who runs the progress agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// A dedicated progress thread: the host is not involved once operations are posted.
+    Thread,
+    /// The host's own calls (waits, polls, `progress`) drive the agent.
+    Inline,
+}
+
+/// Limits and choices of a network interface.
+#[derive(Debug, Clone)]
+pub struct NiConfig {
+    /// Who runs the agent.
+    pub mode: Mode,
+    /// Most triggered operations pending at once; more is `NoSpace`.
+    pub max_triggered: usize,
+    /// Most unexpected headers per portal table entry (flow control beyond it).
+    pub max_unexpected: usize,
+    /// Most objects of each kind (portal entries, counters, queues, descriptors).
+    pub max_objects: usize,
+    /// Puts up to this size travel inside the header message; larger ones are pulled by the
+    /// target with a transport get.
+    pub inline_max: usize,
+}
+
+impl Default for NiConfig {
+    fn default() -> Self {
+        NiConfig {
+            mode: Mode::Inline,
+            max_triggered: 4096,
+            max_unexpected: 4096,
+            max_objects: 4096,
+            inline_max: crate::initiator::inline_capacity().min(8192),
+        }
+    }
+}
+
+impl NiConfig {
+    /// Defaults, with the mode from `RDCOLL_OFFLOAD=thread|inline|auto` (auto, the default:
+    /// a thread when this host has at least two cores per rank of a job of `ranks_here`).
+    pub fn from_env(ranks_here: usize) -> Result<NiConfig> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let auto = if cores >= 2 * ranks_here.max(1) {
+            Mode::Thread
+        } else {
+            Mode::Inline
+        };
+        let mode = match std::env::var("RDCOLL_OFFLOAD").as_deref() {
+            Ok("thread") => Mode::Thread,
+            Ok("inline") => Mode::Inline,
+            Ok("auto") | Err(_) => auto,
+            Ok(other) => {
+                return Err(invalid(format!(
+                    "RDCOLL_OFFLOAD={other:?}: expected thread, inline or auto"
+                )))
+            }
+        };
+        Ok(NiConfig {
+            mode,
+            ..NiConfig::default()
+        })
+    }
+}
+
+/// One rank's network interface.
+pub struct Ni {
+    shared: Arc<Shared>,
+    fabric: Arc<dyn Fabric>,
+    agent: Option<JoinHandle<()>>,
+}
+
+impl Ni {
+    /// A network interface over `fabric`, starting the agent thread in thread mode.
+    pub fn new(fabric: Arc<dyn Fabric>, mut cfg: NiConfig) -> Result<Ni> {
+        cfg.inline_max = cfg.inline_max.min(crate::initiator::inline_capacity());
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(fabric.clone(), cfg.clone())),
+            changed: Condvar::new(),
+            stop: AtomicBool::new(false),
+            mode: cfg.mode,
+        });
+        let agent = match cfg.mode {
+            Mode::Inline => None,
+            Mode::Thread => {
+                let s = shared.clone();
+                let name = format!("rdcoll-offload-{}", fabric.rank());
+                let t = std::thread::Builder::new()
+                    .name(name)
+                    .spawn(move || crate::agent::run(s))
+                    .map_err(|e| invalid(format!("starting the progress thread: {e}")))?;
+                Some(t)
+            }
+        };
+        Ok(Ni {
+            shared,
+            fabric,
+            agent,
+        })
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.fabric.rank()
+    }
+
+    /// The fabric underneath (for allocating and registering regions).
+    pub fn fabric(&self) -> &Arc<dyn Fabric> {
+        &self.fabric
+    }
+
+    /// Who runs the agent.
+    pub fn mode(&self) -> Mode {
+        self.shared.mode
+    }
+
+    /// Runs the agent once from this thread (inline mode; harmless in thread mode).
+    pub fn progress(&self) -> usize {
+        crate::agent::progress(&self.shared)
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+        let mut st = self.shared.state.lock();
+        let r = f(&mut st);
+        let fired = st.fire_ready();
+        drop(st);
+        self.shared.changed.notify_all();
+        let r = r?;
+        fired?;
+        Ok(r)
+    }
+
+    fn limit(&self) -> usize {
+        self.shared.state.lock().cfg.max_objects
+    }
+
+    /// A new event queue holding up to `capacity` events.
+    pub fn eq_alloc(&self, capacity: usize) -> Result<EqHandle> {
+        let limit = self.limit();
+        self.with(|st| {
+            insert(
+                &mut st.eqs,
+                EventQueue::new(capacity.max(1)),
+                "event queue",
+                limit,
+            )
+            .map(EqHandle)
+        })
+    }
+
+    /// The next event of `eq`, if any (runs the agent first in inline mode).
+    pub fn eq_get(&self, eq: EqHandle) -> Result<Option<Event>> {
+        if self.shared.mode == Mode::Inline {
+            self.progress();
+        }
+        self.with(|st| slot(&mut st.eqs, eq.0, "event queue")?.pop())
+    }
+
+    /// Waits up to `timeout` for the next event of `eq`.
+    pub fn eq_wait(&self, eq: EqHandle, timeout: Duration) -> Result<Event> {
+        let mut out = None;
+        self.wait_until(timeout, |st| {
+            out = slot(&mut st.eqs, eq.0, "event queue")?.pop()?;
+            Ok(out.is_some())
+        })?;
+        out.ok_or(OffloadError::Timeout(timeout))
+    }
+
+    /// A new portal table entry. `flow_control` disables it (with a `PtDisabled` event on
+    /// `eq`, which it therefore needs) when an arrival finds no entry or no header slot.
+    pub fn pt_alloc(&self, eq: Option<EqHandle>, flow_control: bool) -> Result<PtIndex> {
+        if flow_control && eq.is_none() {
+            return Err(invalid("flow control needs an event queue"));
+        }
+        let limit = self.limit();
+        self.with(|st| {
+            if let Some(e) = eq {
+                slot(&mut st.eqs, e.0, "event queue")?;
+            }
+            let max_unexpected = st.cfg.max_unexpected;
+            insert(
+                &mut st.portals,
+                Portal::new(eq, flow_control, max_unexpected),
+                "portal table entry",
+                limit,
+            )
+            .map(PtIndex)
+        })
+    }
+
+    /// Re-enables a portal table entry that flow control (or `pt_disable`) disabled.
+    pub fn pt_enable(&self, pt: PtIndex) -> Result<()> {
+        self.with(|st| {
+            st.portal(pt)?.enabled = true;
+            Ok(())
+        })
+    }
+
+    /// Disables a portal table entry: arrivals fail with `PtDisabled` until it is enabled.
+    pub fn pt_disable(&self, pt: PtIndex) -> Result<()> {
+        self.with(|st| {
+            st.portal(pt)?.enabled = false;
+            Ok(())
+        })
+    }
+
+    /// A new counting event at zero.
+    pub fn ct_alloc(&self) -> Result<CtHandle> {
+        let limit = self.limit();
+        self.with(|st| insert(&mut st.cts, Counter::default(), "counter", limit).map(CtHandle))
+    }
+
+    /// Frees a counter, dropping the triggered operations that wait on it.
+    pub fn ct_free(&self, ct: CtHandle) -> Result<()> {
+        self.with(|st| {
+            let c = slot(&mut st.cts, ct.0, "counter")?;
+            let dropped = c.cancel_all();
+            st.triggered_pending -= dropped;
+            st.cts[ct.0 as usize] = None;
+            Ok(())
+        })
+    }
+
+    /// The counter's value (runs the agent first in inline mode).
+    pub fn ct_get(&self, ct: CtHandle) -> Result<CtValue> {
+        if self.shared.mode == Mode::Inline {
+            self.progress();
+        }
+        self.with(|st| Ok(slot(&mut st.cts, ct.0, "counter")?.value))
+    }
+
+    /// Waits until `success + failure >= threshold`, or returns early on a failure count.
+    pub fn ct_wait(&self, ct: CtHandle, threshold: u64, timeout: Duration) -> Result<CtValue> {
+        let mut value = CtValue::default();
+        self.wait_until(timeout, |st| {
+            value = slot(&mut st.cts, ct.0, "counter")?.value;
+            Ok(value.total() >= threshold || value.failure > 0)
+        })?;
+        Ok(value)
+    }
+
+    /// Adds to a counter (which may release triggered operations).
+    pub fn ct_inc(&self, ct: CtHandle, by: CtValue) -> Result<()> {
+        self.with(|st| {
+            st.ct_change(ct, |v| {
+                v.success = v.success.saturating_add(by.success);
+                v.failure = v.failure.saturating_add(by.failure);
+            })
+        })
+    }
+
+    /// Sets a counter (which may release triggered operations).
+    pub fn ct_set(&self, ct: CtHandle, to: CtValue) -> Result<()> {
+        self.with(|st| st.ct_change(ct, |v| *v = to))
+    }
+
+    /// Binds a memory descriptor over `region` (a region of this rank's fabric).
+    pub fn md_bind(
+        &self,
+        region: Region,
+        eq: Option<EqHandle>,
+        opts: MdOptions,
+    ) -> Result<MdHandle> {
+        self.check_own(&region)?;
+        let limit = self.limit();
+        self.with(|st| {
+            if let Some(e) = eq {
+                slot(&mut st.eqs, e.0, "event queue")?;
+            }
+            if let Some(c) = opts.ct {
+                slot(&mut st.cts, c.0, "counter")?;
+            }
+            insert(
+                &mut st.mds,
+                Md { region, eq, opts },
+                "memory descriptor",
+                limit,
+            )
+            .map(MdHandle)
+        })
+    }
+
+    /// Releases a memory descriptor.
+    pub fn md_release(&self, md: MdHandle) -> Result<()> {
+        self.with(|st| {
+            slot(&mut st.mds, md.0, "memory descriptor")?;
+            st.mds[md.0 as usize] = None;
+            Ok(())
+        })
+    }
+
+    fn check_own(&self, region: &Region) -> Result<()> {
+        if region.rank() != self.rank() {
+            return Err(invalid(format!(
+                "the region belongs to rank {}, not to this rank {}",
+                region.rank(),
+                self.rank()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Appends an entry to a list of `pt`. On the priority list it first takes matching
+    /// unexpected headers (oldest first; one for a use-once entry, which is then not linked):
+    /// one `PutOverflow` event each, pointing at the data already deposited.
+    pub fn me_append(&self, pt: PtIndex, list: List, spec: MeSpec) -> Result<MeHandle> {
+        self.check_own(&spec.region)?;
+        self.with(|st| {
+            if let Some(c) = spec.options.counting.ct {
+                slot(&mut st.cts, c.0, "counter")?;
+            }
+            st.portal(pt)?;
+            let me = Me::new(spec);
+            let seq = st.seq();
+            let handle = MeHandle { pt, list, seq };
+            if list == List::Priority {
+                let taken = crate::target::take_unexpected(st, pt, &me);
+                if taken > 0 && me.options.use_once {
+                    let ev = Event::simple(EventKind::AutoUnlink, Some(pt), st.rank(), me.user_ptr);
+                    st.post_pt(pt, ev);
+                    return Ok(handle);
+                }
+            }
+            let user_ptr = me.user_ptr;
+            st.portal(pt)?.list(list).insert(seq, me);
+            let ev = Event::simple(EventKind::Link, Some(pt), st.rank(), user_ptr);
+            st.post_pt(pt, ev);
+            Ok(handle)
+        })
+    }
+
+    /// Unlinks an entry that is still linked.
+    pub fn me_unlink(&self, me: MeHandle) -> Result<()> {
+        self.with(|st| {
+            st.portal(me.pt)?
+                .list(me.list)
+                .remove(&me.seq)
+                .map(drop)
+                .ok_or_else(|| invalid("the match list entry is not linked"))
+        })
+    }
+
+    /// Searches the unexpected headers of `pt` with `spec`'s rule. `Only` raises one `Search`
+    /// event (the first match, or `NoMatch`) and changes nothing; `Delete` takes the matches
+    /// like an append would (`PutOverflow` events, overflow counting) without linking.
+    pub fn me_search(&self, pt: PtIndex, spec: MeSpec, op: SearchOp) -> Result<()> {
+        self.with(|st| {
+            let me = Me::new(spec);
+            st.portal(pt)?;
+            if op == SearchOp::Delete && crate::target::take_unexpected(st, pt, &me) > 0 {
+                return Ok(());
+            }
+            let portal = st.portal(pt)?;
+            let first = portal
+                .unexpected_for(&me, false)
+                .first()
+                .and_then(|s| portal.unexpected.get(s))
+                .cloned();
+            let mut ev = Event::simple(EventKind::Search, Some(pt), st.rank(), me.user_ptr);
+            match first {
+                Some(u) if op == SearchOp::Only => {
+                    ev.peer = u.initiator;
+                    ev.match_bits = u.match_bits;
+                    ev.rlength = u.rlength as u64;
+                    ev.mlength = u.mlength as u64;
+                    ev.remote_offset = u.remote_offset as u64;
+                    ev.hdr_data = u.hdr_data;
+                    ev.list = Some(List::Overflow);
+                    ev.start = Some(u.start);
+                }
+                _ => ev.fail = NiFail::NoMatch,
+            }
+            st.post_pt(pt, ev);
+            Ok(())
+        })
+    }
+
+    /// Puts `len` bytes of a memory descriptor to a target's portal table entry.
+    pub fn put(&self, a: PutArgs) -> Result<()> {
+        self.with(|st| {
+            crate::initiator::check_md(st, a.md, a.local_offset, a.len)?;
+            crate::initiator::issue_put(st, a);
+            Ok(())
+        })
+    }
+
+    /// Gets `len` bytes from a target's portal table entry into a memory descriptor.
+    pub fn get(&self, a: GetArgs) -> Result<()> {
+        self.with(|st| {
+            crate::initiator::check_md(st, a.md, a.local_offset, a.len)?;
+            crate::initiator::issue_get(st, a);
+            Ok(())
+        })
+    }
+
+    /// A put released when `ct` reaches `threshold` (at once if it already has).
+    pub fn triggered_put(&self, a: PutArgs, ct: CtHandle, threshold: u64) -> Result<()> {
+        self.with(|st| {
+            crate::initiator::check_md(st, a.md, a.local_offset, a.len)?;
+            st.trigger(ct, threshold, TriggeredOp::Put(a))
+        })
+    }
+
+    /// A get released when `ct` reaches `threshold` (at once if it already has).
+    pub fn triggered_get(&self, a: GetArgs, ct: CtHandle, threshold: u64) -> Result<()> {
+        self.with(|st| {
+            crate::initiator::check_md(st, a.md, a.local_offset, a.len)?;
+            st.trigger(ct, threshold, TriggeredOp::Get(a))
+        })
+    }
+
+    /// Adds `by` to `target` when `ct` reaches `threshold`.
+    pub fn triggered_ct_inc(
+        &self,
+        target: CtHandle,
+        by: CtValue,
+        ct: CtHandle,
+        threshold: u64,
+    ) -> Result<()> {
+        self.with(|st| {
+            slot(&mut st.cts, target.0, "counter")?;
+            st.trigger(ct, threshold, TriggeredOp::CtInc { ct: target, by })
+        })
+    }
+
+    /// Sets `target` to `to` when `ct` reaches `threshold`.
+    pub fn triggered_ct_set(
+        &self,
+        target: CtHandle,
+        to: CtValue,
+        ct: CtHandle,
+        threshold: u64,
+    ) -> Result<()> {
+        self.with(|st| {
+            slot(&mut st.cts, target.0, "counter")?;
+            st.trigger(ct, threshold, TriggeredOp::CtSet { ct: target, to })
+        })
+    }
+
+    /// Runs `check` until it returns true or `timeout` passes: driving the agent itself in
+    /// inline mode, sleeping on the agent's notifications in thread mode.
+    fn wait_until(
+        &self,
+        timeout: Duration,
+        mut check: impl FnMut(&mut State) -> Result<bool>,
+    ) -> Result<()> {
+        let deadline = Instant::now().checked_add(timeout);
+        let mut idle = 0u32;
+        loop {
+            {
+                let mut st = self.shared.state.lock();
+                if check(&mut st)? {
+                    return Ok(());
+                }
+                if self.shared.mode == Mode::Thread {
+                    let slice = Duration::from_millis(10);
+                    self.shared.changed.wait_for(&mut st, slice);
+                    if check(&mut st)? {
+                        return Ok(());
+                    }
+                }
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(OffloadError::Timeout(timeout));
+            }
+            if self.shared.mode == Mode::Inline {
+                if self.progress() > 0 {
+                    idle = 0;
+                } else {
+                    idle += 1;
+                    if idle > 100 {
+                        self.fabric.block(Duration::from_millis(1));
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Ni {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.agent.take() {
+            let _ = t.join();
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! The network interface's state, behind one lock: object tables, operations in flight, and the
+//! counter work list that fires triggered operations.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rdcoll_transport::{Fabric, OpId, Rank, Region};
+
+use crate::counter::{Counter, TriggeredOp};
+use crate::error::{invalid, OffloadError, Result};
+use crate::event::{Event, EventQueue};
+use crate::me::Placement;
+use crate::portal::Portal;
+use crate::types::{AckReq, CtHandle, CtValue, EqHandle, List, MdHandle, MdOptions, PtIndex};
+use crate::NiConfig;
+
+/// A memory descriptor.
+#[derive(Debug)]
+pub(crate) struct Md {
+    pub(crate) region: Region,
+    pub(crate) eq: Option<EqHandle>,
+    pub(crate) opts: MdOptions,
+}
+
+/// An operation this rank started, waiting for the target's answer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct InitOp {
+    pub(crate) get: bool,
+    pub(crate) md: MdHandle,
+    pub(crate) user_ptr: u64,
+    pub(crate) target: Rank,
+    pub(crate) ack: AckReq,
+    pub(crate) len: usize,
+    /// SEND is still owed (a put whose data the target pulls).
+    pub(crate) send_owed: bool,
+    pub(crate) match_bits: u64,
+}
+
+/// A transfer the target side issued on an initiator's behalf.
+#[derive(Debug, Clone)]
+pub(crate) struct Transfer {
+    /// A pulled put (`false`) or a served get (`true`).
+    pub(crate) get: bool,
+    pub(crate) initiator: Rank,
+    pub(crate) op: u64,
+    pub(crate) pt: PtIndex,
+    pub(crate) list: List,
+    pub(crate) region: Region,
+    pub(crate) place: Placement,
+    pub(crate) bits: u64,
+    pub(crate) rlength: usize,
+    pub(crate) remote_offset: usize,
+    pub(crate) hdr_data: u64,
+    pub(crate) user_ptr: u64,
+    pub(crate) counting: crate::types::MeCounting,
+    pub(crate) unlinked: bool,
+}
+
+pub(crate) struct State {
+    pub(crate) fabric: Arc<dyn Fabric>,
+    pub(crate) cfg: NiConfig,
+    pub(crate) portals: Vec<Option<Portal>>,
+    pub(crate) cts: Vec<Option<Counter>>,
+    pub(crate) eqs: Vec<Option<EventQueue>>,
+    pub(crate) mds: Vec<Option<Md>>,
+    pub(crate) next_seq: u64,
+    pub(crate) next_op: u64,
+    pub(crate) ops: HashMap<u64, InitOp>,
+    pub(crate) transfers: HashMap<OpId, Transfer>,
+    pub(crate) triggered_pending: usize,
+    /// Counters that changed and may have operations to release.
+    pub(crate) dirty: Vec<CtHandle>,
+}
+
+/// Looks up a live object in one of the tables.
+pub(crate) fn slot<'a, T>(table: &'a mut [Option<T>], i: u32, what: &str) -> Result<&'a mut T> {
+    table
+        .get_mut(i as usize)
+        .and_then(Option::as_mut)
+        .ok_or_else(|| invalid(format!("{what} {i} does not exist")))
+}
+
+/// Stores `value` in the first free slot (or a new one, up to `limit`).
+pub(crate) fn insert<T>(
+    table: &mut Vec<Option<T>>,
+    value: T,
+    what: &'static str,
+    limit: usize,
+) -> Result<u32> {
+    if let Some(i) = table.iter().position(Option::is_none) {
+        table[i] = Some(value);
+        return Ok(i as u32);
+    }
+    if table.len() >= limit {
+        return Err(OffloadError::NoSpace { what, limit });
+    }
+    table.push(Some(value));
+    Ok((table.len() - 1) as u32)
+}
+
+impl State {
+    pub(crate) fn new(fabric: Arc<dyn Fabric>, cfg: NiConfig) -> State {
+        State {
+            fabric,
+            cfg,
+            portals: Vec::new(),
+            cts: Vec::new(),
+            eqs: Vec::new(),
+            mds: Vec::new(),
+            next_seq: 0,
+            next_op: 0,
+            ops: HashMap::new(),
+            transfers: HashMap::new(),
+            triggered_pending: 0,
+            dirty: Vec::new(),
+        }
+    }
+
+    pub(crate) fn rank(&self) -> Rank {
+        self.fabric.rank()
+    }
+
+    pub(crate) fn seq(&mut self) -> u64 {
+        self.next_seq += 1;
+        self.next_seq
+    }
+
+    pub(crate) fn portal(&mut self, pt: PtIndex) -> Result<&mut Portal> {
+        slot(&mut self.portals, pt.0, "portal table entry")
+    }
+
+    /// Queues `ev` on `eq`, if there is one.
+    pub(crate) fn post(&mut self, eq: Option<EqHandle>, ev: Event) {
+        if let Some(q) = eq
+            .and_then(|e| self.eqs.get_mut(e.0 as usize))
+            .and_then(Option::as_mut)
+        {
+            q.push(ev);
+        }
+    }
+
+    /// Queues `ev` on the EQ of portal `pt`.
+    pub(crate) fn post_pt(&mut self, pt: PtIndex, ev: Event) {
+        let eq = self
+            .portals
+            .get(pt.0 as usize)
+            .and_then(Option::as_ref)
+            .and_then(|p| p.eq);
+        self.post(eq, ev);
+    }
+
+    /// Adds to a counter (success by `amount`, or failure by one) and schedules its triggers.
+    pub(crate) fn count(&mut self, ct: Option<CtHandle>, ok: bool, amount: u64) {
+        let Some(ct) = ct else { return };
+        if let Some(c) = self.cts.get_mut(ct.0 as usize).and_then(Option::as_mut) {
+            if ok {
+                c.value.success = c.value.success.saturating_add(amount);
+            } else {
+                c.value.failure = c.value.failure.saturating_add(1);
+            }
+            self.dirty.push(ct);
+        }
+    }
+
+    pub(crate) fn ct_change(&mut self, ct: CtHandle, f: impl FnOnce(&mut CtValue)) -> Result<()> {
+        let c = slot(&mut self.cts, ct.0, "counter")?;
+        f(&mut c.value);
+        self.dirty.push(ct);
+        Ok(())
+    }
+
+    /// Posts `op` on `ct` at `threshold`, or runs it now if the threshold is already reached.
+    pub(crate) fn trigger(&mut self, ct: CtHandle, threshold: u64, op: TriggeredOp) -> Result<()> {
+        let limit = self.cfg.max_triggered;
+        let pending = self.triggered_pending;
+        let seq = self.seq();
+        let c = slot(&mut self.cts, ct.0, "counter")?;
+        if c.value.total() >= threshold {
+            self.run_triggered(op);
+            return self.fire_ready();
+        }
+        if pending >= limit {
+            return Err(OffloadError::NoSpace {
+                what: "triggered operation",
+                limit,
+            });
+        }
+        c.add_trigger(threshold, seq, op);
+        self.triggered_pending += 1;
+        Ok(())
+    }
+
+    /// Releases every triggered operation whose counter has reached its threshold, following
+    /// the cascade through counters they change (a work list, not recursion).
+    pub(crate) fn fire_ready(&mut self) -> Result<()> {
+        while let Some(ct) = self.dirty.pop() {
+            while let Some(op) = self
+                .cts
+                .get_mut(ct.0 as usize)
+                .and_then(Option::as_mut)
+                .and_then(Counter::pop_ready)
+            {
+                self.triggered_pending -= 1;
+                self.run_triggered(op);
+            }
+        }
+        Ok(())
+    }
+
+    fn run_triggered(&mut self, op: TriggeredOp) {
+        match op {
+            TriggeredOp::Put(a) => crate::initiator::issue_put(self, a),
+            TriggeredOp::Get(a) => crate::initiator::issue_get(self, a),
+            TriggeredOp::CtInc { ct, by } => {
+                let _ = self.ct_change(ct, |v| {
+                    v.success = v.success.saturating_add(by.success);
+                    v.failure = v.failure.saturating_add(by.failure);
+                });
+            }
+            TriggeredOp::CtSet { ct, to } => {
+                let _ = self.ct_change(ct, |v| *v = to);
+            }
+        }
+    }
+}

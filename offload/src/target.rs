@@ -1,0 +1,282 @@
+//! The target side, run by the progress agent: matching incoming puts and gets against the
+//! portal table, depositing, counting, raising events, unlinking, recording unexpected
+//! headers, and flow control (SEMANTICS.md §1-3, §5, §7).
+
+use rdcoll_transport::{Rank, RegionKey, RemoteAddr};
+
+use crate::event::{Event, EventKind, Location};
+use crate::me::Me;
+use crate::portal::Unexpected;
+use crate::state::{State, Transfer};
+use crate::types::{List, MeCounting, NiFail, PtIndex};
+use crate::wire::{Msg, PutData};
+
+fn answer(st: &mut State, to: Rank, reply: bool, op: u64, fail: NiFail, done: Option<&Transfer>) {
+    let msg = Msg::Done {
+        reply,
+        op,
+        fail,
+        list: done.map(|t| t.list),
+        mlength: done.map_or(0, |t| t.place.mlength as u64),
+        remote_offset: done.map_or(0, |t| t.place.offset as u64),
+    };
+    // A dead initiator is reported by the transport; nothing else to do here.
+    let _ = st.fabric.send(to, &msg.encode());
+}
+
+/// Bumps an entry's counter for a put or get it served.
+pub(crate) fn count_comm(st: &mut State, c: MeCounting, mlength: usize) {
+    if c.comm {
+        st.count(c.ct, true, if c.bytes { mlength as u64 } else { 1 });
+    }
+}
+
+/// Why a message found no entry to take it; disables the entry under flow control.
+fn refuse(st: &mut State, pt: PtIndex) -> NiFail {
+    let Ok(portal) = st.portal(pt) else {
+        return NiFail::Dropped;
+    };
+    if !portal.enabled {
+        return NiFail::PtDisabled;
+    }
+    if !portal.flow_control {
+        return NiFail::Dropped;
+    }
+    portal.enabled = false;
+    let mut ev = Event::simple(EventKind::PtDisabled, Some(pt), st.rank(), 0);
+    ev.fail = NiFail::PtDisabled;
+    st.post_pt(pt, ev);
+    NiFail::PtDisabled
+}
+
+/// Selects the entry for a message and applies its side effects on the entry (offset advance,
+/// unlink); returns the transfer to perform, or the failure to answer with.
+#[allow(clippy::too_many_arguments)]
+fn select(
+    st: &mut State,
+    from: Rank,
+    pt: PtIndex,
+    get: bool,
+    op: u64,
+    bits: u64,
+    remote_offset: usize,
+    rlength: usize,
+    hdr_data: u64,
+) -> Result<Transfer, NiFail> {
+    let Ok(portal) = st.portal(pt) else {
+        return Err(NiFail::Dropped);
+    };
+    if !portal.enabled {
+        return Err(NiFail::PtDisabled);
+    }
+    let Some((list, seq)) = portal.find(from, bits, remote_offset, rlength) else {
+        return Err(refuse(st, pt));
+    };
+    let header_room = portal.unexpected.len() < portal.max_unexpected;
+    if list == List::Overflow && !get && !header_room {
+        return Err(refuse(st, pt));
+    }
+    let entries = portal.list(list);
+    let Some(me) = entries.get_mut(&seq) else {
+        return Err(NiFail::Dropped);
+    };
+    let allowed = if get {
+        me.options.op_get
+    } else {
+        me.options.op_put
+    };
+    if !allowed {
+        return Err(NiFail::OpViolation);
+    }
+    let place = me.placement(remote_offset, rlength);
+    let unlink = me.consume(place.mlength);
+    let t = Transfer {
+        get,
+        initiator: from,
+        op,
+        pt,
+        list,
+        region: me.region.clone(),
+        place,
+        bits,
+        rlength,
+        remote_offset,
+        hdr_data,
+        user_ptr: me.user_ptr,
+        counting: me.options.counting,
+        unlinked: unlink,
+    };
+    if unlink {
+        entries.remove(&seq);
+    }
+    Ok(t)
+}
+
+/// Raises the target events of a finished transfer, records the unexpected header of an
+/// overflow deposit, and answers the initiator.
+pub(crate) fn finish(st: &mut State, t: Transfer, fail: NiFail) {
+    if fail == NiFail::Ok {
+        let mut ev = Event::simple(
+            if t.get {
+                EventKind::Get
+            } else {
+                EventKind::Put
+            },
+            Some(t.pt),
+            t.initiator,
+            t.user_ptr,
+        );
+        ev.match_bits = t.bits;
+        ev.rlength = t.rlength as u64;
+        ev.mlength = t.place.mlength as u64;
+        ev.remote_offset = t.remote_offset as u64;
+        ev.hdr_data = t.hdr_data;
+        ev.list = Some(t.list);
+        ev.start = Some(Location {
+            region: t.region.clone(),
+            offset: t.place.offset,
+        });
+        st.post_pt(t.pt, ev);
+        count_comm(st, t.counting, t.place.mlength);
+        if t.list == List::Overflow && !t.get {
+            let seq = st.seq();
+            if let Ok(portal) = st.portal(t.pt) {
+                portal.unexpected.insert(
+                    seq,
+                    Unexpected {
+                        initiator: t.initiator,
+                        match_bits: t.bits,
+                        rlength: t.rlength,
+                        mlength: t.place.mlength,
+                        remote_offset: t.remote_offset,
+                        hdr_data: t.hdr_data,
+                        start: Location {
+                            region: t.region.clone(),
+                            offset: t.place.offset,
+                        },
+                    },
+                );
+            }
+        }
+    }
+    if t.unlinked {
+        let ev = Event::simple(EventKind::AutoUnlink, Some(t.pt), st.rank(), t.user_ptr);
+        st.post_pt(t.pt, ev);
+    }
+    answer(st, t.initiator, t.get, t.op, fail, Some(&t));
+}
+
+/// An incoming put or get.
+pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
+    match msg {
+        Msg::Put {
+            op,
+            pt,
+            bits,
+            remote_offset,
+            hdr_data,
+            rlength,
+            data,
+            ..
+        } => {
+            let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
+            let t = match select(st, from, pt, false, op, bits, roff, rlen, hdr_data) {
+                Ok(t) => t,
+                Err(fail) => return answer(st, from, false, op, fail, None),
+            };
+            match data {
+                PutData::Inline(bytes) => {
+                    let n = t.place.mlength;
+                    // A zero-length deposit (offset at or past the end) touches no memory.
+                    let written = n == 0 || t.region.write(t.place.offset, &bytes[..n]).is_ok();
+                    let fail = if written { NiFail::Ok } else { NiFail::Dropped };
+                    finish(st, t, fail);
+                }
+                PutData::Pull { key, offset } => {
+                    if t.place.mlength == 0 {
+                        return finish(st, t, NiFail::Ok);
+                    }
+                    let src = RemoteAddr {
+                        rank: from,
+                        key: RegionKey(key),
+                        offset: to_usize(offset),
+                    };
+                    match st
+                        .fabric
+                        .get(&t.region, t.place.offset, t.place.mlength, src)
+                    {
+                        Ok(id) => {
+                            st.transfers.insert(id, t);
+                        }
+                        Err(_) => finish(st, t, NiFail::Undeliverable),
+                    }
+                }
+            }
+        }
+        Msg::Get {
+            op,
+            pt,
+            bits,
+            remote_offset,
+            rlength,
+            key,
+            md_offset,
+        } => {
+            let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
+            let t = match select(st, from, pt, true, op, bits, roff, rlen, 0) {
+                Ok(t) => t,
+                Err(fail) => return answer(st, from, true, op, fail, None),
+            };
+            if t.place.mlength == 0 {
+                return finish(st, t, NiFail::Ok);
+            }
+            let dst = RemoteAddr {
+                rank: from,
+                key: RegionKey(key),
+                offset: to_usize(md_offset),
+            };
+            match st
+                .fabric
+                .put(&t.region, t.place.offset, t.place.mlength, dst, None)
+            {
+                Ok(id) => {
+                    st.transfers.insert(id, t);
+                }
+                Err(_) => finish(st, t, NiFail::Undeliverable),
+            }
+        }
+        Msg::Done { .. } => {}
+    }
+}
+
+fn to_usize(x: u64) -> usize {
+    usize::try_from(x).unwrap_or(usize::MAX)
+}
+
+/// Takes the unexpected headers `me` matches for an append or a search-delete: one
+/// PUT_OVERFLOW each (pointing at the deposited data), counted on `me`'s overflow counter.
+/// Returns how many it took.
+pub(crate) fn take_unexpected(st: &mut State, pt: PtIndex, me: &Me) -> usize {
+    let Ok(portal) = st.portal(pt) else { return 0 };
+    let seqs = portal.unexpected_for(me, !me.options.use_once);
+    let taken: Vec<Unexpected> = seqs
+        .iter()
+        .filter_map(|s| portal.unexpected.remove(s))
+        .collect();
+    for u in &taken {
+        let mut ev = Event::simple(EventKind::PutOverflow, Some(pt), u.initiator, me.user_ptr);
+        ev.match_bits = u.match_bits;
+        ev.rlength = u.rlength as u64;
+        ev.mlength = u.mlength as u64;
+        ev.remote_offset = u.remote_offset as u64;
+        ev.hdr_data = u.hdr_data;
+        ev.list = Some(List::Overflow);
+        ev.start = Some(u.start.clone());
+        st.post_pt(pt, ev);
+        let c = me.options.counting;
+        if c.overflow {
+            st.count(c.ct, true, if c.bytes { u.mlength as u64 } else { 1 });
+        }
+    }
+    taken.len()
+}

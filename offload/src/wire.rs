@@ -1,0 +1,278 @@
+//! The network interface's messages between ranks, carried as transport active messages.
+//! Little-endian, fixed layouts; decoding checks every length and never panics.
+
+use crate::types::{AckReq, List, NiFail, PtIndex};
+
+const K_PUT: u8 = 1;
+const K_GET: u8 = 2;
+const K_ACK: u8 = 3;
+const K_REPLY: u8 = 4;
+
+/// Bytes of a put header before inline data.
+pub(crate) const PUT_HEADER: usize = 3 + 4 + 8 * 5;
+
+/// Where a put's data comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum PutData<'a> {
+    /// In the message.
+    Inline(&'a [u8]),
+    /// To be pulled by the target: the initiator's region key and offset.
+    Pull { key: u64, offset: u64 },
+}
+
+/// A decoded message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Msg<'a> {
+    Put {
+        op: u64,
+        pt: PtIndex,
+        ack: AckReq,
+        bits: u64,
+        remote_offset: u64,
+        hdr_data: u64,
+        rlength: u64,
+        data: PutData<'a>,
+    },
+    Get {
+        op: u64,
+        pt: PtIndex,
+        bits: u64,
+        remote_offset: u64,
+        rlength: u64,
+        key: u64,
+        md_offset: u64,
+    },
+    /// Completion of a put (`reply == false`) or a get (`reply == true`) at the target.
+    Done {
+        reply: bool,
+        op: u64,
+        fail: NiFail,
+        list: Option<List>,
+        mlength: u64,
+        remote_offset: u64,
+    },
+}
+
+fn list_code(l: Option<List>) -> u8 {
+    match l {
+        None => 0,
+        Some(List::Priority) => 1,
+        Some(List::Overflow) => 2,
+    }
+}
+
+impl Msg<'_> {
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(64);
+        let u64s = |v: &mut Vec<u8>, xs: &[u64]| xs.iter().for_each(|x| v.extend(x.to_le_bytes()));
+        match self {
+            Msg::Put {
+                op,
+                pt,
+                ack,
+                bits,
+                remote_offset,
+                hdr_data,
+                rlength,
+                data,
+            } => {
+                let mode = matches!(data, PutData::Pull { .. }) as u8;
+                v.extend([K_PUT, ack.code(), mode]);
+                v.extend(pt.0.to_le_bytes());
+                u64s(&mut v, &[*op, *bits, *remote_offset, *hdr_data, *rlength]);
+                match data {
+                    PutData::Inline(d) => v.extend_from_slice(d),
+                    PutData::Pull { key, offset } => u64s(&mut v, &[*key, *offset]),
+                }
+            }
+            Msg::Get {
+                op,
+                pt,
+                bits,
+                remote_offset,
+                rlength,
+                key,
+                md_offset,
+            } => {
+                v.push(K_GET);
+                v.extend(pt.0.to_le_bytes());
+                u64s(
+                    &mut v,
+                    &[*op, *bits, *remote_offset, *rlength, *key, *md_offset],
+                );
+            }
+            Msg::Done {
+                reply,
+                op,
+                fail,
+                list,
+                mlength,
+                remote_offset,
+            } => {
+                v.extend([
+                    if *reply { K_REPLY } else { K_ACK },
+                    fail.code(),
+                    list_code(*list),
+                ]);
+                u64s(&mut v, &[*op, *mlength, *remote_offset]);
+            }
+        }
+        v
+    }
+
+    /// Decodes a message; `None` if it is malformed.
+    pub(crate) fn decode(b: &[u8]) -> Option<Msg<'_>> {
+        let mut r = Reader(b);
+        match r.u8()? {
+            K_PUT => {
+                let ack = AckReq::from_code(r.u8()?)?;
+                let mode = r.u8()?;
+                let pt = PtIndex(r.u32()?);
+                let [op, bits, remote_offset, hdr_data, rlength] = r.u64s::<5>()?;
+                let data = match mode {
+                    0 => {
+                        let d = r.rest();
+                        if d.len() as u64 != rlength {
+                            return None;
+                        }
+                        PutData::Inline(d)
+                    }
+                    1 => {
+                        let [key, offset] = r.u64s::<2>()?;
+                        PutData::Pull { key, offset }
+                    }
+                    _ => return None,
+                };
+                Some(Msg::Put {
+                    op,
+                    pt,
+                    ack,
+                    bits,
+                    remote_offset,
+                    hdr_data,
+                    rlength,
+                    data,
+                })
+            }
+            K_GET => {
+                let pt = PtIndex(r.u32()?);
+                let [op, bits, remote_offset, rlength, key, md_offset] = r.u64s::<6>()?;
+                Some(Msg::Get {
+                    op,
+                    pt,
+                    bits,
+                    remote_offset,
+                    rlength,
+                    key,
+                    md_offset,
+                })
+            }
+            k @ (K_ACK | K_REPLY) => {
+                let fail = NiFail::from_code(r.u8()?)?;
+                let list = match r.u8()? {
+                    0 => None,
+                    1 => Some(List::Priority),
+                    2 => Some(List::Overflow),
+                    _ => return None,
+                };
+                let [op, mlength, remote_offset] = r.u64s::<3>()?;
+                Some(Msg::Done {
+                    reply: k == K_REPLY,
+                    op,
+                    fail,
+                    list,
+                    mlength,
+                    remote_offset,
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64s<const N: usize>(&mut self) -> Option<[u64; N]> {
+        let mut out = [0u64; N];
+        for x in &mut out {
+            *x = u64::from_le_bytes(self.take(8)?.try_into().ok()?);
+        }
+        Some(out)
+    }
+    fn rest(&mut self) -> &'a [u8] {
+        std::mem::take(&mut self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_rejects_truncation() {
+        let msgs = [
+            Msg::Put {
+                op: 1,
+                pt: PtIndex(2),
+                ack: AckReq::Ack,
+                bits: 3,
+                remote_offset: 4,
+                hdr_data: 5,
+                rlength: 3,
+                data: PutData::Inline(b"abc"),
+            },
+            Msg::Put {
+                op: 1,
+                pt: PtIndex(2),
+                ack: AckReq::CtAck,
+                bits: 3,
+                remote_offset: 4,
+                hdr_data: 5,
+                rlength: 1 << 30,
+                data: PutData::Pull { key: 9, offset: 7 },
+            },
+            Msg::Get {
+                op: 1,
+                pt: PtIndex(0),
+                bits: 2,
+                remote_offset: 3,
+                rlength: 4,
+                key: 5,
+                md_offset: 6,
+            },
+            Msg::Done {
+                reply: true,
+                op: 8,
+                fail: NiFail::PtDisabled,
+                list: Some(List::Overflow),
+                mlength: 2,
+                remote_offset: 1,
+            },
+        ];
+        for m in msgs {
+            let b = m.encode();
+            assert_eq!(Msg::decode(&b), Some(m.clone()));
+            for cut in 0..b.len() {
+                if let Some(short) = Msg::decode(&b[..cut]) {
+                    panic!("a truncated message decoded: {short:?}");
+                }
+            }
+        }
+        assert_eq!(Msg::decode(&[99]), None);
+    }
+}
