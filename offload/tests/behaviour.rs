@@ -1,5 +1,6 @@
 //! One test per Portals behaviour of issue 4, over the local transport in inline mode (the
-//! test drives both agents). The rules are in `offload/SEMANTICS.md`.
+//! test drives both agents); the main ones also over shm (`*_over_shm`). The rules are in
+//! `offload/SEMANTICS.md`.
 
 mod common;
 
@@ -20,7 +21,16 @@ fn data_events(evs: Vec<Event>) -> Vec<Event> {
 
 #[test]
 fn ignore_bits_and_any_source_match() {
-    let j = job();
+    ignore_bits_and_any_source_match_on(Backend::Local);
+}
+
+#[test]
+fn ignore_bits_and_any_source_match_over_shm() {
+    ignore_bits_and_any_source_match_on(Backend::Shm);
+}
+
+fn ignore_bits_and_any_source_match_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
     let r = j.tgt_region(16);
     // Only rank 5 may use the first entry; the second takes tag 0x1?? from anyone.
     j.tgt
@@ -55,7 +65,16 @@ fn ignore_bits_and_any_source_match() {
 
 #[test]
 fn priority_before_overflow_and_first_match_wins() {
-    let j = job();
+    priority_before_overflow_and_first_match_wins_on(Backend::Local);
+}
+
+#[test]
+fn priority_before_overflow_and_first_match_wins_over_shm() {
+    priority_before_overflow_and_first_match_wins_on(Backend::Shm);
+}
+
+fn priority_before_overflow_and_first_match_wins_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
     let (first, second, over) = (j.tgt_region(8), j.tgt_region(8), j.tgt_region(8));
     j.append(List::Overflow, over.clone(), 0, ALL, opts(), 30);
     j.append(List::Priority, first.clone(), 7, 0, opts(), 10);
@@ -71,7 +90,16 @@ fn priority_before_overflow_and_first_match_wins() {
 
 #[test]
 fn unexpected_put_then_priority_append_points_at_the_deposited_data() {
-    let j = job();
+    unexpected_put_then_priority_append_points_at_the_deposited_data_on(Backend::Local);
+}
+
+#[test]
+fn unexpected_put_then_priority_append_points_at_the_deposited_data_over_shm() {
+    unexpected_put_then_priority_append_points_at_the_deposited_data_on(Backend::Shm);
+}
+
+fn unexpected_put_then_priority_append_points_at_the_deposited_data_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
     let bounce = j.tgt_region(64);
     let bounce_opts = MeOptions {
         manage_local: true,
@@ -97,7 +125,16 @@ fn unexpected_put_then_priority_append_points_at_the_deposited_data() {
 
 #[test]
 fn use_once_auto_unlinks_after_the_put_event() {
-    let j = job();
+    use_once_auto_unlinks_after_the_put_event_on(Backend::Local);
+}
+
+#[test]
+fn use_once_auto_unlinks_after_the_put_event_over_shm() {
+    use_once_auto_unlinks_after_the_put_event_on(Backend::Shm);
+}
+
+fn use_once_auto_unlinks_after_the_put_event_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
     let once = MeOptions {
         use_once: true,
         ..opts()
@@ -145,7 +182,16 @@ fn manage_local_unlinks_below_min_free() {
 
 #[test]
 fn truncation_and_no_truncate() {
-    let j = job();
+    truncation_and_no_truncate_on(Backend::Local);
+}
+
+#[test]
+fn truncation_and_no_truncate_over_shm() {
+    truncation_and_no_truncate_on(Backend::Shm);
+}
+
+fn truncation_and_no_truncate_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
     let small_nt = MeOptions {
         no_truncate: true,
         ..opts()
@@ -340,7 +386,16 @@ fn the_triggered_operation_cap_returns_no_space() {
 
 #[test]
 fn overflow_exhaustion_disables_the_entry_and_loses_nothing_accepted() {
-    let j = job_with(NiConfig::default(), true);
+    overflow_exhaustion_disables_the_entry_and_loses_nothing_accepted_on(Backend::Local);
+}
+
+#[test]
+fn overflow_exhaustion_disables_the_entry_and_loses_nothing_accepted_over_shm() {
+    overflow_exhaustion_disables_the_entry_and_loses_nothing_accepted_on(Backend::Shm);
+}
+
+fn overflow_exhaustion_disables_the_entry_and_loses_nothing_accepted_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), true);
     let bounce = MeOptions {
         manage_local: true,
         min_free: 8,
@@ -401,7 +456,16 @@ fn overflow_exhaustion_disables_the_entry_and_loses_nothing_accepted() {
 
 #[test]
 fn large_puts_are_pulled_by_the_target_and_gets_are_served() {
-    let j = job();
+    large_puts_are_pulled_by_the_target_and_gets_are_served_on(Backend::Local);
+}
+
+#[test]
+fn large_puts_are_pulled_by_the_target_and_gets_are_served_over_shm() {
+    large_puts_are_pulled_by_the_target_and_gets_are_served_on(Backend::Shm);
+}
+
+fn large_puts_are_pulled_by_the_target_and_gets_are_served_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
     let len = 200_000;
     let r = j.tgt_region(len);
     j.append(List::Priority, r.clone(), 1, 0, opts(), 0);

@@ -26,8 +26,47 @@ pub fn fabrics(n: usize) -> Vec<Arc<dyn Fabric>> {
         .collect()
 }
 
+/// Two shm endpoints in this process (the segments are real shared memory; both ranks happen
+/// to live in one process, which the shm backend does not mind).
+pub fn shm_fabrics() -> Vec<Arc<dyn Fabric>> {
+    use rdcoll_transport::bootstrap::{publish_job_identity, FileStore};
+    use rdcoll_transport::shm::ShmFabric;
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rdcoll-offload-{}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = FileStore::open(&dir).expect("file store");
+    publish_job_identity(&store).expect("job identity");
+    let cfg = rdcoll_transport::FabricConfig::default();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
+        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    vec![Arc::new(a.expect("rank 0")), Arc::new(b.expect("rank 1"))]
+}
+
+/// Which transport a test job runs over.
+#[derive(Clone, Copy, Debug)]
+pub enum Backend {
+    Local,
+    Shm,
+}
+
+pub fn job_on(backend: Backend, cfg: NiConfig, flow_control: bool) -> Job {
+    let f = match backend {
+        Backend::Local => fabrics(2),
+        Backend::Shm => shm_fabrics(),
+    };
+    job_from(f, cfg, flow_control)
+}
+
 pub fn job_with(cfg: NiConfig, flow_control: bool) -> Job {
-    let mut f = fabrics(2);
+    job_from(fabrics(2), cfg, flow_control)
+}
+
+fn job_from(mut f: Vec<Arc<dyn Fabric>>, cfg: NiConfig, flow_control: bool) -> Job {
     let tgt = Ni::new(f.pop().unwrap(), cfg.clone()).unwrap();
     let ini = Ni::new(f.pop().unwrap(), cfg).unwrap();
     let ini_eq = ini.eq_alloc(256).unwrap();
