@@ -3,10 +3,11 @@
 
 mod info;
 mod matching;
+mod offload;
 mod transport;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|transport|match> [options]");
+    eprintln!("usage: rdcoll-bench <info|transport|match|offload> [options]");
     std::process::exit(2);
 }
 
@@ -17,6 +18,7 @@ fn main() {
     let code = match cmd.as_str() {
         "info" => info::run(rest),
         "match" => matching::run(rest),
+        "offload" => offload::run(rest),
         "transport" => transport::run(rest),
         _ => usage(),
     };
