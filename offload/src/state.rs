@@ -68,8 +68,8 @@ pub(crate) struct State {
     pub(crate) ops: HashMap<u64, InitOp>,
     pub(crate) transfers: HashMap<OpId, Transfer>,
     pub(crate) triggered_pending: usize,
-    /// Counters that changed and may have operations to release.
-    pub(crate) dirty: Vec<CtHandle>,
+    /// Counters that changed and may have operations to release, in the order they changed.
+    pub(crate) dirty: std::collections::VecDeque<CtHandle>,
 }
 
 /// Looks up a live object in one of the tables.
@@ -112,7 +112,7 @@ impl State {
             ops: HashMap::new(),
             transfers: HashMap::new(),
             triggered_pending: 0,
-            dirty: Vec::new(),
+            dirty: std::collections::VecDeque::new(),
         }
     }
 
@@ -158,14 +158,14 @@ impl State {
             } else {
                 c.value.failure = c.value.failure.saturating_add(1);
             }
-            self.dirty.push(ct);
+            self.dirty.push_back(ct);
         }
     }
 
     pub(crate) fn ct_change(&mut self, ct: CtHandle, f: impl FnOnce(&mut CtValue)) -> Result<()> {
         let c = slot(&mut self.cts, ct.0, "counter")?;
         f(&mut c.value);
-        self.dirty.push(ct);
+        self.dirty.push_back(ct);
         Ok(())
     }
 
@@ -193,7 +193,7 @@ impl State {
     /// Releases every triggered operation whose counter has reached its threshold, following
     /// the cascade through counters they change (a work list, not recursion).
     pub(crate) fn fire_ready(&mut self) -> Result<()> {
-        while let Some(ct) = self.dirty.pop() {
+        while let Some(ct) = self.dirty.pop_front() {
             while let Some(op) = self
                 .cts
                 .get_mut(ct.0 as usize)

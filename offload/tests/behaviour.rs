@@ -341,6 +341,31 @@ fn triggered_counter_increments_fire_in_threshold_order() {
 }
 
 #[test]
+fn triggered_increments_posted_with_thresholds_two_then_one_run_one_then_two() {
+    let j = job();
+    let v = |s| CtValue {
+        success: s,
+        failure: 0,
+    };
+    let ct = |ni: &Ni| ni.ct_alloc().unwrap();
+    let (a, b, c, log) = (ct(&j.ini), ct(&j.ini), ct(&j.ini), ct(&j.ini));
+    // Each increment leaves its mark on `log` through a counter of its own; the last mark
+    // written tells which increment ran last.
+    j.ini.triggered_ct_set(log, v(2), b, 1).unwrap();
+    j.ini.triggered_ct_set(log, v(1), c, 1).unwrap();
+    j.ini.triggered_ct_inc(b, v(1), a, 2).unwrap();
+    j.ini.triggered_ct_inc(c, v(1), a, 1).unwrap();
+    j.ini.ct_set(a, v(2)).unwrap();
+    assert_eq!(j.ini.ct_get(b).unwrap(), v(1));
+    assert_eq!(j.ini.ct_get(c).unwrap(), v(1));
+    assert_eq!(
+        j.ini.ct_get(log).unwrap(),
+        v(2),
+        "threshold 1 ran first, then 2"
+    );
+}
+
+#[test]
 fn a_triggered_put_whose_threshold_is_met_fires_at_once() {
     let j = job();
     let r = j.tgt_region(8);
