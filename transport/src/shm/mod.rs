@@ -167,6 +167,8 @@ pub(crate) struct Inner {
     any_dead: AtomicBool,
     cma_ok: Vec<AtomicBool>,
     next_op: AtomicU64,
+    /// How long a dropped fabric waits for a peer that takes none of its queued records.
+    close_patience: Duration,
 }
 
 /// Unpublishes regions from both the shared table and the local one.
@@ -481,21 +483,33 @@ impl Fabric for ShmFabric {
     }
 }
 
-/// How long a dropped fabric keeps trying to hand queued records to peers that are slow to
-/// make room for them.
-const CLOSE_FLUSH_LIMIT: Duration = Duration::from_secs(1);
+impl Inner {
+    /// Records waiting in backlogs (ring full), over all peers.
+    fn backlog_len(&self) -> usize {
+        self.producers.iter().map(|p| p.lock().backlog.len()).sum()
+    }
+}
 
 impl Drop for ShmFabric {
     fn drop(&mut self) {
         let inner = &self.inner;
-        let deadline = Instant::now() + CLOSE_FLUSH_LIMIT;
-        while inner.any_backlog.load(Ordering::Acquire) && Instant::now() < deadline {
+        // Hand queued records to the rings for as long as peers keep making room: a message
+        // `send` accepted is not dropped because a peer is slow. A peer that takes nothing for
+        // the peer timeout (or fails, which clears its backlog) ends the wait.
+        let mut left = inner.backlog_len();
+        let mut last_progress = Instant::now();
+        while left > 0 && last_progress.elapsed() < inner.close_patience {
             inner.flush_backlogs();
             std::thread::sleep(Duration::from_micros(100));
+            let now_left = inner.backlog_len();
+            if now_left < left {
+                last_progress = Instant::now();
+            }
+            left = now_left;
         }
-        if inner.any_backlog.load(Ordering::Acquire) {
+        if left > 0 {
             tracing::warn!(
-                "shm rank {}: closing with records peers did not take",
+                "shm rank {}: closing with {left} records peers did not take",
                 inner.rank
             );
         }

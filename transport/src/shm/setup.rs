@@ -187,6 +187,7 @@ impl ShmFabric {
             any_dead: AtomicBool::new(false),
             cma_ok,
             next_op: AtomicU64::new(0),
+            close_patience: cfg.peer_timeout,
         });
         let publisher = Arc::new(ShmPublisher {
             inner: Arc::downgrade(&inner),

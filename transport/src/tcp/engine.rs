@@ -10,9 +10,6 @@ use super::wire::{self, decode, Frame, CHUNK, HEADER, MAX_BODY};
 use super::{PendingKind, Shared};
 use crate::types::{range_fits, Event, Payload, Rank, RegionKey};
 
-/// How long a closing endpoint keeps flushing queued frames.
-const CLOSE_FLUSH: Duration = Duration::from_secs(2);
-
 struct ReadBuf {
     buf: Vec<u8>,
     filled: usize,
@@ -84,25 +81,79 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
     }
 }
 
-/// Flushes what is queued (a Bye among it) for a bounded time, then returns.
+/// Flushes what is queued (a Bye among it) before the connections close. It keeps going for as
+/// long as the peers take bytes: a message accepted by `send` is not dropped because a busy
+/// peer reads slowly. It gives up on a peer that takes nothing for the peer timeout (or fails).
 fn close(sh: &Shared, poll: &mut mio::Poll) {
-    let deadline = Instant::now() + CLOSE_FLUSH;
     let mut events = mio::Events::with_capacity(64);
+    let mut last_left = usize::MAX;
+    let mut last_progress = Instant::now();
     loop {
-        let mut busy = false;
+        let mut left = 0usize;
         for r in 0..sh.size {
             if r as Rank == sh.rank || sh.peers[r].failed.load(Ordering::Acquire) {
                 continue;
             }
             let mut out = sh.peers[r].out.lock();
-            if sh.flush_locked(r as Rank, &mut out).is_ok() && !out.frames.is_empty() {
-                busy = true;
+            if sh.flush_locked(r as Rank, &mut out).is_ok() {
+                left += out.unsent_bytes();
             }
         }
-        if !busy || Instant::now() >= deadline {
+        if left == 0 {
+            return linger(sh, poll);
+        }
+        if left < last_left {
+            last_left = left;
+            last_progress = Instant::now();
+        } else if last_progress.elapsed() >= sh.peer_timeout {
+            tracing::warn!(
+                "rank {}: closing with {left} bytes the peers did not take within {:?}",
+                sh.rank,
+                sh.peer_timeout
+            );
             return;
         }
         let _ = poll.poll(&mut events, Some(Duration::from_millis(10)));
+    }
+}
+
+/// Ends each live connection gracefully: a FIN after everything written, then reading (and
+/// discarding) until the peer closes its side. Closing a socket that still holds unread bytes
+/// makes the kernel send a reset and throw away what it had not yet delivered, which would
+/// lose the last messages `send` accepted. Gives up on a peer silent for the peer timeout.
+fn linger(sh: &Shared, poll: &mut mio::Poll) {
+    use std::io::Read;
+    let mut events = mio::Events::with_capacity(64);
+    let mut open: Vec<usize> = (0..sh.size)
+        .filter(|&r| r as Rank != sh.rank && !sh.peers[r].failed.load(Ordering::Acquire))
+        .filter(|&r| {
+            sh.peers[r]
+                .stream
+                .as_ref()
+                .is_some_and(|s| s.shutdown(std::net::Shutdown::Write).is_ok())
+        })
+        .collect();
+    let mut sink = vec![0u8; 64 << 10];
+    let mut last_progress = Instant::now();
+    while !open.is_empty() && last_progress.elapsed() < sh.peer_timeout {
+        open.retain(|&r| {
+            let Some(stream) = sh.peers[r].stream.as_ref() else {
+                return false;
+            };
+            let mut s: &mio::net::TcpStream = stream;
+            loop {
+                match s.read(&mut sink) {
+                    Ok(0) => return false,
+                    Ok(_) => last_progress = Instant::now(),
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return true,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return false,
+                }
+            }
+        });
+        if !open.is_empty() {
+            let _ = poll.poll(&mut events, Some(Duration::from_millis(10)));
+        }
     }
 }
 

@@ -33,6 +33,13 @@ pub(crate) struct OutQueue {
     offset: usize,
 }
 
+impl OutQueue {
+    /// Bytes queued and not yet written to the socket.
+    pub(crate) fn unsent_bytes(&self) -> usize {
+        self.frames.iter().map(Vec::len).sum::<usize>() - self.offset
+    }
+}
+
 pub(crate) struct Peer {
     stream: Option<mio::net::TcpStream>,
     out: Mutex<OutQueue>,
