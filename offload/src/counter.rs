@@ -42,6 +42,15 @@ impl Counter {
         }
     }
 
+    /// Whether a pending operation puts from or gets into `md`.
+    pub(crate) fn uses_md(&self, md: crate::types::MdHandle) -> bool {
+        self.triggers.values().any(|op| match op {
+            TriggeredOp::Put(a) => a.md == md,
+            TriggeredOp::Get(a) => a.md == md,
+            _ => false,
+        })
+    }
+
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {
         self.triggers.len()

@@ -11,7 +11,7 @@ use crate::wire::{Msg, PutData, PUT_HEADER};
 
 /// Checks that a memory descriptor exists and holds `offset..offset + len`.
 pub(crate) fn check_md(st: &mut State, md: MdHandle, offset: usize, len: usize) -> Result<()> {
-    let m = crate::state::slot(&mut st.mds, md.0, "memory descriptor")?;
+    let m = st.mds.must(md.0)?;
     if offset
         .checked_add(len)
         .is_none_or(|end| end > m.region.len())
@@ -51,7 +51,7 @@ pub(crate) fn issue_put(st: &mut State, a: PutArgs) {
             match_bits: a.match_bits,
         },
     );
-    let Some(md) = st.mds[a.md.0 as usize].as_ref() else {
+    let Some(md) = st.mds.get(a.md.0) else {
         return;
     };
     let region = md.region.clone();
@@ -105,7 +105,7 @@ pub(crate) fn issue_get(st: &mut State, a: GetArgs) {
             match_bits: a.match_bits,
         },
     );
-    let Some(md) = st.mds[a.md.0 as usize].as_ref() else {
+    let Some(md) = st.mds.get(a.md.0) else {
         return;
     };
     let msg = Msg::Get {
@@ -127,7 +127,7 @@ fn raise_send(st: &mut State, op: u64) {
     let Some(o) = st.ops.get_mut(&op) else { return };
     o.send_owed = false;
     let o = *o;
-    let Some(md) = st.mds.get(o.md.0 as usize).and_then(Option::as_ref) else {
+    let Some(md) = st.mds.get(o.md.0) else {
         return;
     };
     let (eq, opts) = (md.eq, md.opts);
@@ -161,7 +161,7 @@ pub(crate) fn on_done(
         raise_send(st, op);
     }
     st.ops.remove(&op);
-    let Some(md) = st.mds.get(o.md.0 as usize).and_then(Option::as_ref) else {
+    let Some(md) = st.mds.get(o.md.0) else {
         return;
     };
     let (eq, opts) = (md.eq, md.opts);

@@ -20,6 +20,7 @@ mod me;
 mod ni;
 mod portal;
 mod state;
+mod table;
 mod target;
 mod types;
 mod wire;

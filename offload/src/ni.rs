@@ -13,7 +13,7 @@ use crate::error::{invalid, OffloadError, Result};
 use crate::event::{Event, EventKind, EventQueue};
 use crate::me::Me;
 use crate::portal::Portal;
-use crate::state::{insert, slot, Md, State};
+use crate::state::{Md, State};
 use crate::types::{
     CtHandle, CtValue, EqHandle, GetArgs, List, MdHandle, MdOptions, MeHandle, MeSpec, NiFail,
     PtIndex, PutArgs, SearchOp,
@@ -151,21 +151,12 @@ impl Ni {
         Ok(r)
     }
 
-    fn limit(&self) -> usize {
-        self.shared.state.lock().cfg.max_objects
-    }
-
     /// A new event queue holding up to `capacity` events.
     pub fn eq_alloc(&self, capacity: usize) -> Result<EqHandle> {
-        let limit = self.limit();
         self.with(|st| {
-            insert(
-                &mut st.eqs,
-                EventQueue::new(capacity.max(1)),
-                "event queue",
-                limit,
-            )
-            .map(EqHandle)
+            st.eqs
+                .insert(EventQueue::new(capacity.max(1)))
+                .map(EqHandle)
         })
     }
 
@@ -174,14 +165,14 @@ impl Ni {
         if self.shared.mode == Mode::Inline {
             self.progress();
         }
-        self.with(|st| slot(&mut st.eqs, eq.0, "event queue")?.pop())
+        self.with(|st| st.eqs.must(eq.0)?.pop())
     }
 
     /// Waits up to `timeout` for the next event of `eq`.
     pub fn eq_wait(&self, eq: EqHandle, timeout: Duration) -> Result<Event> {
         let mut out = None;
         self.wait_until(timeout, |st| {
-            out = slot(&mut st.eqs, eq.0, "event queue")?.pop()?;
+            out = st.eqs.must(eq.0)?.pop()?;
             Ok(out.is_some())
         })?;
         out.ok_or(OffloadError::Timeout(timeout))
@@ -193,19 +184,14 @@ impl Ni {
         if flow_control && eq.is_none() {
             return Err(invalid("flow control needs an event queue"));
         }
-        let limit = self.limit();
         self.with(|st| {
             if let Some(e) = eq {
-                slot(&mut st.eqs, e.0, "event queue")?;
+                st.eqs.must(e.0)?;
             }
             let max_unexpected = st.cfg.max_unexpected;
-            insert(
-                &mut st.portals,
-                Portal::new(eq, flow_control, max_unexpected),
-                "portal table entry",
-                limit,
-            )
-            .map(PtIndex)
+            st.portals
+                .insert(Portal::new(eq, flow_control, max_unexpected))
+                .map(PtIndex)
         })
     }
 
@@ -227,17 +213,16 @@ impl Ni {
 
     /// A new counting event at zero.
     pub fn ct_alloc(&self) -> Result<CtHandle> {
-        let limit = self.limit();
-        self.with(|st| insert(&mut st.cts, Counter::default(), "counter", limit).map(CtHandle))
+        self.with(|st| st.cts.insert(Counter::default()).map(CtHandle))
     }
 
     /// Frees a counter, dropping the triggered operations that wait on it.
     pub fn ct_free(&self, ct: CtHandle) -> Result<()> {
         self.with(|st| {
-            let c = slot(&mut st.cts, ct.0, "counter")?;
+            let c = st.cts.must(ct.0)?;
             let dropped = c.cancel_all();
             st.triggered_pending -= dropped;
-            st.cts[ct.0 as usize] = None;
+            st.cts.remove(ct.0);
             Ok(())
         })
     }
@@ -247,14 +232,14 @@ impl Ni {
         if self.shared.mode == Mode::Inline {
             self.progress();
         }
-        self.with(|st| Ok(slot(&mut st.cts, ct.0, "counter")?.value))
+        self.with(|st| Ok(st.cts.must(ct.0)?.value))
     }
 
     /// Waits until `success + failure >= threshold`, or returns early on a failure count.
     pub fn ct_wait(&self, ct: CtHandle, threshold: u64, timeout: Duration) -> Result<CtValue> {
         let mut value = CtValue::default();
         self.wait_until(timeout, |st| {
-            value = slot(&mut st.cts, ct.0, "counter")?.value;
+            value = st.cts.must(ct.0)?.value;
             Ok(value.total() >= threshold || value.failure > 0)
         })?;
         Ok(value)
@@ -283,29 +268,30 @@ impl Ni {
         opts: MdOptions,
     ) -> Result<MdHandle> {
         self.check_own(&region)?;
-        let limit = self.limit();
         self.with(|st| {
             if let Some(e) = eq {
-                slot(&mut st.eqs, e.0, "event queue")?;
+                st.eqs.must(e.0)?;
             }
             if let Some(c) = opts.ct {
-                slot(&mut st.cts, c.0, "counter")?;
+                st.cts.must(c.0)?;
             }
-            insert(
-                &mut st.mds,
-                Md { region, eq, opts },
-                "memory descriptor",
-                limit,
-            )
-            .map(MdHandle)
+            st.mds.insert(Md { region, eq, opts }).map(MdHandle)
         })
     }
 
-    /// Releases a memory descriptor.
+    /// Releases a memory descriptor. Refused while an operation in flight or a pending
+    /// triggered operation uses it (its events and counts would have nowhere to go).
     pub fn md_release(&self, md: MdHandle) -> Result<()> {
         self.with(|st| {
-            slot(&mut st.mds, md.0, "memory descriptor")?;
-            st.mds[md.0 as usize] = None;
+            st.mds.must(md.0)?;
+            let in_flight = st.ops.values().any(|o| o.md == md);
+            let triggered = st.cts.values().any(|c| c.uses_md(md));
+            if in_flight || triggered {
+                return Err(invalid(
+                    "the memory descriptor is in use by an operation or a triggered operation",
+                ));
+            }
+            st.mds.remove(md.0);
             Ok(())
         })
     }
@@ -328,7 +314,7 @@ impl Ni {
         self.check_own(&spec.region)?;
         self.with(|st| {
             if let Some(c) = spec.options.counting.ct {
-                slot(&mut st.cts, c.0, "counter")?;
+                st.cts.must(c.0)?;
             }
             st.portal(pt)?;
             let me = Me::new(spec);
@@ -439,7 +425,7 @@ impl Ni {
         threshold: u64,
     ) -> Result<()> {
         self.with(|st| {
-            slot(&mut st.cts, target.0, "counter")?;
+            st.cts.must(target.0)?;
             st.trigger(ct, threshold, TriggeredOp::CtInc { ct: target, by })
         })
     }
@@ -453,7 +439,7 @@ impl Ni {
         threshold: u64,
     ) -> Result<()> {
         self.with(|st| {
-            slot(&mut st.cts, target.0, "counter")?;
+            st.cts.must(target.0)?;
             st.trigger(ct, threshold, TriggeredOp::CtSet { ct: target, to })
         })
     }

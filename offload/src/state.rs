@@ -7,10 +7,11 @@ use std::sync::Arc;
 use rdcoll_transport::{Fabric, OpId, Rank, Region};
 
 use crate::counter::{Counter, TriggeredOp};
-use crate::error::{invalid, OffloadError, Result};
+use crate::error::{OffloadError, Result};
 use crate::event::{Event, EventQueue};
 use crate::me::Placement;
 use crate::portal::Portal;
+use crate::table::Table;
 use crate::types::{AckReq, CtHandle, CtValue, EqHandle, List, MdHandle, MdOptions, PtIndex};
 use crate::NiConfig;
 
@@ -59,10 +60,10 @@ pub(crate) struct Transfer {
 pub(crate) struct State {
     pub(crate) fabric: Arc<dyn Fabric>,
     pub(crate) cfg: NiConfig,
-    pub(crate) portals: Vec<Option<Portal>>,
-    pub(crate) cts: Vec<Option<Counter>>,
-    pub(crate) eqs: Vec<Option<EventQueue>>,
-    pub(crate) mds: Vec<Option<Md>>,
+    pub(crate) portals: Table<Portal>,
+    pub(crate) cts: Table<Counter>,
+    pub(crate) eqs: Table<EventQueue>,
+    pub(crate) mds: Table<Md>,
     pub(crate) next_seq: u64,
     pub(crate) next_op: u64,
     pub(crate) ops: HashMap<u64, InitOp>,
@@ -72,41 +73,15 @@ pub(crate) struct State {
     pub(crate) dirty: std::collections::VecDeque<CtHandle>,
 }
 
-/// Looks up a live object in one of the tables.
-pub(crate) fn slot<'a, T>(table: &'a mut [Option<T>], i: u32, what: &str) -> Result<&'a mut T> {
-    table
-        .get_mut(i as usize)
-        .and_then(Option::as_mut)
-        .ok_or_else(|| invalid(format!("{what} {i} does not exist")))
-}
-
-/// Stores `value` in the first free slot (or a new one, up to `limit`).
-pub(crate) fn insert<T>(
-    table: &mut Vec<Option<T>>,
-    value: T,
-    what: &'static str,
-    limit: usize,
-) -> Result<u32> {
-    if let Some(i) = table.iter().position(Option::is_none) {
-        table[i] = Some(value);
-        return Ok(i as u32);
-    }
-    if table.len() >= limit {
-        return Err(OffloadError::NoSpace { what, limit });
-    }
-    table.push(Some(value));
-    Ok((table.len() - 1) as u32)
-}
-
 impl State {
     pub(crate) fn new(fabric: Arc<dyn Fabric>, cfg: NiConfig) -> State {
         State {
+            portals: Table::new("portal table entry", cfg.max_objects),
+            cts: Table::new("counter", cfg.max_objects),
+            eqs: Table::new("event queue", cfg.max_objects),
+            mds: Table::new("memory descriptor", cfg.max_objects),
             fabric,
             cfg,
-            portals: Vec::new(),
-            cts: Vec::new(),
-            eqs: Vec::new(),
-            mds: Vec::new(),
             next_seq: 0,
             next_op: 0,
             ops: HashMap::new(),
@@ -126,33 +101,26 @@ impl State {
     }
 
     pub(crate) fn portal(&mut self, pt: PtIndex) -> Result<&mut Portal> {
-        slot(&mut self.portals, pt.0, "portal table entry")
+        self.portals.must(pt.0)
     }
 
     /// Queues `ev` on `eq`, if there is one.
     pub(crate) fn post(&mut self, eq: Option<EqHandle>, ev: Event) {
-        if let Some(q) = eq
-            .and_then(|e| self.eqs.get_mut(e.0 as usize))
-            .and_then(Option::as_mut)
-        {
+        if let Some(q) = eq.and_then(|e| self.eqs.get_mut(e.0)) {
             q.push(ev);
         }
     }
 
     /// Queues `ev` on the EQ of portal `pt`.
     pub(crate) fn post_pt(&mut self, pt: PtIndex, ev: Event) {
-        let eq = self
-            .portals
-            .get(pt.0 as usize)
-            .and_then(Option::as_ref)
-            .and_then(|p| p.eq);
+        let eq = self.portals.get(pt.0).and_then(|p| p.eq);
         self.post(eq, ev);
     }
 
     /// Adds to a counter (success by `amount`, or failure by one) and schedules its triggers.
     pub(crate) fn count(&mut self, ct: Option<CtHandle>, ok: bool, amount: u64) {
         let Some(ct) = ct else { return };
-        if let Some(c) = self.cts.get_mut(ct.0 as usize).and_then(Option::as_mut) {
+        if let Some(c) = self.cts.get_mut(ct.0) {
             if ok {
                 c.value.success = c.value.success.saturating_add(amount);
             } else {
@@ -163,7 +131,7 @@ impl State {
     }
 
     pub(crate) fn ct_change(&mut self, ct: CtHandle, f: impl FnOnce(&mut CtValue)) -> Result<()> {
-        let c = slot(&mut self.cts, ct.0, "counter")?;
+        let c = self.cts.must(ct.0)?;
         f(&mut c.value);
         self.dirty.push_back(ct);
         Ok(())
@@ -174,7 +142,7 @@ impl State {
         let limit = self.cfg.max_triggered;
         let pending = self.triggered_pending;
         let seq = self.seq();
-        let c = slot(&mut self.cts, ct.0, "counter")?;
+        let c = self.cts.must(ct.0)?;
         if c.value.total() >= threshold {
             self.run_triggered(op);
             return self.fire_ready();
@@ -194,12 +162,7 @@ impl State {
     /// the cascade through counters they change (a work list, not recursion).
     pub(crate) fn fire_ready(&mut self) -> Result<()> {
         while let Some(ct) = self.dirty.pop_front() {
-            while let Some(op) = self
-                .cts
-                .get_mut(ct.0 as usize)
-                .and_then(Option::as_mut)
-                .and_then(Counter::pop_ready)
-            {
+            while let Some(op) = self.cts.get_mut(ct.0).and_then(Counter::pop_ready) {
                 self.triggered_pending -= 1;
                 self.run_triggered(op);
             }
