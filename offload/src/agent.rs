@@ -47,11 +47,21 @@ fn handle(st: &mut State, ev: FabricEvent) {
             Some(Msg::Done {
                 op,
                 fail,
+                no_ack,
                 list,
                 mlength,
                 remote_offset,
                 ..
-            }) => crate::initiator::on_done(st, src, op, fail, list, mlength, remote_offset),
+            }) => {
+                let answer = crate::initiator::Answer {
+                    fail,
+                    no_ack,
+                    list,
+                    mlength,
+                    remote_offset,
+                };
+                crate::initiator::on_done(st, src, op, answer)
+            }
             Some(msg) => crate::target::on_message(st, src, msg),
             None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
         },

@@ -116,6 +116,12 @@ impl EventQueue {
         }
     }
 
+    /// Queues `ev` even when the queue is full: for the one event per flow-control disable,
+    /// which the application must not miss (Portals reserves a slot for it).
+    pub(crate) fn push_reserved(&mut self, ev: Event) {
+        self.events.push_back(ev);
+    }
+
     pub(crate) fn pop(&mut self) -> Result<Option<Event>> {
         if self.dropped > 0 {
             let n = std::mem::take(&mut self.dropped);

@@ -141,16 +141,32 @@ fn raise_send(st: &mut State, op: u64) {
     }
 }
 
-/// The target's answer to operation `op`.
-pub(crate) fn on_done(
-    st: &mut State,
-    from: Rank,
-    op: u64,
-    fail: NiFail,
-    list: Option<List>,
-    mlength: u64,
-    remote_offset: u64,
-) {
+/// What the target said about an operation.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Answer {
+    pub(crate) fail: NiFail,
+    pub(crate) no_ack: bool,
+    pub(crate) list: Option<List>,
+    pub(crate) mlength: u64,
+    pub(crate) remote_offset: u64,
+}
+
+impl Answer {
+    fn failed(fail: NiFail) -> Answer {
+        Answer {
+            fail,
+            no_ack: false,
+            list: None,
+            mlength: 0,
+            remote_offset: 0,
+        }
+    }
+}
+
+/// The target's answer to operation `op`. A failure always reaches the initiator: as the
+/// ACK or REPLY event when one was asked for, else as an ACK event anyway, and as a failure
+/// count on the descriptor's counter.
+pub(crate) fn on_done(st: &mut State, from: Rank, op: u64, a: Answer) {
     let Some(o) = st.ops.get(&op).copied() else {
         return;
     };
@@ -165,31 +181,36 @@ pub(crate) fn on_done(
         return;
     };
     let (eq, opts) = (md.eq, md.opts);
+    let ok = a.fail == NiFail::Ok;
     let (kind, counted) = if o.get {
         (EventKind::Reply, opts.ct_reply)
     } else {
-        (EventKind::Ack, opts.ct_ack && o.ack != AckReq::None)
+        (
+            EventKind::Ack,
+            opts.ct_ack && o.ack != AckReq::None && !(ok && a.no_ack),
+        )
     };
-    if o.get || o.ack == AckReq::Ack {
+    let wanted = o.get || (o.ack == AckReq::Ack && !a.no_ack);
+    if wanted || !ok {
         let mut ev = Event::simple(kind, None, o.target, o.user_ptr);
-        ev.fail = fail;
+        ev.fail = a.fail;
         ev.match_bits = o.match_bits;
         ev.rlength = o.len as u64;
-        ev.mlength = mlength;
-        ev.remote_offset = remote_offset;
-        ev.list = list;
+        ev.mlength = a.mlength;
+        ev.remote_offset = a.remote_offset;
+        ev.list = a.list;
         st.post(eq, ev);
     }
-    if counted {
-        let amount = if opts.ct_bytes { mlength } else { 1 };
-        st.count(opts.ct, fail == NiFail::Ok, amount);
+    if counted || (!ok && opts.ct.is_some()) {
+        let amount = if opts.ct_bytes { a.mlength } else { 1 };
+        st.count(opts.ct, ok, amount);
     }
 }
 
 /// Completes `op` as failed without an answer from the target.
 pub(crate) fn fail_op(st: &mut State, op: u64, fail: NiFail) {
     if let Some(o) = st.ops.get(&op).copied() {
-        on_done(st, o.target, op, fail, None, 0, 0);
+        on_done(st, o.target, op, Answer::failed(fail));
     }
 }
 
@@ -205,7 +226,8 @@ pub(crate) fn on_peer_failed(st: &mut State, rank: Rank) {
     for op in dead {
         fail_op(st, op, NiFail::Undeliverable);
     }
-    st.transfers.retain(|_, t| t.initiator != rank);
+    // Transfers this rank serves for the dead peer complete through the transport (with an
+    // error), and `target::finish` settles them.
 }
 
 /// Bytes of a put that travel inside its header message.

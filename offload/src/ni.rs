@@ -245,8 +245,10 @@ impl Ni {
         Ok(value)
     }
 
-    /// Adds to a counter (which may release triggered operations).
+    /// Adds to a counter (which may release triggered operations). Exactly one of `success`
+    /// and `failure` must be non-zero.
     pub fn ct_inc(&self, ct: CtHandle, by: CtValue) -> Result<()> {
+        check_increment(by)?;
         self.with(|st| {
             st.ct_change(ct, |v| {
                 v.success = v.success.saturating_add(by.success);
@@ -359,7 +361,7 @@ impl Ni {
             }
             let portal = st.portal(pt)?;
             let first = portal
-                .unexpected_for(&me, false)
+                .unexpected_for(&me, false, false)
                 .first()
                 .and_then(|s| portal.unexpected.get(s))
                 .cloned();
@@ -416,7 +418,8 @@ impl Ni {
         })
     }
 
-    /// Adds `by` to `target` when `ct` reaches `threshold`.
+    /// Adds `by` to `target` when `ct` reaches `threshold` (one of `success` and `failure`
+    /// non-zero, as for `ct_inc`).
     pub fn triggered_ct_inc(
         &self,
         target: CtHandle,
@@ -424,6 +427,7 @@ impl Ni {
         ct: CtHandle,
         threshold: u64,
     ) -> Result<()> {
+        check_increment(by)?;
         self.with(|st| {
             st.cts.must(target.0)?;
             st.trigger(ct, threshold, TriggeredOp::CtInc { ct: target, by })
@@ -484,6 +488,15 @@ impl Ni {
             }
         }
     }
+}
+
+fn check_increment(by: CtValue) -> Result<()> {
+    if (by.success == 0) == (by.failure == 0) {
+        return Err(invalid(
+            "a counter increment adds to exactly one of success and failure",
+        ));
+    }
+    Ok(())
 }
 
 impl Drop for Ni {

@@ -18,8 +18,10 @@ pub(crate) struct Unexpected {
     pub(crate) mlength: usize,
     pub(crate) remote_offset: usize,
     pub(crate) hdr_data: u64,
-    /// Where the data already lies, in the overflow entry's buffer.
+    /// Where the data lies (or is being pulled to), in the overflow entry's buffer.
     pub(crate) start: Location,
+    /// The transfer still bringing the data in, if it has not finished.
+    pub(crate) pending: Option<rdcoll_transport::OpId>,
 }
 
 /// One portal table entry.
@@ -75,10 +77,13 @@ impl Portal {
             .or_else(|| first(&self.overflow).map(|s| (List::Overflow, s)))
     }
 
-    /// Unexpected headers `me` would take, oldest first (all of them, or the first only).
-    pub(crate) fn unexpected_for(&self, me: &Me, all: bool) -> Vec<u64> {
+    /// Unexpected headers `me` would take, oldest first (all of them, or the first only);
+    /// `check_op` skips them all unless `me` accepts puts (appends and search-delete check,
+    /// search-only does not).
+    pub(crate) fn unexpected_for(&self, me: &Me, all: bool, check_op: bool) -> Vec<u64> {
         let hits = self.unexpected.iter().filter(|(_, u)| {
-            me.accepts(u.initiator, u.match_bits, u.remote_offset, u.rlength) && (me.options.op_put)
+            me.accepts(u.initiator, u.match_bits, u.remote_offset, u.rlength)
+                && (me.options.op_put || !check_op)
         });
         if all {
             hits.map(|(&s, _)| s).collect()

@@ -55,6 +55,20 @@ pub(crate) struct Transfer {
     pub(crate) user_ptr: u64,
     pub(crate) counting: crate::types::MeCounting,
     pub(crate) unlinked: bool,
+    /// The entry asked for no acknowledgement events at the initiator.
+    pub(crate) ack_disabled: bool,
+    /// The unexpected header recorded for this transfer when it matched the overflow list.
+    pub(crate) header: Option<u64>,
+    /// An entry appended (or a search-delete) took that header before the data was all in:
+    /// its PUT_OVERFLOW is raised when the transfer finishes.
+    pub(crate) taken_by: Option<Taker>,
+}
+
+/// Who took an unexpected header whose data was still arriving.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Taker {
+    pub(crate) user_ptr: u64,
+    pub(crate) counting: crate::types::MeCounting,
 }
 
 pub(crate) struct State {
@@ -108,6 +122,14 @@ impl State {
     pub(crate) fn post(&mut self, eq: Option<EqHandle>, ev: Event) {
         if let Some(q) = eq.and_then(|e| self.eqs.get_mut(e.0)) {
             q.push(ev);
+        }
+    }
+
+    /// Queues the PT_DISABLED event of `pt`, past the queue's capacity if need be.
+    pub(crate) fn post_pt_disabled(&mut self, pt: PtIndex, ev: Event) {
+        let eq = self.portals.get(pt.0).and_then(|p| p.eq);
+        if let Some(q) = eq.and_then(|e| self.eqs.get_mut(e.0)) {
+            q.push_reserved(ev);
         }
     }
 

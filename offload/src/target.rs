@@ -7,7 +7,7 @@ use rdcoll_transport::{Rank, RegionKey, RemoteAddr};
 use crate::event::{Event, EventKind, Location};
 use crate::me::Me;
 use crate::portal::Unexpected;
-use crate::state::{State, Transfer};
+use crate::state::{State, Taker, Transfer};
 use crate::types::{List, MeCounting, NiFail, PtIndex};
 use crate::wire::{Msg, PutData};
 
@@ -16,6 +16,7 @@ fn answer(st: &mut State, to: Rank, reply: bool, op: u64, fail: NiFail, done: Op
         reply,
         op,
         fail,
+        no_ack: done.is_some_and(|t| t.ack_disabled),
         list: done.map(|t| t.list),
         mlength: done.map_or(0, |t| t.place.mlength as u64),
         remote_offset: done.map_or(0, |t| t.place.offset as u64),
@@ -45,7 +46,7 @@ fn refuse(st: &mut State, pt: PtIndex) -> NiFail {
     portal.enabled = false;
     let mut ev = Event::simple(EventKind::PtDisabled, Some(pt), st.rank(), 0);
     ev.fail = NiFail::PtDisabled;
-    st.post_pt(pt, ev);
+    st.post_pt_disabled(pt, ev);
     NiFail::PtDisabled
 }
 
@@ -105,6 +106,9 @@ fn select(
         user_ptr: me.user_ptr,
         counting: me.options.counting,
         unlinked: unlink,
+        ack_disabled: me.options.ack_disable,
+        header: None,
+        taken_by: None,
     };
     if unlink {
         entries.remove(&seq);
@@ -112,9 +116,61 @@ fn select(
     Ok(t)
 }
 
-/// Raises the target events of a finished transfer, records the unexpected header of an
+fn header_of(t: &Transfer, pending: Option<rdcoll_transport::OpId>) -> Unexpected {
+    Unexpected {
+        initiator: t.initiator,
+        match_bits: t.bits,
+        rlength: t.rlength,
+        mlength: t.place.mlength,
+        remote_offset: t.remote_offset,
+        hdr_data: t.hdr_data,
+        start: Location {
+            region: t.region.clone(),
+            offset: t.place.offset,
+        },
+        pending,
+    }
+}
+
+/// Records the unexpected header of a put that matched the overflow list, in arrival order,
+/// before its data is pulled (so appends and searches see it in its place).
+fn record_header(st: &mut State, t: &mut Transfer, pending: Option<rdcoll_transport::OpId>) {
+    let seq = st.seq();
+    if let Ok(portal) = st.portal(t.pt) {
+        portal.unexpected.insert(seq, header_of(t, pending));
+        t.header = Some(seq);
+    }
+}
+
+/// Raises PUT_OVERFLOW for `taker`, which took the header `u`.
+fn overflow_event(st: &mut State, pt: PtIndex, u: &Unexpected, taker: Taker, fail: NiFail) {
+    let mut ev = Event::simple(
+        EventKind::PutOverflow,
+        Some(pt),
+        u.initiator,
+        taker.user_ptr,
+    );
+    ev.fail = fail;
+    ev.match_bits = u.match_bits;
+    ev.rlength = u.rlength as u64;
+    ev.mlength = u.mlength as u64;
+    ev.remote_offset = u.remote_offset as u64;
+    ev.hdr_data = u.hdr_data;
+    ev.list = Some(List::Overflow);
+    ev.start = Some(u.start.clone());
+    st.post_pt(pt, ev);
+    let c = taker.counting;
+    if fail != NiFail::Ok {
+        st.count(c.ct, false, 1);
+    } else if c.overflow {
+        st.count(c.ct, true, if c.bytes { u.mlength as u64 } else { 1 });
+    }
+}
+
+/// Raises the target events of a finished transfer, settles the unexpected header of an
 /// overflow deposit, and answers the initiator.
-pub(crate) fn finish(st: &mut State, t: Transfer, fail: NiFail) {
+pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
+    let overflow_put = t.list == List::Overflow && !t.get;
     if fail == NiFail::Ok {
         let mut ev = Event::simple(
             if t.get {
@@ -138,30 +194,30 @@ pub(crate) fn finish(st: &mut State, t: Transfer, fail: NiFail) {
         });
         st.post_pt(t.pt, ev);
         count_comm(st, t.counting, t.place.mlength);
-        if t.list == List::Overflow && !t.get {
-            let seq = st.seq();
-            if let Ok(portal) = st.portal(t.pt) {
-                portal.unexpected.insert(
-                    seq,
-                    Unexpected {
-                        initiator: t.initiator,
-                        match_bits: t.bits,
-                        rlength: t.rlength,
-                        mlength: t.place.mlength,
-                        remote_offset: t.remote_offset,
-                        hdr_data: t.hdr_data,
-                        start: Location {
-                            region: t.region.clone(),
-                            offset: t.place.offset,
-                        },
-                    },
-                );
+        if overflow_put && t.header.is_none() {
+            record_header(st, &mut t, None);
+        }
+    }
+    if overflow_put {
+        if let Some(taker) = t.taken_by {
+            overflow_event(st, t.pt, &header_of(&t, None), taker, fail);
+        } else if let (Some(seq), Ok(portal)) = (t.header, st.portal(t.pt)) {
+            if fail == NiFail::Ok {
+                if let Some(u) = portal.unexpected.get_mut(&seq) {
+                    u.pending = None;
+                }
+            } else {
+                // The data never arrived: the header must not be taken.
+                portal.unexpected.remove(&seq);
             }
         }
     }
     if t.unlinked {
         let ev = Event::simple(EventKind::AutoUnlink, Some(t.pt), st.rank(), t.user_ptr);
         st.post_pt(t.pt, ev);
+    }
+    if fail != NiFail::Ok {
+        t.place.mlength = 0;
     }
     answer(st, t.initiator, t.get, t.op, fail, Some(&t));
 }
@@ -206,6 +262,10 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
                         .get(&t.region, t.place.offset, t.place.mlength, src)
                     {
                         Ok(id) => {
+                            let mut t = t;
+                            if t.list == List::Overflow {
+                                record_header(st, &mut t, Some(id));
+                            }
                             st.transfers.insert(id, t);
                         }
                         Err(_) => finish(st, t, NiFail::Undeliverable),
@@ -254,28 +314,24 @@ fn to_usize(x: u64) -> usize {
 }
 
 /// Takes the unexpected headers `me` matches for an append or a search-delete: one
-/// PUT_OVERFLOW each (pointing at the deposited data), counted on `me`'s overflow counter.
+/// PUT_OVERFLOW each (pointing at the deposited data), counted on `me`'s overflow counter; for
+/// a header whose data is still arriving, the event comes when the transfer finishes.
 /// Returns how many it took.
 pub(crate) fn take_unexpected(st: &mut State, pt: PtIndex, me: &Me) -> usize {
     let Ok(portal) = st.portal(pt) else { return 0 };
-    let seqs = portal.unexpected_for(me, !me.options.use_once);
+    let seqs = portal.unexpected_for(me, !me.options.use_once, true);
     let taken: Vec<Unexpected> = seqs
         .iter()
         .filter_map(|s| portal.unexpected.remove(s))
         .collect();
+    let taker = Taker {
+        user_ptr: me.user_ptr,
+        counting: me.options.counting,
+    };
     for u in &taken {
-        let mut ev = Event::simple(EventKind::PutOverflow, Some(pt), u.initiator, me.user_ptr);
-        ev.match_bits = u.match_bits;
-        ev.rlength = u.rlength as u64;
-        ev.mlength = u.mlength as u64;
-        ev.remote_offset = u.remote_offset as u64;
-        ev.hdr_data = u.hdr_data;
-        ev.list = Some(List::Overflow);
-        ev.start = Some(u.start.clone());
-        st.post_pt(pt, ev);
-        let c = me.options.counting;
-        if c.overflow {
-            st.count(c.ct, true, if c.bytes { u.mlength as u64 } else { 1 });
+        match u.pending.and_then(|id| st.transfers.get_mut(&id)) {
+            Some(t) => t.taken_by = Some(taker),
+            None => overflow_event(st, pt, u, taker, NiFail::Ok),
         }
     }
     taken.len()

@@ -7,6 +7,8 @@ const K_PUT: u8 = 1;
 const K_GET: u8 = 2;
 const K_ACK: u8 = 3;
 const K_REPLY: u8 = 4;
+/// In a Done message's list byte: the entry disabled acknowledgement events.
+const NO_ACK_BIT: u8 = 0x80;
 
 /// Bytes of a put header before inline data.
 pub(crate) const PUT_HEADER: usize = 3 + 4 + 8 * 5;
@@ -47,6 +49,8 @@ pub(crate) enum Msg<'a> {
         reply: bool,
         op: u64,
         fail: NiFail,
+        /// The target's entry disabled acknowledgement events.
+        no_ack: bool,
         list: Option<List>,
         mlength: u64,
         remote_offset: u64,
@@ -105,6 +109,7 @@ impl Msg<'_> {
                 reply,
                 op,
                 fail,
+                no_ack,
                 list,
                 mlength,
                 remote_offset,
@@ -112,7 +117,7 @@ impl Msg<'_> {
                 v.extend([
                     if *reply { K_REPLY } else { K_ACK },
                     fail.code(),
-                    list_code(*list),
+                    list_code(*list) | if *no_ack { NO_ACK_BIT } else { 0 },
                 ]);
                 u64s(&mut v, &[*op, *mlength, *remote_offset]);
             }
@@ -169,7 +174,9 @@ impl Msg<'_> {
             }
             k @ (K_ACK | K_REPLY) => {
                 let fail = NiFail::from_code(r.u8()?)?;
-                let list = match r.u8()? {
+                let flags = r.u8()?;
+                let no_ack = flags & NO_ACK_BIT != 0;
+                let list = match flags & !NO_ACK_BIT {
                     0 => None,
                     1 => Some(List::Priority),
                     2 => Some(List::Overflow),
@@ -180,6 +187,7 @@ impl Msg<'_> {
                     reply: k == K_REPLY,
                     op,
                     fail,
+                    no_ack,
                     list,
                     mlength,
                     remote_offset,
@@ -259,6 +267,7 @@ mod tests {
                 reply: true,
                 op: 8,
                 fail: NiFail::PtDisabled,
+                no_ack: true,
                 list: Some(List::Overflow),
                 mlength: 2,
                 remote_offset: 1,

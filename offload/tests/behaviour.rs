@@ -523,3 +523,117 @@ fn large_puts_are_pulled_by_the_target_and_gets_are_served_on(backend: Backend) 
         .unwrap();
     assert_eq!((reply.fail, reply.mlength), (NiFail::Ok, len as u64));
 }
+
+#[test]
+fn large_unexpected_puts_keep_their_arrival_order() {
+    large_unexpected_puts_keep_their_arrival_order_on(Backend::Local);
+}
+
+#[test]
+fn large_unexpected_puts_keep_their_arrival_order_over_shm() {
+    large_unexpected_puts_keep_their_arrival_order_on(Backend::Shm);
+}
+
+/// A put too large to travel inline (pulled by the target) and a small one behind it both land
+/// on the overflow list: receives must take them in the order they arrived.
+fn large_unexpected_puts_keep_their_arrival_order_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
+    let bounce = MeOptions {
+        manage_local: true,
+        ..opts()
+    };
+    j.append(List::Overflow, j.tgt_region(1 << 16), 0, ALL, bounce, 0);
+    let big: Vec<u8> = (0..20_000).map(|i| (i % 199) as u8).collect();
+    let (md_big, md_small) = (j.md(&big, None), j.md(b"small", None));
+    j.ini.put(j.put_args(md_big, big.len(), 5, 0)).unwrap();
+    j.ini.put(j.put_args(md_small, 5, 5, 0)).unwrap();
+    j.settle();
+    j.tgt_events();
+    let once = MeOptions {
+        use_once: true,
+        ..opts()
+    };
+    for want in [big.as_slice(), b"small"] {
+        j.append(List::Priority, j.tgt_region(8), 5, 0, once, 1);
+        let evs = j.tgt_events();
+        assert_eq!(kinds(&evs), [EventKind::PutOverflow, EventKind::AutoUnlink]);
+        let s = evs[0].start.clone().unwrap();
+        assert_eq!(evs[0].rlength, want.len() as u64);
+        assert_eq!(read(&s.region, s.offset, want.len()), want);
+    }
+}
+
+#[test]
+fn an_entry_with_ack_disable_gets_no_ack_event_at_the_initiator() {
+    let j = job();
+    let quiet = MeOptions {
+        ack_disable: true,
+        ..opts()
+    };
+    j.append(List::Priority, j.tgt_region(8), 1, 0, quiet, 0);
+    j.put(b"abc", 1, 0);
+    assert_eq!(kinds(&j.ini_events()), [EventKind::Send]);
+}
+
+#[test]
+fn a_dropped_put_is_seen_by_the_initiator_even_without_an_ack_request() {
+    let j = job();
+    let ct = j.ini.ct_alloc().unwrap();
+    let md = j.md(b"lost", Some(ct));
+    let mut put = j.put_args(md, 4, 1, 0);
+    put.ack_req = AckReq::None;
+    j.ini.put(put).unwrap();
+    j.settle();
+    let evs = j.ini_events();
+    assert_eq!(kinds(&evs), [EventKind::Send, EventKind::Ack]);
+    assert_eq!(evs[1].fail, NiFail::Dropped);
+    assert_eq!(j.ini.ct_get(ct).unwrap().failure, 1);
+}
+
+#[test]
+fn stale_handles_name_nothing_and_a_busy_descriptor_stays() {
+    let j = job();
+    let (a, x) = (j.ini.ct_alloc().unwrap(), j.ini.ct_alloc().unwrap());
+    let md = j.md(b"data", None);
+    j.ini.triggered_put(j.put_args(md, 4, 1, 0), a, 5).unwrap();
+    assert!(
+        j.ini.md_release(md).is_err(),
+        "a triggered put still uses it"
+    );
+    j.ini.ct_free(a).unwrap();
+    j.ini.md_release(md).unwrap();
+    let md2 = j.md(b"new!", None);
+    assert_ne!(md, md2);
+    assert!(j.ini.put(j.put_args(md, 4, 1, 0)).is_err());
+    let one = CtValue {
+        success: 1,
+        failure: 0,
+    };
+    assert!(j.ini.ct_inc(a, one).is_err(), "the freed counter is gone");
+    assert!(
+        j.ini.ct_inc(x, CtValue::default()).is_err(),
+        "an empty increment"
+    );
+}
+
+#[test]
+fn a_rank_match_id_accepts_that_rank() {
+    let j = job();
+    j.tgt
+        .me_append(
+            j.pt,
+            List::Priority,
+            MeSpec {
+                region: j.tgt_region(8),
+                match_bits: 1,
+                ignore_bits: 0,
+                match_id: MatchId::Rank(0),
+                options: opts(),
+                user_ptr: 9,
+            },
+        )
+        .unwrap();
+    j.put(b"me", 1, 0);
+    let evs = data_events(j.tgt_events());
+    assert_eq!((evs[0].kind, evs[0].user_ptr), (EventKind::Put, 9));
+}
