@@ -18,6 +18,7 @@ mod event;
 mod initiator;
 mod me;
 mod ni;
+mod pin;
 mod portal;
 mod state;
 mod table;

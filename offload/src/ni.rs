@@ -43,6 +43,9 @@ pub struct NiConfig {
     /// Puts up to this size travel inside the header message; larger ones are pulled by the
     /// target with a transport get.
     pub inline_max: usize,
+    /// In thread mode, pin the agent to a core (with the `hwloc` feature): agents of local
+    /// ranks 0, 1, ... take the last core, the one before, and so on. `None`: not pinned.
+    pub pin_slot: Option<usize>,
 }
 
 impl Default for NiConfig {
@@ -53,6 +56,7 @@ impl Default for NiConfig {
             max_unexpected: 4096,
             max_objects: 4096,
             inline_max: crate::initiator::inline_capacity().min(8192),
+            pin_slot: None,
         }
     }
 }
@@ -79,6 +83,7 @@ impl NiConfig {
         };
         Ok(NiConfig {
             mode,
+            pin_slot: Some(local_slot()),
             ..NiConfig::default()
         })
     }
@@ -106,9 +111,18 @@ impl Ni {
             Mode::Thread => {
                 let s = shared.clone();
                 let name = format!("rdcoll-offload-{}", fabric.rank());
+                let slot = cfg.pin_slot;
                 let t = std::thread::Builder::new()
                     .name(name)
-                    .spawn(move || crate::agent::run(s))
+                    .spawn(move || {
+                        if let Some(slot) = slot {
+                            match crate::pin::pin_current_thread(slot) {
+                                Ok(core) => tracing::debug!("offload agent pinned to core {core}"),
+                                Err(why) => tracing::debug!("offload agent not pinned: {why}"),
+                            }
+                        }
+                        crate::agent::run(s)
+                    })
                     .map_err(|e| invalid(format!("starting the progress thread: {e}")))?;
                 Some(t)
             }
@@ -488,6 +502,20 @@ impl Ni {
             }
         }
     }
+}
+
+/// This rank's index among the ranks on its host, as launchers tell it (else its rank).
+fn local_slot() -> usize {
+    [
+        "RDCOLL_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "MPI_LOCALRANKID",
+        "SLURM_LOCALID",
+        "RDCOLL_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(0)
 }
 
 fn check_increment(by: CtValue) -> Result<()> {
