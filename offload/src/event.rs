@@ -17,6 +17,8 @@ pub enum EventKind {
     /// Target: an append (or search-delete) took an unexpected header; `start` points at the
     /// data already deposited in the overflow buffer.
     PutOverflow,
+    /// Target: an append (or search-delete) took the header a get left on the overflow list.
+    GetOverflow,
     /// Initiator: a get's data is in the memory descriptor.
     Reply,
     /// Initiator: a put's source buffer may be reused.

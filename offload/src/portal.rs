@@ -22,6 +22,8 @@ pub(crate) struct Unexpected {
     pub(crate) start: Location,
     /// The transfer still bringing the data in, if it has not finished.
     pub(crate) pending: Option<rdcoll_transport::OpId>,
+    /// Left by a get (served from the overflow entry) rather than a put.
+    pub(crate) get: bool,
 }
 
 /// One portal table entry.
@@ -82,8 +84,13 @@ impl Portal {
     /// search-only does not).
     pub(crate) fn unexpected_for(&self, me: &Me, all: bool, check_op: bool) -> Vec<u64> {
         let hits = self.unexpected.iter().filter(|(_, u)| {
+            let allowed = if u.get {
+                me.options.op_get
+            } else {
+                me.options.op_put
+            };
             me.accepts(u.initiator, u.match_bits, u.remote_offset, u.rlength)
-                && (me.options.op_put || !check_op)
+                && (allowed || !check_op)
         });
         if all {
             hits.map(|(&s, _)| s).collect()

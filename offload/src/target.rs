@@ -74,7 +74,7 @@ fn select(
         return Err(refuse(st, pt));
     };
     let header_room = portal.unexpected.len() < portal.max_unexpected;
-    if list == List::Overflow && !get && !header_room {
+    if list == List::Overflow && !header_room {
         return Err(refuse(st, pt));
     }
     let entries = portal.list(list);
@@ -129,6 +129,7 @@ fn header_of(t: &Transfer, pending: Option<rdcoll_transport::OpId>) -> Unexpecte
             offset: t.place.offset,
         },
         pending,
+        get: t.get,
     }
 }
 
@@ -142,14 +143,14 @@ fn record_header(st: &mut State, t: &mut Transfer, pending: Option<rdcoll_transp
     }
 }
 
-/// Raises PUT_OVERFLOW for `taker`, which took the header `u`.
+/// Raises PUT_OVERFLOW (GET_OVERFLOW for a get's header) for `taker`, which took `u`.
 fn overflow_event(st: &mut State, pt: PtIndex, u: &Unexpected, taker: Taker, fail: NiFail) {
-    let mut ev = Event::simple(
-        EventKind::PutOverflow,
-        Some(pt),
-        u.initiator,
-        taker.user_ptr,
-    );
+    let kind = if u.get {
+        EventKind::GetOverflow
+    } else {
+        EventKind::PutOverflow
+    };
+    let mut ev = Event::simple(kind, Some(pt), u.initiator, taker.user_ptr);
     ev.fail = fail;
     ev.match_bits = u.match_bits;
     ev.rlength = u.rlength as u64;
@@ -170,7 +171,9 @@ fn overflow_event(st: &mut State, pt: PtIndex, u: &Unexpected, taker: Taker, fai
 /// Raises the target events of a finished transfer, settles the unexpected header of an
 /// overflow deposit, and answers the initiator.
 pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
-    let overflow_put = t.list == List::Overflow && !t.get;
+    // Every message that lands on the overflow list leaves a header (a get's data went out
+    // from the overflow entry; an append that takes its header learns of it).
+    let on_overflow = t.list == List::Overflow;
     if fail == NiFail::Ok {
         let mut ev = Event::simple(
             if t.get {
@@ -194,11 +197,11 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
         });
         st.post_pt(t.pt, ev);
         count_comm(st, t.counting, t.place.mlength);
-        if overflow_put && t.header.is_none() {
+        if on_overflow && t.header.is_none() {
             record_header(st, &mut t, None);
         }
     }
-    if overflow_put {
+    if on_overflow {
         if let Some(taker) = t.taken_by {
             overflow_event(st, t.pt, &header_of(&t, None), taker, fail);
         } else if let (Some(seq), Ok(portal)) = (t.header, st.portal(t.pt)) {
@@ -300,6 +303,10 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
                 .put(&t.region, t.place.offset, t.place.mlength, dst, None)
             {
                 Ok(id) => {
+                    let mut t = t;
+                    if t.list == List::Overflow {
+                        record_header(st, &mut t, Some(id));
+                    }
                     st.transfers.insert(id, t);
                 }
                 Err(_) => finish(st, t, NiFail::Undeliverable),

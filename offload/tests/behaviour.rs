@@ -637,3 +637,36 @@ fn a_rank_match_id_accepts_that_rank() {
     let evs = data_events(j.tgt_events());
     assert_eq!((evs[0].kind, evs[0].user_ptr), (EventKind::Put, 9));
 }
+
+#[test]
+fn a_get_landing_on_the_overflow_list_leaves_a_header_too() {
+    let j = job();
+    let bounce = j.tgt_region(16);
+    bounce.write(0, b"from the bounce!").unwrap();
+    j.append(List::Overflow, bounce, 0, ALL, opts(), 0);
+    j.tgt_events();
+    let ct = j.ini.ct_alloc().unwrap();
+    let md = j.md(&[0u8; 4], Some(ct));
+    j.ini
+        .get(GetArgs {
+            md,
+            local_offset: 0,
+            len: 4,
+            target: 1,
+            pt: j.pt,
+            match_bits: 3,
+            remote_offset: 5,
+            user_ptr: 0,
+        })
+        .unwrap();
+    j.settle();
+    let evs = j.tgt_events();
+    assert_eq!(kinds(&evs), [EventKind::Get]);
+    assert_eq!(evs[0].list, Some(List::Overflow));
+    // A receive posted afterwards learns of it: GET_OVERFLOW, pointing at what was read.
+    j.append(List::Priority, j.tgt_region(8), 3, 0, opts(), 6);
+    let evs = j.tgt_events();
+    assert_eq!(kinds(&evs), [EventKind::GetOverflow, EventKind::Link]);
+    let s = evs[0].start.clone().unwrap();
+    assert_eq!(read(&s.region, s.offset, 4), b"the ");
+}
