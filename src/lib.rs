@@ -81,10 +81,36 @@ impl Comm {
     }
 }
 
+/// Sends the library's `tracing` diagnostics to stderr when `RDCOLL_LOG` asks for them; keeps
+/// any subscriber the application installed.
+fn install_log() {
+    let Ok(filter) = std::env::var("RDCOLL_LOG") else {
+        return;
+    };
+    let filter = match tracing_subscriber::EnvFilter::try_new(&filter) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "rdcoll: RDCOLL_LOG={filter:?} is not a valid filter ({e}); logging stays off"
+            );
+            return;
+        }
+    };
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(true)
+        .try_init();
+}
+
 /// Joins the job this process was started in: rank and size from `RDCOLL_RANK`/`RDCOLL_SIZE`
 /// (or Slurm, Open MPI, MPICH), peers through `RDCOLL_STORE`, transport by `RDCOLL_TRANSPORT`
 /// (`auto`: shm on one host, tcp across hosts). A process started alone is a job of one.
+///
+/// With `RDCOLL_LOG` set (a `tracing` filter such as `warn` or `rdcoll_transport=debug`), the
+/// library's diagnostics go to stderr, prefixed with the rank.
 pub fn init() -> Result<Comm> {
+    install_log();
     Ok(Comm {
         fabric: rdcoll_transport::bootstrap::init_from_env()?,
     })
