@@ -1,5 +1,5 @@
 //! Thread mode: the host posts a receive entry and a chain of triggered gets, then leaves the
-//! library alone; the agents move all the data, and the host checks the counter afterwards.
+//! library alone; the agents move all the data, and the host checks the counters afterwards.
 
 mod common;
 
@@ -12,19 +12,46 @@ const CHUNK: usize = 64 << 10;
 const CHUNKS: usize = 12;
 const CREDITS: usize = 3;
 
+/// The receiver-driven rendezvous of paper 002 §3.3 with the receiver's host out of the loop:
+/// it posts a receive entry for the sender's first message and a chain of triggered gets (the
+/// first `CREDITS` released by that message's arrival, each later one by a reply), then only
+/// reads its own memory until everything is there.
 fn chain_of_triggered_gets(backend: Backend) {
     let cfg = NiConfig {
         mode: Mode::Thread,
         ..NiConfig::default()
     };
+    // `ini` is the receiver (it issues the gets), `tgt` the sender exposing its buffer.
     let j = job_on(backend, cfg, false);
     let total = CHUNK * CHUNKS;
     let source: Vec<u8> = (0..total).map(|i| (i * 31 % 253) as u8).collect();
     let exposed = j.tgt_region(total);
     exposed.write(0, &source).unwrap();
     j.append(List::Priority, exposed, 0x77, 0, MeOptions::default(), 0);
+    let sender_pt = j.pt;
 
-    let ct = j.ini.ct_alloc().unwrap();
+    // The receiver's side: a portal entry with the receive entry for the sender's header.
+    let recv_pt = j.ini.pt_alloc(None, false).unwrap();
+    let header_ct = j.ini.ct_alloc().unwrap();
+    let header_buf = j.ini.fabric().alloc_region(64).unwrap();
+    let receive = MeSpec {
+        region: header_buf.clone(),
+        match_bits: 0x5E,
+        ignore_bits: 0,
+        match_id: MatchId::Rank(1),
+        options: MeOptions {
+            use_once: true,
+            counting: MeCounting {
+                ct: Some(header_ct),
+                comm: true,
+                ..MeCounting::default()
+            },
+            ..MeOptions::default()
+        },
+        user_ptr: 0,
+    };
+    j.ini.me_append(recv_pt, List::Priority, receive).unwrap();
+    let reply_ct = j.ini.ct_alloc().unwrap();
     let dest = j.ini.fabric().alloc_region(total).unwrap();
     let md = j
         .ini
@@ -32,44 +59,75 @@ fn chain_of_triggered_gets(backend: Backend) {
             dest.clone(),
             None,
             MdOptions {
-                ct: Some(ct),
+                ct: Some(reply_ct),
                 ct_reply: true,
                 ..MdOptions::default()
             },
         )
         .unwrap();
-    // The receiver-driven rendezvous of paper 002 §3.3: `CREDITS` gets at once, and each
-    // reply releases the next one.
     for i in 0..CHUNKS {
-        let threshold = i.saturating_sub(CREDITS - 1) as u64;
         let get = GetArgs {
             md,
             local_offset: i * CHUNK,
             len: CHUNK,
             target: 1,
-            pt: j.pt,
+            pt: sender_pt,
             match_bits: 0x77,
             remote_offset: i * CHUNK,
             user_ptr: i as u64,
         };
-        j.ini.triggered_get(get, ct, threshold).unwrap();
-    }
-    // Hands off: no call into either network interface until the data is all there (read
-    // straight from the destination memory, which drives no progress).
-    let start = Instant::now();
-    let mut seen = vec![0u8; total];
-    loop {
-        dest.read(0, &mut seen).unwrap();
-        if seen == source {
-            break;
+        if i < CREDITS {
+            j.ini.triggered_get(get, header_ct, 1).unwrap();
+        } else {
+            j.ini
+                .triggered_get(get, reply_ct, (i - CREDITS + 1) as u64)
+                .unwrap();
         }
-        assert!(
-            start.elapsed() < WAIT,
-            "the agents did not finish the chain on their own"
-        );
-        std::thread::sleep(Duration::from_millis(5));
     }
-    let value = j.ini.ct_wait(ct, CHUNKS as u64, WAIT).unwrap();
+    // Hands off the receiver from here. The sender announces the message (its header put
+    // carries the size) from a thread of its own.
+    let sender = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            let hdr = j.tgt.fabric().alloc_region(8).unwrap();
+            hdr.write(0, &(total as u64).to_le_bytes()).unwrap();
+            let md = j.tgt.md_bind(hdr, None, MdOptions::default()).unwrap();
+            j.tgt
+                .put(PutArgs {
+                    md,
+                    local_offset: 0,
+                    len: 8,
+                    ack_req: AckReq::None,
+                    target: 0,
+                    pt: recv_pt,
+                    match_bits: 0x5E,
+                    remote_offset: 0,
+                    user_ptr: 0,
+                    hdr_data: 0,
+                })
+                .unwrap();
+        });
+        let start = Instant::now();
+        let mut seen = vec![0u8; total];
+        loop {
+            dest.read(0, &mut seen).unwrap();
+            if seen == source {
+                return Ok(());
+            }
+            if start.elapsed() > WAIT {
+                return Err("the agents did not finish the chain on their own");
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    });
+    sender.unwrap();
+    // Checked afterwards through the counters.
+    let one = CtValue {
+        success: 1,
+        failure: 0,
+    };
+    assert_eq!(j.ini.ct_get(header_ct).unwrap(), one);
+    let value = j.ini.ct_wait(reply_ct, CHUNKS as u64, WAIT).unwrap();
     assert_eq!(
         value,
         CtValue {
@@ -77,6 +135,9 @@ fn chain_of_triggered_gets(backend: Backend) {
             failure: 0
         }
     );
+    let mut size = [0u8; 8];
+    header_buf.read(0, &mut size).unwrap();
+    assert_eq!(u64::from_le_bytes(size), total as u64);
 }
 
 #[test]
