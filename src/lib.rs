@@ -2,8 +2,36 @@
 //!
 //! A program joins its job with [`init`] (under `rdcoll-run`, `srun`, `mpirun` or `mpiexec`) and
 //! gets a [`Comm`], or runs ranks as threads with [`local::run`] (tests, examples, users' own
-//! unit tests). Today a `Comm` exposes the fabric underneath (registered memory, put/get with
-//! immediates, active messages); point-to-point and collectives build on it. See DESIGN.md.
+//! unit tests). A `Comm` sends and receives MPI-style messages (matching on source and tag, with
+//! wildcards, in order), blocking ([`Comm::send`], [`Comm::recv`], [`Comm::probe`]) or
+//! nonblocking inside a [`Comm::scope`]; [`Comm::dup`] makes a communicator whose messages
+//! never mix with its parent's. See DESIGN.md.
+//!
+//! ```
+//! use rdcoll::{Source, Tag};
+//!
+//! let sums = rdcoll::local::run(4, |world| {
+//!     let (rank, size) = (world.rank(), world.size() as u32);
+//!     if rank == 0 {
+//!         let mut total = 0u64;
+//!         for _ in 1..size {
+//!             let mut v = [0u64; 1];
+//!             let st = world.recv(&mut v, Source::Any, Tag::Any).unwrap();
+//!             assert_eq!(st.tag, st.source); // each rank tags with its rank
+//!             total += v[0];
+//!         }
+//!         total
+//!     } else {
+//!         world.send(&[rank as u64 * 10], 0, rank).unwrap();
+//!         0
+//!     }
+//! })
+//! .unwrap();
+//! assert_eq!(sums[0], 60);
+//! ```
+//!
+//! The fabric underneath is reachable too (registered memory, put/get with immediates, active
+//! messages); a program that uses it directly should not also use messaging on the same `Comm`:
 //!
 //! ```
 //! use rdcoll::transport::Event;
@@ -24,10 +52,18 @@
 //! ```
 
 pub mod local;
+mod p2p;
+mod request;
 
+use std::sync::{Arc, OnceLock};
+
+pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag};
+pub use rdcoll_offload::OffloadError;
 pub use rdcoll_transport as transport;
 pub use rdcoll_transport::{Rank, TransportError};
+pub use request::{test_all, wait_all, wait_any, Request, Scope};
 
+use rdcoll_offload::p2p::{Context, Engine};
 use rdcoll_transport::Fabric;
 
 /// Errors from the rdcoll API.
@@ -36,6 +72,25 @@ pub enum Error {
     /// The transport failed (bad key, peer failed, I/O, bootstrap...).
     #[error(transparent)]
     Transport(#[from] TransportError),
+    /// A message was longer than the receive buffer. It was consumed; nothing past the buffer
+    /// was written.
+    #[error("message from rank {sender} (tag {tag}) is {len} bytes, longer than the {capacity}-byte receive buffer")]
+    Truncated {
+        /// The sender.
+        sender: Rank,
+        /// The message's tag.
+        tag: u32,
+        /// The message's true length in bytes.
+        len: usize,
+        /// The receive buffer's length in bytes.
+        capacity: usize,
+    },
+    /// An argument was out of range (a rank not in the job, a bad setting...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The messaging engine failed otherwise (resources, timeouts).
+    #[error(transparent)]
+    Offload(OffloadError),
     /// A rank panicked (with [`local::run`]); the message is the panic's, when it had one.
     #[error("rank {rank} panicked: {message}")]
     RankPanicked {
@@ -46,18 +101,59 @@ pub enum Error {
     },
 }
 
+impl From<OffloadError> for Error {
+    fn from(e: OffloadError) -> Error {
+        match e {
+            OffloadError::Transport(t) => Error::Transport(t),
+            OffloadError::Truncated {
+                sender,
+                tag,
+                len,
+                capacity,
+            } => Error::Truncated {
+                sender,
+                tag,
+                len,
+                capacity,
+            },
+            OffloadError::InvalidArgument(s) => Error::InvalidArgument(s),
+            other => Error::Offload(other),
+        }
+    }
+}
+
 /// Result of an rdcoll call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// A communicator: this rank's view of its job.
 pub struct Comm {
-    fabric: Box<dyn Fabric>,
+    fabric: Arc<dyn Fabric>,
+    /// The messaging engine, started on first use (shared by duplicated communicators).
+    engine: OnceLock<Arc<Engine>>,
+    context: Context,
 }
 
 impl Comm {
     /// Wraps a fabric endpoint.
     pub fn from_fabric(fabric: Box<dyn Fabric>) -> Comm {
-        Comm { fabric }
+        Comm {
+            fabric: Arc::from(fabric),
+            engine: OnceLock::new(),
+            context: 0,
+        }
+    }
+
+    fn context(&self) -> Context {
+        self.context
+    }
+
+    /// The messaging engine, started on first use with settings from the environment.
+    fn engine(&self) -> Result<&Arc<Engine>> {
+        if let Some(e) = self.engine.get() {
+            return Ok(e);
+        }
+        let engine = Engine::from_env(self.fabric.clone(), ranks_on_this_host(self))?;
+        Ok(self.engine.get_or_init(|| Arc::new(engine)))
     }
     /// This rank, in `0..size`.
     pub fn rank(&self) -> Rank {
@@ -111,7 +207,23 @@ fn install_log() {
 /// library's diagnostics go to stderr, prefixed with the rank.
 pub fn init() -> Result<Comm> {
     install_log();
-    Ok(Comm {
-        fabric: rdcoll_transport::bootstrap::init_from_env()?,
-    })
+    Ok(Comm::from_fabric(
+        rdcoll_transport::bootstrap::init_from_env()?,
+    ))
+}
+
+/// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`).
+fn ranks_on_this_host(comm: &Comm) -> usize {
+    if comm.backend() != "tcp" {
+        return comm.size();
+    }
+    [
+        "RDCOLL_LOCAL_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+        "MPI_LOCALNRANKS",
+        "SLURM_NTASKS_PER_NODE",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.parse().ok())
+    .unwrap_or(comm.size())
 }

@@ -22,6 +22,19 @@ pub enum OffloadError {
     /// A wait ran out of time.
     #[error("timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// A message was longer than the receive buffer: nothing past the buffer was written, and
+    /// the message was consumed.
+    #[error("message from rank {sender} (tag {tag}) is {len} bytes, longer than the {capacity}-byte receive buffer")]
+    Truncated {
+        /// The sender.
+        sender: rdcoll_transport::Rank,
+        /// The message's tag.
+        tag: u32,
+        /// The message's true length.
+        len: usize,
+        /// The receive buffer's length.
+        capacity: usize,
+    },
     /// The transport failed.
     #[error(transparent)]
     Transport(#[from] TransportError),

@@ -37,7 +37,13 @@ pub(crate) fn issue_put(st: &mut State, a: PutArgs) {
         tracing::warn!("triggered put dropped: {e}");
         return;
     }
-    let inline = a.len <= st.cfg.inline_max;
+    issue_put_from(st, a, None);
+}
+
+/// Starts a put whose payload is `bytes` (inline, read now) or, without them, the memory
+/// descriptor's range. Returns whether the header message left this rank.
+pub(crate) fn issue_put_from(st: &mut State, a: PutArgs, bytes: Option<&[u8]>) -> bool {
+    let inline = bytes.is_some() || a.len <= st.cfg.inline_max;
     let op = new_op(
         st,
         InitOp {
@@ -52,14 +58,17 @@ pub(crate) fn issue_put(st: &mut State, a: PutArgs) {
         },
     );
     let Some(md) = st.mds.get(a.md.0) else {
-        return;
+        return false;
     };
     let region = md.region.clone();
     let mut data = Vec::new();
-    let payload = if inline {
+    let payload = if let Some(bytes) = bytes {
+        PutData::Inline(bytes)
+    } else if inline {
         data.resize(a.len, 0);
         if region.read(a.local_offset, &mut data).is_err() {
-            return fail_op(st, op, NiFail::Undeliverable);
+            fail_op(st, op, NiFail::Undeliverable);
+            return false;
         }
         PutData::Inline(&data)
     } else {
@@ -79,11 +88,13 @@ pub(crate) fn issue_put(st: &mut State, a: PutArgs) {
         data: payload,
     };
     if st.fabric.send(a.target, &msg.encode()).is_err() {
-        return fail_op(st, op, NiFail::Undeliverable);
+        fail_op(st, op, NiFail::Undeliverable);
+        return false;
     }
     if inline {
         raise_send(st, op);
     }
+    true
 }
 
 /// Starts a get.

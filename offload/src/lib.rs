@@ -18,6 +18,7 @@ mod event;
 mod initiator;
 mod me;
 mod ni;
+pub mod p2p;
 mod pin;
 mod portal;
 mod state;

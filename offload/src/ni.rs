@@ -407,6 +407,46 @@ impl Ni {
         })
     }
 
+    /// Puts `bytes` (at most `inline_max` of them) to a target's portal table entry, copying
+    /// them into the header message now: the caller's buffer is free again when this returns,
+    /// and SEND is raised at once. `a.md` receives the operation's events and counts;
+    /// `a.local_offset` and `a.len` are ignored. A target that cannot be reached is an error
+    /// here (as well as a failed ACK on `a.md`).
+    pub fn put_inline(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
+        self.with(|st| {
+            if bytes.len() > st.cfg.inline_max {
+                return Err(invalid(format!(
+                    "{} bytes do not fit an inline put (at most {})",
+                    bytes.len(),
+                    st.cfg.inline_max
+                )));
+            }
+            st.mds.must(a.md.0)?;
+            let a = PutArgs {
+                len: bytes.len(),
+                local_offset: 0,
+                ..a
+            };
+            if crate::initiator::issue_put_from(st, a, Some(bytes)) {
+                Ok(())
+            } else {
+                Err(OffloadError::Transport(
+                    rdcoll_transport::TransportError::PeerFailed(a.target),
+                ))
+            }
+        })
+    }
+
+    /// Moves every queued event of `eq` to `out` without running the agent.
+    pub fn eq_drain(&self, eq: EqHandle, out: &mut Vec<Event>) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        let q = st.eqs.must(eq.0)?;
+        while let Some(ev) = q.pop()? {
+            out.push(ev);
+        }
+        Ok(())
+    }
+
     /// Gets `len` bytes from a target's portal table entry into a memory descriptor.
     pub fn get(&self, a: GetArgs) -> Result<()> {
         self.with(|st| {
@@ -460,6 +500,18 @@ impl Ni {
             st.cts.must(target.0)?;
             st.trigger(ct, threshold, TriggeredOp::CtSet { ct: target, to })
         })
+    }
+
+    /// Waits up to `timeout` for something to happen: for the agent's next notification in
+    /// thread mode, for the fabric to have an event in inline mode.
+    pub fn wait_activity(&self, timeout: Duration) {
+        match self.shared.mode {
+            Mode::Thread => {
+                let mut st = self.shared.state.lock();
+                self.shared.changed.wait_for(&mut st, timeout);
+            }
+            Mode::Inline => self.fabric.block(timeout),
+        }
     }
 
     /// Runs `check` until it returns true or `timeout` passes: driving the agent itself in

@@ -111,9 +111,35 @@ fn select(
         taken_by: None,
     };
     if unlink {
-        entries.remove(&seq);
+        if let Some(old) = entries.remove(&seq) {
+            if old.options.renew {
+                renew(st, pt, list, old);
+            }
+        }
     }
     Ok(t)
+}
+
+/// Appends a fresh copy of a renewing entry that just unlinked itself.
+fn renew(st: &mut State, pt: PtIndex, list: List, old: Me) {
+    let region = match st.fabric.alloc_region(old.region.len()) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(
+                "offload: renewing an overflow entry failed ({e}); arrivals may be refused"
+            );
+            return;
+        }
+    };
+    let fresh = Me {
+        region,
+        local_off: 0,
+        ..old
+    };
+    let seq = st.seq();
+    if let Ok(portal) = st.portal(pt) {
+        portal.list(list).insert(seq, fresh);
+    }
 }
 
 fn header_of(t: &Transfer, pending: Option<rdcoll_transport::OpId>) -> Unexpected {

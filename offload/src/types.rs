@@ -142,6 +142,10 @@ pub struct MeOptions {
     pub ack_disable: bool,
     /// Counting events.
     pub counting: MeCounting,
+    /// When the entry unlinks itself, the agent appends an identical one over a fresh region
+    /// of the same size at the end of its list (bounce buffers that never run out while memory
+    /// lasts; the old region lives on while events or unexpected headers point into it).
+    pub renew: bool,
 }
 
 impl Default for MeOptions {
@@ -155,6 +159,7 @@ impl Default for MeOptions {
             op_get: true,
             ack_disable: false,
             counting: MeCounting::default(),
+            renew: false,
         }
     }
 }

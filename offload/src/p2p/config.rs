@@ -1,0 +1,138 @@
+//! Protocol settings: the eager limit and the rendezvous chunk size and credits, from
+//! `RDCOLL_EAGER_LIMIT`, `RDCOLL_RNDV_CHUNK` and `RDCOLL_RNDV_CREDITS`.
+
+use crate::error::{invalid, Result};
+
+/// Default eager limit (see docs/PERFORMANCE.md, "Eager limit", for the measurement).
+pub const DEFAULT_EAGER_LIMIT: usize = 8192;
+/// Default rendezvous chunk.
+pub const DEFAULT_RNDV_CHUNK: usize = 512 << 10;
+/// Default most gets in flight per rendezvous receive.
+pub const DEFAULT_RNDV_CREDITS: usize = 4;
+
+/// How messages travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct P2pConfig {
+    /// Messages up to this many bytes go eagerly, with their header; longer ones send this many
+    /// bytes with the header and the rest is fetched by the receiver.
+    pub eager_limit: usize,
+    /// Bytes per rendezvous get (a multiple of 1 KiB, at most 32 MiB - 1 KiB).
+    pub rndv_chunk: usize,
+    /// Most gets a rendezvous receive has in flight (`c`).
+    pub rndv_credits: usize,
+}
+
+impl Default for P2pConfig {
+    fn default() -> Self {
+        P2pConfig {
+            eager_limit: DEFAULT_EAGER_LIMIT,
+            rndv_chunk: DEFAULT_RNDV_CHUNK,
+            rndv_credits: DEFAULT_RNDV_CREDITS,
+        }
+    }
+}
+
+impl P2pConfig {
+    /// Defaults, overridden by the environment.
+    pub fn from_env() -> Result<P2pConfig> {
+        let mut c = P2pConfig::default();
+        if let Some(v) = env_size("RDCOLL_EAGER_LIMIT")? {
+            c.eager_limit = v;
+        }
+        if let Some(v) = env_size("RDCOLL_RNDV_CHUNK")? {
+            c.rndv_chunk = v;
+        }
+        if let Some(v) = env_size("RDCOLL_RNDV_CREDITS")? {
+            c.rndv_credits = v;
+        }
+        Ok(c)
+    }
+
+    /// Checks the settings against what the header and an inline put can carry.
+    pub fn validate(&self, inline_max: usize) -> Result<()> {
+        if self.eager_limit > inline_max {
+            return Err(invalid(format!(
+                "RDCOLL_EAGER_LIMIT={} exceeds the {inline_max} bytes an inline put carries",
+                self.eager_limit
+            )));
+        }
+        let chunk = self.rndv_chunk;
+        if chunk == 0 || chunk % 1024 != 0 || chunk > super::bits::MAX_CHUNK {
+            return Err(invalid(format!(
+                "RDCOLL_RNDV_CHUNK={chunk}: expected a multiple of 1 KiB from 1 KiB to {} bytes",
+                super::bits::MAX_CHUNK
+            )));
+        }
+        if self.rndv_credits == 0 {
+            return Err(invalid("RDCOLL_RNDV_CREDITS must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+/// A size from the environment: bytes, or with a `K`, `M` or `G` suffix (powers of 1024).
+fn env_size(name: &str) -> Result<Option<usize>> {
+    match std::env::var(name) {
+        Ok(v) => parse_size(&v)
+            .map(Some)
+            .ok_or_else(|| invalid(format!("{name}={v:?}: expected a size such as 8192 or 64K"))),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Parses `123`, `64K`, `1M`, `2G` (case-insensitive, powers of 1024).
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, shift) = match s.char_indices().last()? {
+        (i, 'k' | 'K') => (&s[..i], 10),
+        (i, 'm' | 'M') => (&s[..i], 20),
+        (i, 'g' | 'G') => (&s[..i], 30),
+        _ => (s, 0),
+    };
+    let n: usize = digits.parse().ok()?;
+    n.checked_mul(1usize << shift)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_suffixes_and_reject_junk() {
+        assert_eq!(parse_size("8192"), Some(8192));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size("1M"), Some(1 << 20));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+        assert_eq!(parse_size("99999999999999999999G"), None);
+    }
+
+    #[test]
+    fn validation_names_the_bad_setting() {
+        let ok = P2pConfig::default();
+        assert!(ok.validate(16000).is_ok());
+        let bad = P2pConfig {
+            eager_limit: 20000,
+            ..ok
+        };
+        assert!(bad
+            .validate(16000)
+            .unwrap_err()
+            .to_string()
+            .contains("EAGER"));
+        let bad = P2pConfig {
+            rndv_chunk: 1000,
+            ..ok
+        };
+        assert!(bad
+            .validate(16000)
+            .unwrap_err()
+            .to_string()
+            .contains("CHUNK"));
+        let bad = P2pConfig {
+            rndv_credits: 0,
+            ..ok
+        };
+        assert!(bad.validate(16000).is_err());
+    }
+}

@@ -1,0 +1,399 @@
+//! MPI point-to-point messaging over the network interface: eager messages and the
+//! receiver-driven chunked rendezvous of paper 002, Sections 3.2-3.3.
+//!
+//! - A send of at most `eager_limit` bytes is one inline put to the peer's message portal,
+//!   landing in the posted receive's buffer (expected) or in a bounce buffer on the overflow
+//!   list (unexpected). The send is complete when the put call returns.
+//! - A longer send appends a get entry over its whole buffer to its rendezvous portal, counting
+//!   the gets served, then puts the first `eager_limit` bytes with a header naming the total
+//!   length and the chunk size. The receive that matches it (at append time, from the unexpected
+//!   headers, or later from the put event) fetches the rest in gets of one chunk each, at most
+//!   `c` in flight: the first `c` now, each further one a triggered get released by the reply
+//!   counter of the one `c` places before it. The sender is done when its counter reaches the
+//!   number of gets.
+//! - Match bits are `context | tag | nonce` (see `bits`); a receive ignores the nonce, the
+//!   sender's get entry does not, so rendezvous messages with identical envelopes are fetched
+//!   concurrently, each from its own buffer.
+
+mod bits;
+mod config;
+mod probe;
+mod recv;
+mod send;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use rdcoll_transport::{Fabric, Rank, Region, TransportError};
+
+pub use config::DEFAULT_RNDV_CREDITS;
+pub use config::{parse_size, P2pConfig, DEFAULT_EAGER_LIMIT, DEFAULT_RNDV_CHUNK};
+
+use crate::error::{invalid, OffloadError, Result};
+use crate::event::{Event, EventKind};
+use crate::types::{EqHandle, List, MatchId, MdHandle, MdOptions, MeOptions, MeSpec, PtIndex};
+use crate::{Ni, NiConfig};
+
+/// Which sender a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Any rank (`MPI_ANY_SOURCE`).
+    Any,
+    /// This rank only.
+    Rank(Rank),
+}
+
+impl From<Rank> for Source {
+    fn from(r: Rank) -> Source {
+        Source::Rank(r)
+    }
+}
+
+/// Which tag a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagSel {
+    /// Any tag (`MPI_ANY_TAG`).
+    Any,
+    /// This tag only.
+    Value(u32),
+}
+
+impl From<u32> for TagSel {
+    fn from(t: u32) -> TagSel {
+        TagSel::Value(t)
+    }
+}
+
+/// What a completed receive (or a probe) tells about its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The sender.
+    pub source: Rank,
+    /// The message's tag.
+    pub tag: u32,
+    /// The message's length in bytes.
+    pub len: usize,
+    /// The request was cancelled before it matched (nothing was received).
+    pub cancelled: bool,
+}
+
+/// A nonblocking operation in flight, named by the engine that started it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReqId(u64);
+
+/// A communicator's context id: messages of different contexts never match.
+pub type Context = u16;
+
+/// Ids at or above this are not requests.
+const RESERVED_IDS: u64 = u64::MAX - 16;
+/// `user_ptr` of the overflow list's bounce buffers.
+const BOUNCE: u64 = u64::MAX;
+/// `user_ptr` of eager puts (their events report only failures).
+const EAGER: u64 = u64::MAX - 1;
+/// Bytes of each bounce buffer on the overflow list.
+const BOUNCE_BYTES: usize = 1 << 20;
+/// Bounce buffers kept on the overflow list (each renews itself when full).
+const BOUNCE_BUFFERS: usize = 2;
+
+/// What a request is doing.
+enum Req {
+    /// Finished; its result waits to be collected.
+    Done(Result<Status>),
+    /// A rendezvous send waiting for the receiver's gets.
+    Send(send::Rendezvous),
+    /// A posted receive.
+    Recv(recv::Receive),
+}
+
+struct Inner {
+    next_id: u64,
+    reqs: HashMap<u64, Req>,
+    nonces: send::Nonces,
+    /// Results of probes, by their id.
+    searches: HashMap<u64, Event>,
+    scratch: Vec<Event>,
+    next_context: u32,
+    /// The first delivery failure an eager put reported, returned by the next call.
+    delivery_failure: Option<OffloadError>,
+}
+
+/// One rank's point-to-point engine.
+pub struct Engine {
+    ni: Ni,
+    eq: EqHandle,
+    pt_msg: PtIndex,
+    pt_rndv: PtIndex,
+    /// Events and counts of eager puts (their payload is passed inline).
+    eager_md: MdHandle,
+    /// The region probes name (they deposit nothing).
+    probe_region: Region,
+    cfg: P2pConfig,
+    inner: Mutex<Inner>,
+}
+
+impl Engine {
+    /// An engine over `fabric` with the network interface set up by `ni_cfg` and the protocol
+    /// settings `cfg`.
+    pub fn new(fabric: Arc<dyn Fabric>, mut ni_cfg: NiConfig, cfg: P2pConfig) -> Result<Engine> {
+        // Unexpected messages are limited by memory, as in MPI, not by a header count.
+        ni_cfg.max_unexpected = usize::MAX;
+        ni_cfg.max_objects = ni_cfg.max_objects.max(1 << 20);
+        ni_cfg.max_triggered = ni_cfg.max_triggered.max(1 << 20);
+        let inline_max = ni_cfg.inline_max.min(crate::initiator::inline_capacity());
+        cfg.validate(inline_max)?;
+        let ni = Ni::new(fabric.clone(), ni_cfg)?;
+        let eq = ni.eq_alloc(usize::MAX)?;
+        let pt_msg = ni.pt_alloc(Some(eq), false)?;
+        let pt_rndv = ni.pt_alloc(None, false)?;
+        let probe_region = fabric.alloc_region(0)?;
+        let eager_md = ni.md_bind(probe_region.clone(), Some(eq), MdOptions::default())?;
+        for _ in 0..BOUNCE_BUFFERS {
+            let spec = MeSpec {
+                region: fabric.alloc_region(BOUNCE_BYTES)?,
+                match_bits: 0,
+                ignore_bits: !0,
+                match_id: MatchId::Any,
+                options: MeOptions {
+                    manage_local: true,
+                    // Any put to this portal fits what is left (puts here are inline).
+                    min_free: crate::initiator::inline_capacity(),
+                    op_get: false,
+                    renew: true,
+                    ..MeOptions::default()
+                },
+                user_ptr: BOUNCE,
+            };
+            ni.me_append(pt_msg, List::Overflow, spec)?;
+        }
+        Ok(Engine {
+            ni,
+            eq,
+            pt_msg,
+            pt_rndv,
+            eager_md,
+            probe_region,
+            cfg,
+            inner: Mutex::new(Inner {
+                next_id: 0,
+                reqs: HashMap::new(),
+                nonces: send::Nonces::default(),
+                searches: HashMap::new(),
+                scratch: Vec::new(),
+                next_context: 1,
+                delivery_failure: None,
+            }),
+        })
+    }
+
+    /// An engine configured from the environment (`RDCOLL_OFFLOAD`, `RDCOLL_EAGER_LIMIT`,
+    /// `RDCOLL_RNDV_CHUNK`, `RDCOLL_RNDV_CREDITS`) for a job with `ranks_here` ranks on this host.
+    pub fn from_env(fabric: Arc<dyn Fabric>, ranks_here: usize) -> Result<Engine> {
+        Engine::new(
+            fabric,
+            NiConfig::from_env(ranks_here)?,
+            P2pConfig::from_env()?,
+        )
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.ni.rank()
+    }
+
+    /// Ranks in the job.
+    pub fn size(&self) -> usize {
+        self.ni.fabric().size()
+    }
+
+    /// The protocol settings.
+    pub fn config(&self) -> P2pConfig {
+        self.cfg
+    }
+
+    /// The network interface underneath.
+    pub fn ni(&self) -> &Ni {
+        &self.ni
+    }
+
+    /// A fresh context id for a duplicated communicator. Collective: every rank must call it
+    /// in the same order, so that all agree on the ids.
+    pub fn new_context(&self) -> Result<Context> {
+        let mut inner = self.inner.lock();
+        let c = inner.next_context;
+        if c > Context::MAX as u32 {
+            return Err(invalid("all 65535 communicator context ids are in use"));
+        }
+        inner.next_context += 1;
+        Ok(c as Context)
+    }
+
+    fn check_rank(&self, r: Rank, what: &str) -> Result<()> {
+        if (r as usize) >= self.size() {
+            return Err(invalid(format!(
+                "{what} rank {r} is not in this job of {} ranks",
+                self.size()
+            )));
+        }
+        Ok(())
+    }
+
+    fn new_id(inner: &mut Inner) -> u64 {
+        inner.next_id += 1;
+        debug_assert!(inner.next_id < RESERVED_IDS);
+        inner.next_id
+    }
+
+    /// Runs the agent (inline mode) and hands queued events to the requests they concern.
+    pub fn progress(&self) -> Result<()> {
+        let mut inner = self.inner.lock();
+        self.progress_locked(&mut inner)
+    }
+
+    fn progress_locked(&self, inner: &mut Inner) -> Result<()> {
+        if self.ni.mode() == crate::Mode::Inline {
+            self.ni.progress();
+        }
+        let mut events = std::mem::take(&mut inner.scratch);
+        self.ni.eq_drain(self.eq, &mut events)?;
+        for ev in events.drain(..) {
+            self.dispatch(inner, ev);
+        }
+        inner.scratch = events;
+        Ok(())
+    }
+
+    fn dispatch(&self, inner: &mut Inner, ev: Event) {
+        match ev.kind {
+            EventKind::Put | EventKind::PutOverflow if ev.user_ptr < RESERVED_IDS => {
+                recv::on_match(self, inner, ev)
+            }
+            EventKind::Search => {
+                inner.searches.insert(ev.user_ptr, ev);
+            }
+            EventKind::Ack if ev.user_ptr == EAGER && ev.fail != crate::NiFail::Ok => {
+                tracing::error!(
+                    "an eager message to rank {} was not delivered: {:?}",
+                    ev.peer,
+                    ev.fail
+                );
+                inner
+                    .delivery_failure
+                    .get_or_insert(OffloadError::Transport(TransportError::PeerFailed(ev.peer)));
+            }
+            // Links, unlinks, and deposits into bounce buffers need nothing from us.
+            _ => {}
+        }
+    }
+
+    /// Whether request `id` has finished; if so, its result (and the request is gone).
+    pub fn test(&self, id: ReqId) -> Result<Option<Status>> {
+        let mut inner = self.inner.lock();
+        self.progress_locked(&mut inner)?;
+        self.test_locked(&mut inner, id)
+    }
+
+    fn test_locked(&self, inner: &mut Inner, id: ReqId) -> Result<Option<Status>> {
+        let Inner { reqs, nonces, .. } = inner;
+        let Some(req) = reqs.get_mut(&id.0) else {
+            return Err(invalid(format!("no request {id:?} is in flight")));
+        };
+        let finished = match req {
+            Req::Done(_) => true,
+            Req::Send(s) => match send::check(self, nonces, s) {
+                Some(result) => {
+                    *req = Req::Done(result);
+                    true
+                }
+                None => false,
+            },
+            Req::Recv(r) => match recv::check(self, r) {
+                Some(result) => {
+                    *req = Req::Done(result);
+                    true
+                }
+                None => false,
+            },
+        };
+        if !finished {
+            return Ok(None);
+        }
+        match inner.reqs.remove(&id.0) {
+            Some(Req::Done(r)) => r.map(Some),
+            _ => unreachable!("a finished request is Done"),
+        }
+    }
+
+    /// Waits for request `id` and returns its result: spins on progress briefly, then yields,
+    /// then sleeps on the fabric, so that more ranks than cores stay usable.
+    pub fn wait(&self, id: ReqId) -> Result<Status> {
+        let mut idle = 0u32;
+        loop {
+            if let Some(s) = self.test(id)? {
+                return Ok(s);
+            }
+            self.idle(&mut idle);
+        }
+    }
+
+    /// One step of backing off while waiting.
+    pub fn idle(&self, idle: &mut u32) {
+        const SPINS: u32 = 2000;
+        const YIELDS: u32 = 200;
+        *idle += 1;
+        if *idle < SPINS {
+            std::hint::spin_loop();
+        } else if *idle < SPINS + YIELDS {
+            std::thread::yield_now();
+        } else {
+            self.ni.wait_activity(Duration::from_millis(1));
+        }
+    }
+
+    /// Tries to cancel a posted receive. Returns whether it was cancelled (its result is then
+    /// a status with `cancelled` set); a receive that already matched, and any send, completes
+    /// normally.
+    pub fn cancel(&self, id: ReqId) -> Result<bool> {
+        let mut inner = self.inner.lock();
+        self.progress_locked(&mut inner)?;
+        match inner.reqs.get_mut(&id.0) {
+            None => Err(invalid(format!("no request {id:?} is in flight"))),
+            Some(Req::Recv(r)) => {
+                let done = recv::cancel(self, r);
+                if let Some(result) = done {
+                    inner.reqs.insert(id.0, Req::Done(result));
+                    return Ok(true);
+                }
+                Ok(false)
+            }
+            Some(_) => Ok(false),
+        }
+    }
+
+    fn take_delivery_failure(&self, inner: &mut Inner) -> Result<()> {
+        match inner.delivery_failure.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("rank", &self.rank())
+            .field("config", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A truncated receive: the message was longer than the buffer.
+pub(crate) fn truncated(status: Status, capacity: usize) -> OffloadError {
+    OffloadError::Truncated {
+        sender: status.source,
+        tag: status.tag,
+        len: status.len,
+        capacity,
+    }
+}

@@ -1,0 +1,70 @@
+//! Probes: a search-only over the unexpected headers, which reports the message the matching
+//! receive would take without taking it.
+
+use super::bits::{self, Header};
+use super::{Context, Engine, Source, Status, TagSel};
+use crate::error::{invalid, Result};
+use crate::types::{MatchId, MeOptions, MeSpec, NiFail, SearchOp};
+use rdcoll_transport::TransportError;
+
+impl Engine {
+    /// The envelope of the first unexpected message from `source` with `tag` in `context`,
+    /// if one has arrived. The message stays queued for a receive.
+    pub fn iprobe(&self, source: Source, tag: TagSel, context: Context) -> Result<Option<Status>> {
+        let match_id = match source {
+            Source::Any => MatchId::Any,
+            Source::Rank(r) => {
+                self.check_rank(r, "source")?;
+                MatchId::Rank(r)
+            }
+        };
+        let mut inner = self.inner.lock();
+        self.progress_locked(&mut inner)?;
+        let id = Engine::new_id(&mut inner);
+        let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
+        let spec = MeSpec {
+            region: self.probe_region.clone(),
+            match_bits,
+            ignore_bits,
+            match_id,
+            options: MeOptions {
+                use_once: true,
+                op_get: false,
+                ..MeOptions::default()
+            },
+            user_ptr: id,
+        };
+        self.ni.me_search(self.pt_msg, spec, SearchOp::Only)?;
+        self.progress_locked(&mut inner)?;
+        let ev = inner
+            .searches
+            .remove(&id)
+            .ok_or_else(|| invalid("the probe's search event did not arrive"))?;
+        if ev.fail != NiFail::Ok {
+            return Ok(None);
+        }
+        Ok(Some(Status {
+            source: ev.peer,
+            tag: bits::tag_of(ev.match_bits),
+            len: usize::try_from(Header::decode(ev.hdr_data).len).unwrap_or(usize::MAX),
+            cancelled: false,
+        }))
+    }
+
+    /// Waits for a message from `source` with `tag` in `context` and returns its envelope,
+    /// leaving it queued. Fails if the awaited sender has failed.
+    pub fn probe(&self, source: Source, tag: TagSel, context: Context) -> Result<Status> {
+        let mut idle = 0;
+        loop {
+            if let Some(s) = self.iprobe(source, tag, context)? {
+                return Ok(s);
+            }
+            if let Source::Rank(r) = source {
+                if self.ni.fabric().is_failed(r) {
+                    return Err(TransportError::PeerFailed(r).into());
+                }
+            }
+            self.idle(&mut idle);
+        }
+    }
+}

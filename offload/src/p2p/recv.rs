@@ -1,0 +1,320 @@
+//! Receives: the priority-list entry over the user's buffer, the match (at append time from an
+//! unexpected header, or later from the put event), and the receiver-driven chunked gets.
+
+use rdcoll_transport::{Rank, Region, TransportError};
+
+use super::bits::{self, Header};
+use super::{truncated, Context, Engine, Inner, Req, ReqId, Source, Status, TagSel};
+use crate::error::{OffloadError, Result};
+use crate::event::{Event, EventKind};
+use crate::types::{
+    CtHandle, GetArgs, List, MatchId, MdHandle, MdOptions, MeHandle, MeOptions, MeSpec, NiFail,
+};
+
+/// A posted receive.
+pub(super) struct Receive {
+    /// The user's buffer, registered.
+    region: Region,
+    /// Its address (a plain number so the engine stays `Send`), for copying unexpected data in.
+    addr: usize,
+    capacity: usize,
+    source: Source,
+    phase: Phase,
+}
+
+enum Phase {
+    /// Linked on the priority list, waiting for a message.
+    Matching { me: Option<MeHandle> },
+    /// Matched a rendezvous; the gets for the rest are in flight.
+    Fetching {
+        ct: CtHandle,
+        md: MdHandle,
+        gets: u64,
+        status: Status,
+    },
+    /// Done: the result, not yet collected.
+    Finished(Result<Status>),
+}
+
+impl Engine {
+    /// Posts a receive of at most `len` bytes into `ptr` for a message from `source` with
+    /// `tag` in `context`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay valid, and must not be read or written by anything else,
+    /// until the request has completed (`test` or `wait` returned its result): the message is
+    /// written there while it is in flight.
+    pub unsafe fn irecv(
+        &self,
+        ptr: *mut u8,
+        len: usize,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<ReqId> {
+        let match_id = match source {
+            Source::Any => MatchId::Any,
+            Source::Rank(r) => {
+                self.check_rank(r, "source")?;
+                MatchId::Rank(r)
+            }
+        };
+        // SAFETY: the caller keeps the buffer valid and otherwise untouched until the receive
+        // completes; completion deregisters it.
+        let region = unsafe { self.ni.fabric().register_memory(ptr, len)? };
+        let mut inner = self.inner.lock();
+        self.take_delivery_failure(&mut inner)?;
+        let id = Engine::new_id(&mut inner);
+        let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
+        let spec = MeSpec {
+            region: region.clone(),
+            match_bits,
+            ignore_bits,
+            match_id,
+            options: MeOptions {
+                use_once: true,
+                op_get: false,
+                ..MeOptions::default()
+            },
+            user_ptr: id,
+        };
+        let receive = Receive {
+            region,
+            addr: ptr as usize,
+            capacity: len,
+            source,
+            phase: Phase::Matching { me: None },
+        };
+        inner.reqs.insert(id, Req::Recv(receive));
+        match self.ni.me_append(self.pt_msg, List::Priority, spec) {
+            Ok(me) => {
+                if let Some(Req::Recv(r)) = inner.reqs.get_mut(&id) {
+                    if let Phase::Matching { me: slot } = &mut r.phase {
+                        *slot = Some(me);
+                    }
+                }
+            }
+            Err(e) => {
+                if let Some(Req::Recv(r)) = inner.reqs.remove(&id) {
+                    r.region.deregister();
+                }
+                return Err(e);
+            }
+        }
+        // The append may have taken an unexpected message: its event is queued now.
+        self.progress_locked(&mut inner)?;
+        Ok(ReqId(id))
+    }
+}
+
+/// A message matched receive `ev.user_ptr`: finish an eager one, start fetching a rendezvous.
+pub(super) fn on_match(engine: &Engine, inner: &mut Inner, ev: Event) {
+    let id = ev.user_ptr;
+    let Some(Req::Recv(r)) = inner.reqs.get_mut(&id) else {
+        return;
+    };
+    if !matches!(r.phase, Phase::Matching { .. }) {
+        return;
+    }
+    let status = Status {
+        source: ev.peer,
+        tag: bits::tag_of(ev.match_bits),
+        len: usize::try_from(Header::decode(ev.hdr_data).len).unwrap_or(usize::MAX),
+        cancelled: false,
+    };
+    if ev.fail != NiFail::Ok {
+        r.phase = Phase::Finished(Err(TransportError::PeerFailed(ev.peer).into()));
+        return;
+    }
+    if ev.kind == EventKind::PutOverflow {
+        copy_unexpected(r, &ev);
+    }
+    let header = Header::decode(ev.hdr_data);
+    let first = ev.rlength as usize;
+    let chunk = match header.chunk {
+        Some(c) if status.len > first => c,
+        _ => {
+            r.phase = Phase::Finished(complete(status, r.capacity));
+            return;
+        }
+    };
+    r.phase = match fetch(engine, id, r, &ev, status, first, chunk) {
+        Ok(phase) => phase,
+        Err(e) => Phase::Finished(Err(e)),
+    };
+}
+
+/// Copies the first chunk of an unexpected message from its bounce buffer.
+fn copy_unexpected(r: &Receive, ev: &Event) {
+    let Some(start) = &ev.start else { return };
+    let n = (ev.mlength as usize).min(r.capacity);
+    if n == 0 {
+        return;
+    }
+    // SAFETY: `addr..addr + capacity` is the receive's buffer, valid and reserved for this
+    // request by the caller of `irecv`; its entry is unlinked, so nothing else writes it.
+    let out = unsafe { std::slice::from_raw_parts_mut(r.addr as *mut u8, n) };
+    if let Err(e) = start.region.read(start.offset, out) {
+        tracing::error!("copying an unexpected message out of its bounce buffer failed: {e}");
+    }
+}
+
+/// Issues the gets for the rest of a rendezvous: the first `c` now, each later one triggered
+/// by the reply of the get `c` places before it.
+fn fetch(
+    engine: &Engine,
+    id: u64,
+    r: &Receive,
+    ev: &Event,
+    status: Status,
+    first: usize,
+    chunk: usize,
+) -> Result<Phase> {
+    let ni = &engine.ni;
+    let gets = bits::gets_for(status.len, first, chunk);
+    let ct = ni.ct_alloc()?;
+    let opts = MdOptions {
+        ct: Some(ct),
+        ct_reply: true,
+        ..MdOptions::default()
+    };
+    let md = match ni.md_bind(r.region.clone(), None, opts) {
+        Ok(md) => md,
+        Err(e) => {
+            let _ = ni.ct_free(ct);
+            return Err(e);
+        }
+    };
+    let credits = engine.cfg.rndv_credits;
+    let plan = bits::get_plan(status.len, first, chunk, r.capacity);
+    for (i, (remote_offset, local_offset, len)) in plan.enumerate() {
+        let a = GetArgs {
+            md,
+            local_offset,
+            len,
+            target: ev.peer,
+            pt: engine.pt_rndv,
+            match_bits: ev.match_bits,
+            remote_offset,
+            user_ptr: id,
+        };
+        let issued = if i < credits {
+            ni.get(a)
+        } else {
+            ni.triggered_get(a, ct, (i - credits + 1) as u64)
+        };
+        if let Err(e) = issued {
+            let _ = ni.ct_free(ct);
+            return Err(e);
+        }
+    }
+    Ok(Phase::Fetching {
+        ct,
+        md,
+        gets,
+        status,
+    })
+}
+
+fn complete(status: Status, capacity: usize) -> Result<Status> {
+    if status.len > capacity {
+        Err(truncated(status, capacity))
+    } else {
+        Ok(status)
+    }
+}
+
+/// The receive's result once it has one.
+pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> {
+    let result = match &r.phase {
+        Phase::Finished(res) => res.clone(),
+        Phase::Matching { me } => {
+            let dead = peer_gone(engine, r.source)?;
+            // Unlinking fails if a message matched meanwhile: then it completes normally.
+            engine.ni.me_unlink((*me)?).ok()?;
+            Err(TransportError::PeerFailed(dead).into())
+        }
+        Phase::Fetching {
+            ct,
+            md,
+            gets,
+            status,
+        } => {
+            let value = match engine.ni.ct_get(*ct) {
+                Ok(v) => v,
+                Err(e) => return Some(Err(e)),
+            };
+            if value.failure == 0 && value.success < *gets {
+                return None;
+            }
+            // Frees the triggered gets not yet released, if a get failed.
+            let _ = engine.ni.ct_free(*ct);
+            let _ = engine.ni.md_release(*md);
+            if value.failure > 0 {
+                Err(OffloadError::Transport(TransportError::PeerFailed(
+                    status.source,
+                )))
+            } else {
+                complete(*status, r.capacity)
+            }
+        }
+    };
+    // No peer may write into the buffer once the receive has completed.
+    r.region.deregister();
+    Some(result)
+}
+
+/// The failed rank that a receive from `source` would wait for forever: that rank, or for
+/// `Source::Any` the last of all other ranks once every one of them has failed.
+fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
+    let fabric = engine.ni.fabric();
+    match source {
+        Source::Rank(s) => fabric.is_failed(s).then_some(s),
+        Source::Any => {
+            let me = fabric.rank();
+            let others: Vec<Rank> = (0..fabric.size() as Rank).filter(|&p| p != me).collect();
+            let all_failed = !others.is_empty() && others.iter().all(|&p| fabric.is_failed(p));
+            all_failed.then(|| others[others.len() - 1])
+        }
+    }
+}
+
+/// Cancels a receive that has not matched yet.
+pub(super) fn cancel(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> {
+    let Phase::Matching { me: Some(me) } = r.phase else {
+        return None;
+    };
+    engine.ni.me_unlink(me).ok()?;
+    r.region.deregister();
+    Some(Ok(Status {
+        source: 0,
+        tag: 0,
+        len: 0,
+        cancelled: true,
+    }))
+}
+
+impl Engine {
+    /// Receives into `buf`, blocking until the message is there.
+    pub fn recv_into(
+        &self,
+        buf: &mut [u8],
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<Status> {
+        // SAFETY: `buf` is borrowed mutably for the whole call and the request completes
+        // before it returns (`wait` returns only with the result, or with an error after the
+        // buffer was deregistered).
+        let id = unsafe { self.irecv(buf.as_mut_ptr(), buf.len(), source, tag, context)? };
+        self.wait(id)
+    }
+
+    /// Sends `data`, blocking until its buffer may be reused.
+    pub fn send_from(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
+        // SAFETY: `data` is borrowed for the whole call and the request completes before it
+        // returns.
+        let id = unsafe { self.isend(data.as_ptr(), data.len(), dest, tag, context)? };
+        self.wait(id).map(drop)
+    }
+}

@@ -1,0 +1,241 @@
+//! Sends: eager puts, and the sender's half of the rendezvous (a get entry over the buffer,
+//! a counter of gets served, and the first chunk with the header).
+
+use std::collections::{HashMap, HashSet};
+
+use rdcoll_transport::{Rank, Region, TransportError};
+
+use super::bits::{self, Header};
+use super::{Context, Engine, Inner, Req, ReqId, Status, EAGER};
+use crate::error::{invalid, OffloadError, Result};
+use crate::types::{
+    AckReq, CtHandle, List, MatchId, MeCounting, MeHandle, MeOptions, MeSpec, PutArgs,
+};
+
+/// The nonces in use toward each peer. Nonce 0 is never handed out: it is left for a future
+/// in-order fallback; when all 65535 are in use a send waits for one to free.
+#[derive(Default)]
+pub(super) struct Nonces {
+    in_use: HashMap<Rank, (u16, HashSet<u16>)>,
+}
+
+impl Nonces {
+    fn take(&mut self, dest: Rank) -> Option<u16> {
+        let (next, used) = self.in_use.entry(dest).or_default();
+        if used.len() >= u16::MAX as usize {
+            return None;
+        }
+        loop {
+            *next = next.wrapping_add(1).max(1);
+            if used.insert(*next) {
+                return Some(*next);
+            }
+        }
+    }
+
+    fn give_back(&mut self, dest: Rank, nonce: u16) {
+        if let Some((_, used)) = self.in_use.get_mut(&dest) {
+            used.remove(&nonce);
+        }
+    }
+}
+
+/// A rendezvous send waiting for its receiver's gets.
+pub(super) struct Rendezvous {
+    dest: Rank,
+    nonce: u16,
+    me: MeHandle,
+    ct: CtHandle,
+    gets: u64,
+    /// What the send reports when done.
+    status: Status,
+    /// Keeps the buffer registered until the last get is served.
+    _region: Region,
+}
+
+impl Engine {
+    /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`.
+    ///
+    /// # Safety
+    /// `ptr..ptr + len` must stay valid and unmodified until the request has completed
+    /// (`test` or `wait` returned its result): receivers read it in place.
+    pub unsafe fn isend(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<ReqId> {
+        self.check_rank(dest, "destination")?;
+        if len as u64 > bits::MAX_LEN {
+            return Err(invalid(format!("a {len}-byte message is too long")));
+        }
+        let fabric = self.ni.fabric().clone();
+        if fabric.is_failed(dest) {
+            return Err(TransportError::PeerFailed(dest).into());
+        }
+        let mut inner = self.inner.lock();
+        self.take_delivery_failure(&mut inner)?;
+        let id = Engine::new_id(&mut inner);
+        // SAFETY: the caller keeps the buffer valid and unmodified while the request is in
+        // flight; eager sends copy it before returning.
+        let data = unsafe { slice_or_empty(ptr, len) };
+        if len <= self.cfg.eager_limit {
+            let bits = bits::message_bits(context, tag, 0);
+            self.put_first(dest, bits, Header::eager(len), data)?;
+            let status = Status {
+                source: self.rank(),
+                tag,
+                len,
+                cancelled: false,
+            };
+            inner.reqs.insert(id, Req::Done(Ok(status)));
+            return Ok(ReqId(id));
+        }
+        let nonce = loop {
+            if let Some(n) = inner.nonces.take(dest) {
+                break n;
+            }
+            // Every nonce toward `dest` is in flight: let some of those sends finish.
+            self.progress_locked(&mut inner)?;
+            let Inner { reqs, nonces, .. } = &mut *inner;
+            for req in reqs.values_mut() {
+                if let Req::Send(s) = req {
+                    if let Some(r) = check(self, nonces, s) {
+                        *req = Req::Done(r);
+                    }
+                }
+            }
+        };
+        let started = self.start_rendezvous(dest, tag, context, nonce, ptr, data);
+        match started {
+            Ok(r) => {
+                inner.reqs.insert(id, Req::Send(r));
+                Ok(ReqId(id))
+            }
+            Err(e) => {
+                inner.nonces.give_back(dest, nonce);
+                Err(e)
+            }
+        }
+    }
+
+    fn start_rendezvous(
+        &self,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+        nonce: u16,
+        ptr: *const u8,
+        data: &[u8],
+    ) -> Result<Rendezvous> {
+        let fabric = self.ni.fabric();
+        // SAFETY: the caller of `isend` keeps the buffer valid and unmodified until the send
+        // completes, and the region is only exposed through a get-only entry (peers read it).
+        let region = unsafe { fabric.register_memory(ptr as *mut u8, data.len())? };
+        let ct = self.ni.ct_alloc()?;
+        let bits = bits::message_bits(context, tag, nonce);
+        let first = self.cfg.eager_limit;
+        let chunk = self.cfg.rndv_chunk;
+        let spec = MeSpec {
+            region: region.clone(),
+            match_bits: bits,
+            ignore_bits: 0,
+            match_id: MatchId::Rank(dest),
+            options: MeOptions {
+                op_put: false,
+                op_get: true,
+                counting: MeCounting {
+                    ct: Some(ct),
+                    comm: true,
+                    ..MeCounting::default()
+                },
+                ..MeOptions::default()
+            },
+            user_ptr: 0,
+        };
+        let me = match self.ni.me_append(self.pt_rndv, List::Priority, spec) {
+            Ok(me) => me,
+            Err(e) => {
+                let _ = self.ni.ct_free(ct);
+                return Err(e);
+            }
+        };
+        let header = Header::rendezvous(data.len(), chunk);
+        if let Err(e) = self.put_first(dest, bits, header, &data[..first]) {
+            let _ = self.ni.me_unlink(me);
+            let _ = self.ni.ct_free(ct);
+            return Err(e);
+        }
+        Ok(Rendezvous {
+            dest,
+            nonce,
+            me,
+            ct,
+            gets: bits::gets_for(data.len(), first, chunk),
+            status: Status {
+                source: self.rank(),
+                tag,
+                len: data.len(),
+                cancelled: false,
+            },
+            _region: region,
+        })
+    }
+
+    /// Puts `data` (at most the eager limit) with its header to `dest`'s message portal.
+    fn put_first(&self, dest: Rank, bits: u64, hdr_data: u64, data: &[u8]) -> Result<()> {
+        let a = PutArgs {
+            md: self.eager_md,
+            local_offset: 0,
+            len: data.len(),
+            ack_req: AckReq::None,
+            target: dest,
+            pt: self.pt_msg,
+            match_bits: bits,
+            remote_offset: 0,
+            user_ptr: EAGER,
+            hdr_data,
+        };
+        self.ni.put_inline(a, data)
+    }
+}
+
+/// The result of a rendezvous send once its receiver has fetched everything (or failed).
+pub(super) fn check(
+    engine: &Engine,
+    nonces: &mut Nonces,
+    s: &mut Rendezvous,
+) -> Option<Result<Status>> {
+    let value = match engine.ni.ct_get(s.ct) {
+        Ok(v) => v,
+        Err(e) => return Some(Err(e)),
+    };
+    let failed = value.failure > 0 || engine.ni.fabric().is_failed(s.dest);
+    if value.success < s.gets && !failed {
+        return None;
+    }
+    let _ = engine.ni.me_unlink(s.me);
+    let _ = engine.ni.ct_free(s.ct);
+    nonces.give_back(s.dest, s.nonce);
+    if failed {
+        return Some(Err(OffloadError::Transport(TransportError::PeerFailed(
+            s.dest,
+        ))));
+    }
+    Some(Ok(s.status))
+}
+
+/// Views `len` bytes at `ptr` (any pointer when `len` is 0).
+///
+/// # Safety
+/// With `len > 0`, `ptr..ptr + len` must be valid for reads for the returned lifetime.
+pub(super) unsafe fn slice_or_empty<'a>(ptr: *const u8, len: usize) -> &'a [u8] {
+    if len == 0 {
+        &[]
+    } else {
+        // SAFETY: the caller guarantees the range is valid.
+        unsafe { std::slice::from_raw_parts(ptr, len) }
+    }
+}

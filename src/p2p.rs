@@ -1,0 +1,83 @@
+//! Blocking point-to-point messaging on a [`Comm`]: send, receive, probe, sendrecv.
+
+use bytemuck::Pod;
+use rdcoll_offload::p2p::{Source, TagSel};
+
+use crate::{Comm, Rank, Result, Status};
+
+impl Comm {
+    /// Sends `data` to `dest` with `tag`; returns when `data` may be reused (at once for short
+    /// messages, once the receiver has fetched it for long ones).
+    pub fn send<T: Pod>(&self, data: &[T], dest: Rank, tag: u32) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        Ok(self.engine()?.send_from(bytes, dest, tag, self.context())?)
+    }
+
+    /// Receives into `buf` the first message from `source` with `tag` (either may be a
+    /// wildcard: [`Source::Any`], [`Tag::Any`](crate::Tag::Any)). A message longer than `buf`
+    /// is consumed and reported as [`Error::Truncated`](crate::Error::Truncated) with its true
+    /// length; nothing past `buf` is written.
+    pub fn recv<T: Pod>(
+        &self,
+        buf: &mut [T],
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+    ) -> Result<Status> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let engine = self.engine()?;
+        Ok(engine.recv_into(bytes, source.into(), tag.into(), self.context())?)
+    }
+
+    /// Sends `data` to `dest` and receives into `buf` from `source`, both at once (so a ring
+    /// exchange cannot deadlock).
+    #[allow(clippy::too_many_arguments)]
+    pub fn sendrecv<T: Pod, U: Pod>(
+        &self,
+        data: &[T],
+        dest: Rank,
+        send_tag: u32,
+        buf: &mut [U],
+        source: impl Into<Source>,
+        recv_tag: impl Into<TagSel>,
+    ) -> Result<Status> {
+        let (source, recv_tag) = (source.into(), recv_tag.into());
+        self.scope(|s| {
+            let r = s.irecv(buf, source, recv_tag)?;
+            let w = s.isend(data, dest, send_tag);
+            let got = r.wait();
+            w?.wait()?;
+            got
+        })
+    }
+
+    /// Waits for a message from `source` with `tag` and returns its envelope; the message
+    /// stays queued for a receive.
+    pub fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
+        Ok(self
+            .engine()?
+            .probe(source.into(), tag.into(), self.context())?)
+    }
+
+    /// The envelope of a message from `source` with `tag`, if one has arrived.
+    pub fn iprobe(
+        &self,
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+    ) -> Result<Option<Status>> {
+        Ok(self
+            .engine()?
+            .iprobe(source.into(), tag.into(), self.context())?)
+    }
+
+    /// A communicator over the same ranks with its own context: its messages never match
+    /// those of `self`. Collective: every rank calls `dup` in the same order.
+    pub fn dup(&self) -> Result<Comm> {
+        let engine = self.engine()?.clone();
+        let context = engine.new_context()?;
+        Ok(Comm {
+            fabric: self.fabric.clone(),
+            engine: std::sync::OnceLock::from(engine),
+            context,
+        })
+    }
+}

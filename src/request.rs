@@ -1,0 +1,232 @@
+//! Nonblocking point-to-point: a [`Scope`] lends buffers to requests, and waits for every
+//! request still in flight when it ends, so no buffer can be freed or touched while a transfer
+//! uses it (even if a request is leaked with `mem::forget`).
+
+use std::collections::HashSet;
+use std::marker::PhantomData;
+
+use bytemuck::Pod;
+use parking_lot::Mutex;
+use rdcoll_offload::p2p::{ReqId, Source, TagSel};
+
+use crate::{Comm, Rank, Result, Status};
+
+/// Where nonblocking requests live; made by [`Comm::scope`].
+pub struct Scope<'scope, 'env: 'scope> {
+    comm: &'env Comm,
+    pending: Mutex<HashSet<ReqId>>,
+    _scope: PhantomData<&'scope mut &'scope ()>,
+}
+
+/// A nonblocking send or receive, borrowing its buffer for the scope it was started in.
+#[must_use = "a request must be waited for (or it is waited for when its scope ends)"]
+pub struct Request<'scope> {
+    id: ReqId,
+    comm: &'scope Comm,
+    pending: &'scope Mutex<HashSet<ReqId>>,
+    /// The status once complete (`test` returned it).
+    done: Option<Status>,
+}
+
+impl Comm {
+    /// Runs `f` with a [`Scope`] for nonblocking requests, then waits for any request still in
+    /// flight (also when `f` panics) before the borrowed buffers are released.
+    ///
+    /// ```
+    /// rdcoll::local::run(2, |comm| {
+    ///     let peer = 1 - comm.rank();
+    ///     let out = [comm.rank() as u64; 4];
+    ///     let mut inbox = [0u64; 4];
+    ///     comm.scope(|s| {
+    ///         let r = s.irecv(&mut inbox, peer, 7).unwrap();
+    ///         let w = s.isend(&out, peer, 7).unwrap();
+    ///         w.wait().unwrap();
+    ///         r.wait().unwrap();
+    ///     });
+    ///     assert_eq!(inbox, [peer as u64; 4]);
+    /// })
+    /// .unwrap();
+    /// ```
+    pub fn scope<'env, R, F>(&'env self, f: F) -> R
+    where
+        F: for<'scope> FnOnce(&'scope Scope<'scope, 'env>) -> R,
+    {
+        let scope = Scope {
+            comm: self,
+            pending: Mutex::new(HashSet::new()),
+            _scope: PhantomData,
+        };
+        struct WaitOnExit<'a, 'b>(&'a Scope<'a, 'b>);
+        impl Drop for WaitOnExit<'_, '_> {
+            fn drop(&mut self) {
+                self.0.wait_leftovers();
+            }
+        }
+        let guard = WaitOnExit(&scope);
+        let r = f(guard.0);
+        drop(guard);
+        r
+    }
+}
+
+impl<'scope, 'env> Scope<'scope, 'env> {
+    /// Starts sending `data` to `dest` with `tag`; `data` stays borrowed until the scope ends.
+    pub fn isend<T: Pod>(
+        &'scope self,
+        data: &'scope [T],
+        dest: Rank,
+        tag: u32,
+    ) -> Result<Request<'scope>> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let engine = self.comm.engine()?;
+        // SAFETY: `data` is borrowed immutably for 'scope, and the scope waits for this
+        // request before 'scope ends, so the buffer stays valid and unmodified while in flight.
+        let id =
+            unsafe { engine.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context())? };
+        Ok(self.track(id))
+    }
+
+    /// Posts a receive into `buf` for a message from `source` with `tag`; `buf` stays
+    /// borrowed until the scope ends.
+    pub fn irecv<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+    ) -> Result<Request<'scope>> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let engine = self.comm.engine()?;
+        // SAFETY: `buf` is borrowed mutably for 'scope, and the scope waits for this request
+        // before 'scope ends, so nothing else touches the buffer while the message lands.
+        let id = unsafe {
+            engine.irecv(
+                bytes.as_mut_ptr(),
+                bytes.len(),
+                source.into(),
+                tag.into(),
+                self.comm.context(),
+            )?
+        };
+        Ok(self.track(id))
+    }
+
+    fn track(&'scope self, id: ReqId) -> Request<'scope> {
+        self.pending.lock().insert(id);
+        Request {
+            id,
+            comm: self.comm,
+            pending: &self.pending,
+            done: None,
+        }
+    }
+
+    /// Waits for requests that were never waited for (leaked or dropped). Their errors can
+    /// no longer reach anyone, so they are logged.
+    fn wait_leftovers(&self) {
+        let left: Vec<ReqId> = self.pending.lock().drain().collect();
+        let Ok(engine) = self.comm.engine() else {
+            return;
+        };
+        for id in left {
+            if let Err(e) = engine.wait(id) {
+                tracing::warn!("a request that was never waited for failed: {e}");
+            }
+        }
+    }
+}
+
+impl Request<'_> {
+    /// Waits for the request to complete and returns its status.
+    pub fn wait(mut self) -> Result<Status> {
+        if let Some(s) = self.done.take() {
+            return Ok(s);
+        }
+        let r = self.comm.engine()?.wait(self.id);
+        self.pending.lock().remove(&self.id);
+        Ok(r?)
+    }
+
+    /// Whether the request has completed; once it has, every later call returns the same
+    /// status.
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        if let Some(s) = self.done {
+            return Ok(Some(s));
+        }
+        match self.comm.engine()?.test(self.id) {
+            Ok(Some(s)) => {
+                self.pending.lock().remove(&self.id);
+                self.done = Some(s);
+                Ok(Some(s))
+            }
+            Ok(None) => Ok(None),
+            Err(e) => {
+                self.pending.lock().remove(&self.id);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Cancels a receive that has not matched yet; returns whether it was cancelled (then
+    /// `wait` returns a status with `cancelled` set). Sends are never cancelled.
+    pub fn cancel(&mut self) -> Result<bool> {
+        if self.done.is_some() {
+            return Ok(false);
+        }
+        Ok(self.comm.engine()?.cancel(self.id)?)
+    }
+}
+
+/// Waits for all `requests`; returns their statuses in order, or the first error (after all
+/// have completed).
+pub fn wait_all(requests: Vec<Request<'_>>) -> Result<Vec<Status>> {
+    let mut out = Vec::with_capacity(requests.len());
+    let mut first_err = None;
+    for r in requests {
+        match r.wait() {
+            Ok(s) => out.push(s),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+/// Whether all `requests` have completed (each completed one keeps its status).
+pub fn test_all(requests: &mut [Request<'_>]) -> Result<bool> {
+    let mut all = true;
+    for r in requests.iter_mut() {
+        all &= r.test()?.is_some();
+    }
+    Ok(all)
+}
+
+/// Waits until one of `requests` completes, removes it and returns its index and status.
+/// `requests` must not be empty.
+pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<(usize, Status)> {
+    if requests.is_empty() {
+        return Err(crate::Error::InvalidArgument(
+            "wait_any needs at least one request".into(),
+        ));
+    }
+    let mut idle = 0;
+    loop {
+        for i in 0..requests.len() {
+            match requests[i].test() {
+                Ok(Some(s)) => {
+                    drop(requests.remove(i));
+                    return Ok((i, s));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    drop(requests.remove(i));
+                    return Err(e);
+                }
+            }
+        }
+        requests[0].comm.engine()?.idle(&mut idle);
+    }
+}

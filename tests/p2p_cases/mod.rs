@@ -1,0 +1,327 @@
+//! Point-to-point cases that run on every rank of a job (2-8 ranks): each returns a
+//! description of the first thing that went wrong.
+
+use rdcoll::{Comm, Error, Source, Tag};
+
+pub type Outcome = Result<(), String>;
+
+macro_rules! ensure {
+    ($cond:expr, $($fmt:tt)+) => {
+        if !$cond {
+            return Err(format!($($fmt)+));
+        }
+    };
+}
+
+fn e(err: Error) -> String {
+    err.to_string()
+}
+
+/// Bytes of message `seq` from `src`, `len` long.
+pub fn pattern(src: u32, seq: u32, len: usize) -> Vec<u8> {
+    let mut x = (src as u64) << 32 | seq as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Both ranks of the pair pass this point before either goes on.
+fn sync(ctl: &Comm, peer: u32) -> Outcome {
+    ctl.sendrecv(&[0u8; 0], peer, 0, &mut [0u8; 0], peer, 0)
+        .map(drop)
+        .map_err(e)
+}
+
+/// The seven receive orderings of paper 002, Table 1, for two sends with tags t1, t2: both
+/// unexpected (sent before any receive is posted) and expected (receives posted first), with
+/// eager and with rendezvous messages. Ranks 0 (sender) and 1 (receiver) take part.
+pub fn table_one(world: &Comm) -> Outcome {
+    const T1: u32 = 11;
+    const T2: u32 = 22;
+    let ctl = world.dup().map_err(e)?;
+    let rank = world.rank();
+    if rank > 1 {
+        return Ok(());
+    }
+    let any = None;
+    // (first receive's tag, second's; which send each must match: 1, 2, or 0 for none)
+    let cases: [(Option<u32>, Option<u32>, u8, u8); 7] = [
+        (Some(T1), Some(T2), 1, 2),
+        (Some(T2), Some(T1), 2, 1),
+        (any, any, 1, 2),
+        (any, Some(T2), 1, 2),
+        (any, Some(T1), 1, 0),
+        (Some(T1), any, 1, 2),
+        (Some(T2), any, 2, 1),
+    ];
+    for len in [64usize, 300 << 10] {
+        for expected in [false, true] {
+            for (n, &(r1, r2, m1, m2)) in cases.iter().enumerate() {
+                let what = format!("case {} (len {len}, expected {expected})", n + 1);
+                if rank == 0 {
+                    if expected {
+                        sync(&ctl, 1)?;
+                    }
+                    let a = pattern(0, 1, len);
+                    let b = pattern(0, 2, len);
+                    world.scope(|s| -> Outcome {
+                        let w1 = s.isend(&a, 1, T1).map_err(e)?;
+                        let w2 = s.isend(&b, 1, T2).map_err(e)?;
+                        w1.wait().map_err(e)?;
+                        w2.wait().map_err(e)?;
+                        Ok(())
+                    })?;
+                    sync(&ctl, 1)?;
+                } else {
+                    let tag = |t: Option<u32>| t.map_or(Tag::Any, Tag::Value);
+                    let mut b1 = vec![0u8; len];
+                    let mut b2 = vec![0u8; len];
+                    world.scope(|s| -> Outcome {
+                        if !expected {
+                            // Both messages are queued before any receive is posted.
+                            world.probe(0, T2).map_err(e)?;
+                        }
+                        let q1 = s.irecv(&mut b1, 0, tag(r1)).map_err(e)?;
+                        let mut q2 = s.irecv(&mut b2, 0, tag(r2)).map_err(e)?;
+                        if expected {
+                            sync(&ctl, 0)?;
+                        }
+                        let st1 = q1.wait().map_err(e)?;
+                        ensure!(
+                            st1.tag == [0, T1, T2][m1 as usize],
+                            "{what}: r1 got tag {}",
+                            st1.tag
+                        );
+                        if m2 == 0 {
+                            // The second receive (t1) must not take s2 (t2).
+                            world.probe(0, T2).map_err(e)?;
+                            ensure!(q2.test().map_err(e)?.is_none(), "{what}: r2 matched t2");
+                            ensure!(q2.cancel().map_err(e)?, "{what}: r2 could not be cancelled");
+                            ensure!(q2.wait().map_err(e)?.cancelled, "{what}: not cancelled");
+                        } else {
+                            let st2 = q2.wait().map_err(e)?;
+                            ensure!(
+                                st2.tag == [0, T1, T2][m2 as usize],
+                                "{what}: r2 got tag {}",
+                                st2.tag
+                            );
+                        }
+                        Ok(())
+                    })?;
+                    ensure!(
+                        b1 == pattern(0, m1 as u32, len),
+                        "{what}: r1's bytes are wrong"
+                    );
+                    if m2 == 0 {
+                        let mut rest = vec![0u8; len];
+                        let st = world.recv(&mut rest, 0, T2).map_err(e)?;
+                        ensure!(
+                            st.len == len && rest == pattern(0, 2, len),
+                            "{what}: s2 lost"
+                        );
+                    } else {
+                        ensure!(
+                            b2 == pattern(0, m2 as u32, len),
+                            "{what}: r2's bytes are wrong"
+                        );
+                    }
+                    sync(&ctl, 0)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Many rendezvous sends with identical envelopes in flight at once: each receive gets its
+/// own message, in order.
+pub fn identical_envelopes(world: &Comm) -> Outcome {
+    const N: u32 = 24;
+    const LEN: usize = 200 << 10;
+    match world.rank() {
+        0 => {
+            let data: Vec<Vec<u8>> = (0..N).map(|i| pattern(0, i, LEN + i as usize)).collect();
+            world.scope(|s| -> Outcome {
+                let reqs = data
+                    .iter()
+                    .map(|d| s.isend(d, 1, 5))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(e)?;
+                rdcoll::wait_all(reqs).map_err(e)?;
+                Ok(())
+            })
+        }
+        1 => {
+            let mut bufs = vec![vec![0u8; LEN + N as usize]; N as usize];
+            let statuses = world.scope(|s| -> Result<Vec<rdcoll::Status>, String> {
+                let reqs = bufs
+                    .iter_mut()
+                    .map(|b| s.irecv(b, 0, 5))
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(e)?;
+                rdcoll::wait_all(reqs).map_err(e)
+            })?;
+            for (i, (st, b)) in statuses.iter().zip(&bufs).enumerate() {
+                let want = pattern(0, i as u32, LEN + i);
+                ensure!(st.len == want.len(), "message {i}: length {}", st.len);
+                ensure!(
+                    b[..st.len] == want[..],
+                    "message {i}: wrong bytes (overtaken?)"
+                );
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Truncation (eager and rendezvous): the receive fails with the true length, writes nothing
+/// past its buffer, and the next message matches normally. Zero-length messages too.
+pub fn truncation_and_zero_length(world: &Comm) -> Outcome {
+    match world.rank() {
+        0 => {
+            for len in [100usize, 1 << 20] {
+                world.send(&pattern(0, 7, len), 1, 7).map_err(e)?;
+                world.send(&pattern(0, 8, 50), 1, 8).map_err(e)?;
+            }
+            world.send::<u8>(&[], 1, 9).map_err(e)?;
+            world.send::<u8>(&[], 1, 10).map_err(e)?;
+            Ok(())
+        }
+        1 => {
+            for (len, cap) in [(100usize, 10usize), (1 << 20, 100 << 10)] {
+                let mut buf = vec![0xEEu8; cap + 64];
+                match world.recv(&mut buf[..cap], 0, Tag::Any) {
+                    Err(Error::Truncated {
+                        len: l,
+                        capacity,
+                        sender: 0,
+                        tag: 7,
+                    }) => {
+                        ensure!(l == len && capacity == cap, "truncated: {l}/{capacity}");
+                    }
+                    other => return Err(format!("{len} into {cap}: {other:?}")),
+                }
+                ensure!(
+                    buf[..cap] == pattern(0, 7, len)[..cap],
+                    "{len}: prefix wrong"
+                );
+                ensure!(
+                    buf[cap..].iter().all(|&b| b == 0xEE),
+                    "{len}: wrote past the buffer"
+                );
+                let mut next = [0u8; 50];
+                let st = world.recv(&mut next, 0, Tag::Any).map_err(e)?;
+                ensure!(
+                    st.tag == 8 && next[..] == pattern(0, 8, 50)[..],
+                    "next message lost"
+                );
+            }
+            let st = world.recv::<u8>(&mut [], 0, 9).map_err(e)?;
+            ensure!(st.len == 0 && st.source == 0, "zero into empty: {st:?}");
+            let mut big = [1u8; 16];
+            let st = world.recv(&mut big, Source::Any, Tag::Any).map_err(e)?;
+            ensure!(
+                st.len == 0 && st.tag == 10 && big == [1u8; 16],
+                "zero into 16: {st:?}"
+            );
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Sends to oneself, eager and rendezvous, with probes.
+pub fn self_send_and_probe(world: &Comm) -> Outcome {
+    let me = world.rank();
+    for len in [0usize, 33, 3 << 20] {
+        let data = pattern(me, 3, len);
+        let mut got = vec![0u8; len];
+        world.scope(|s| -> Outcome {
+            let w = s.isend(&data, me, 3).map_err(e)?;
+            let st = world.probe(me, 3).map_err(e)?;
+            ensure!(
+                st.len == len && st.source == me && st.tag == 3,
+                "probe: {st:?}"
+            );
+            let r = s.irecv(&mut got, me, Tag::Any).map_err(e)?;
+            r.wait().map_err(e)?;
+            w.wait().map_err(e)?;
+            Ok(())
+        })?;
+        ensure!(got == data, "self-send of {len} bytes");
+    }
+    ensure!(
+        world.iprobe(me, 3).map_err(e)?.is_none(),
+        "nothing left to probe"
+    );
+    Ok(())
+}
+
+/// `count` messages from every other rank to rank 0, sizes 0 to 8 MiB (mostly small), taken
+/// with a mix of wildcard and specific receives; checked byte for byte and for order.
+pub fn random_traffic(world: &Comm, count: u32) -> Outcome {
+    let size = world.size() as u32;
+    let senders = size - 1;
+    let per_sender = count / senders;
+    let len_of = |src: u32, seq: u32| -> usize {
+        let h = (pattern(src, seq, 8)
+            .iter()
+            .fold(0u64, |a, &b| a << 8 | b as u64)) as usize;
+        match h % 1000 {
+            0..=899 => h % 4097,
+            900..=989 => h % (256 << 10),
+            _ => h % (8 << 20) + 1,
+        }
+    };
+    let rank = world.rank();
+    if rank != 0 {
+        for seq in 0..per_sender {
+            let len = len_of(rank, seq);
+            world.send(&pattern(rank, seq, len), 0, seq).map_err(e)?;
+        }
+        return Ok(());
+    }
+    let mut next = vec![0u32; size as usize];
+    let mut buf = vec![0u8; 8 << 20];
+    for i in 0..per_sender * senders {
+        // Every fourth receive names a sender that still has messages to send.
+        let pick = 1 + (i % senders);
+        let (src, tag) = if i % 4 == 1 && next[pick as usize] < per_sender {
+            (Source::Rank(pick), Tag::Any)
+        } else if i % 4 == 3 && next[pick as usize] < per_sender {
+            (Source::Rank(pick), Tag::Value(next[pick as usize]))
+        } else {
+            (Source::Any, Tag::Any)
+        };
+        let st = world.recv(&mut buf, src, tag).map_err(e)?;
+        let want_seq = next[st.source as usize];
+        ensure!(
+            st.tag == want_seq,
+            "from {}: seq {} before {want_seq}",
+            st.source,
+            st.tag
+        );
+        let len = len_of(st.source, st.tag);
+        ensure!(
+            st.len == len,
+            "from {} seq {}: {} bytes, not {len}",
+            st.source,
+            st.tag,
+            st.len
+        );
+        ensure!(
+            buf[..len] == pattern(st.source, st.tag, len)[..],
+            "from {} seq {}: wrong bytes",
+            st.source,
+            st.tag
+        );
+        next[st.source as usize] += 1;
+    }
+    Ok(())
+}

@@ -1,0 +1,40 @@
+//! The point-to-point cases on ranks that are threads of this process (`local` transport).
+
+mod p2p_cases;
+
+fn run(n: usize, case: fn(&rdcoll::Comm) -> p2p_cases::Outcome) {
+    for (rank, r) in rdcoll::local::run(n, |c| case(&c))
+        .unwrap()
+        .into_iter()
+        .enumerate()
+    {
+        if let Err(why) = r {
+            panic!("rank {rank}: {why}");
+        }
+    }
+}
+
+#[test]
+fn table_one_orderings() {
+    run(2, p2p_cases::table_one);
+}
+
+#[test]
+fn identical_envelopes() {
+    run(2, p2p_cases::identical_envelopes);
+}
+
+#[test]
+fn truncation_and_zero_length() {
+    run(2, p2p_cases::truncation_and_zero_length);
+}
+
+#[test]
+fn self_send_and_probe() {
+    run(3, p2p_cases::self_send_and_probe);
+}
+
+#[test]
+fn random_traffic() {
+    run(4, |c| p2p_cases::random_traffic(c, 3000));
+}
