@@ -4,10 +4,11 @@
 mod info;
 mod matching;
 mod offload;
+mod p2p;
 mod transport;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|transport|match|offload> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|transport|match|offload> [options]");
     std::process::exit(2);
 }
 
@@ -20,7 +21,10 @@ fn main() {
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
-        _ => usage(),
+        _ => match rdcoll_bench::osu::Kind::from_name(cmd) {
+            Some(kind) => p2p::run(kind, rest),
+            None => usage(),
+        },
     };
     std::process::exit(code);
 }

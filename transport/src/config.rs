@@ -28,6 +28,10 @@ pub struct FabricConfig {
     pub shm_cma: bool,
     /// Most regions one rank may have registered at once (`RDCOLL_MAX_REGIONS`).
     pub max_regions: usize,
+    /// Testing knob (`RDCOLL_SINK_RATE`, bytes/s, `K`/`M`/`G` suffixes): data deposited into
+    /// this rank's memory by peers is paced to this rate, emulating memory slower than the
+    /// network. tcp only.
+    pub sink_rate: Option<u64>,
 }
 
 impl Default for FabricConfig {
@@ -39,6 +43,7 @@ impl Default for FabricConfig {
             shm_heap_bytes: 256 << 20,
             shm_cma: true,
             max_regions: 16384,
+            sink_rate: None,
         }
     }
 }
@@ -74,6 +79,14 @@ impl FabricConfig {
         if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
             c.max_regions = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        if let Ok(v) = std::env::var("RDCOLL_SINK_RATE") {
+            let rate = parse_rate(&v).ok_or_else(|| {
+                TransportError::InvalidArgument(format!(
+                    "RDCOLL_SINK_RATE={v:?}: expected bytes per second, such as 50M"
+                ))
+            })?;
+            c.sink_rate = Some(rate);
+        }
         c.validate()?;
         Ok(c)
     }
@@ -101,5 +114,64 @@ impl FabricConfig {
             ));
         }
         Ok(())
+    }
+}
+
+/// `123`, `64K`, `50M`, `2G` (powers of 1024), positive.
+fn parse_rate(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (digits, shift) = match s.chars().last()? {
+        'k' | 'K' => (&s[..s.len() - 1], 10),
+        'm' | 'M' => (&s[..s.len() - 1], 20),
+        'g' | 'G' => (&s[..s.len() - 1], 30),
+        _ => (s, 0),
+    };
+    digits.parse::<u64>().ok()?.checked_mul(1 << shift).filter(|&r| r > 0)
+}
+
+/// Paces deposits to a rate: `pace(n)` sleeps until `n` more bytes fit the rate since start.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    rate: u64,
+    start: std::time::Instant,
+    bytes: u64,
+}
+
+impl Pacer {
+    pub(crate) fn new(rate: u64) -> Pacer {
+        Pacer {
+            rate,
+            start: std::time::Instant::now(),
+            bytes: 0,
+        }
+    }
+
+    /// How long to wait before `n` more bytes may land.
+    pub(crate) fn delay_for(&mut self, n: usize) -> Duration {
+        let now = self.start.elapsed();
+        // An idle spell does not bank credit: restart the budget when behind the clock.
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        if due < now {
+            self.start = std::time::Instant::now();
+            self.bytes = 0;
+        }
+        self.bytes += n as u64;
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        due.saturating_sub(self.start.elapsed())
+    }
+}
+
+#[cfg(test)]
+mod pacer_tests {
+    use super::*;
+
+    #[test]
+    fn rates_parse_and_pacing_adds_up() {
+        assert_eq!(parse_rate("50M"), Some(50 << 20));
+        assert_eq!(parse_rate("0"), None);
+        assert_eq!(parse_rate("fast"), None);
+        let mut p = Pacer::new(1 << 20);
+        let d = p.delay_for(1 << 20);
+        assert!(d > Duration::from_millis(900) && d <= Duration::from_secs(1), "{d:?}");
     }
 }

@@ -89,6 +89,12 @@ pub trait Fabric: Send + Sync {
     /// virtual time.
     fn now(&self) -> Duration;
 
+    /// What this endpoint has in flight toward `peer`, where the backend counts it (`tcp`);
+    /// `None` elsewhere.
+    fn counters(&self, peer: Rank) -> Option<crate::types::PeerCounters> {
+        let _ = peer;
+        None
+    }
     /// Whether `rank` is known to have failed.
     fn is_failed(&self, rank: Rank) -> bool;
 }

@@ -169,3 +169,12 @@ impl EventRef<'_> {
 pub(crate) fn range_fits(offset: usize, len: usize, region_len: usize) -> bool {
     offset.checked_add(len).is_some_and(|end| end <= region_len)
 }
+
+/// Traffic counters of one endpoint toward one peer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PeerCounters {
+    /// Bytes of puts issued toward the peer and not yet acknowledged by it.
+    pub put_bytes_in_flight: u64,
+    /// The most `put_bytes_in_flight` has been.
+    pub put_bytes_in_flight_peak: u64,
+}

@@ -29,6 +29,8 @@ use parking_lot::Mutex;
 use rdcoll_transport::{Fabric, Rank, Region, TransportError};
 
 pub use config::DEFAULT_RNDV_CREDITS;
+/// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
+pub const MAX_RNDV_CHUNK: usize = bits::MAX_CHUNK;
 pub use config::{parse_size, P2pConfig, DEFAULT_EAGER_LIMIT, DEFAULT_RNDV_CHUNK};
 
 use crate::error::{invalid, OffloadError, Result};

@@ -213,6 +213,7 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             if !in_range {
                 return Err("put chunk outside its own range".into());
             }
+            sink_pace(sh, data.len());
             let result = sh.table.lookup(RegionKey(key)).and_then(|region| {
                 let (base, total) = (usize::try_from(base).unwrap_or(usize::MAX), total as usize);
                 if !range_fits(base, total, region.len()) {
@@ -285,6 +286,7 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
                 sh.complete_from(from, op, |p| Err(sh.remote_error(p, status, region_len)));
                 return Ok(());
             }
+            sink_pace(sh, data.len());
             let mut pending = sh.pending.lock();
             let Some(p) = pending.get_mut(&op) else {
                 return Ok(());
@@ -387,6 +389,17 @@ fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) 
         chunk_off += n;
         if chunk_off >= len {
             return;
+        }
+    }
+}
+
+/// With `RDCOLL_SINK_RATE`, holds the I/O thread until `n` more bytes may be deposited (the
+/// peers' data then backs up in their sockets and in-flight queues, as behind slow memory).
+fn sink_pace(sh: &Shared, n: usize) {
+    if let Some(p) = &sh.sink {
+        let wait = p.lock().delay_for(n);
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
         }
     }
 }

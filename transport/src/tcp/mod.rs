@@ -24,7 +24,7 @@ use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Region, RegionTable};
-use crate::types::{Event, OpId, Payload, Rank, RemoteAddr};
+use crate::types::{Event, OpId, Payload, PeerCounters, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 use wire::{Frame, CHUNK};
 
@@ -72,6 +72,11 @@ pub(crate) struct Shared {
     peers: Vec<Peer>,
     /// Pending operations; peer failure is decided under this lock so none is missed.
     pending: Mutex<HashMap<u64, Pending>>,
+    /// Put bytes in flight toward each peer, and their peak (under the `pending` lock's
+    /// discipline: updated where pending puts are added and removed).
+    flight: Mutex<Vec<PeerCounters>>,
+    /// `RDCOLL_SINK_RATE`: deposits into this rank's memory are paced to this many bytes/s.
+    pub(crate) sink: Option<Mutex<crate::config::Pacer>>,
     next_op: AtomicU64,
     stop: AtomicBool,
     waker: mio::Waker,
@@ -135,6 +140,8 @@ impl TcpFabric {
             events: EventQueue::default(),
             peers,
             pending: Mutex::new(HashMap::new()),
+            flight: Mutex::new(vec![PeerCounters::default(); size]),
+            sink: cfg.sink_rate.map(|r| Mutex::new(crate::config::Pacer::new(r))),
             next_op: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             waker,
@@ -235,7 +242,9 @@ impl Shared {
                 .map(|(id, _)| *id)
                 .collect();
             for id in &ids {
-                pending.remove(id);
+                if let Some(p) = pending.remove(id) {
+                    self.landed(&p);
+                }
             }
             ids
         };
@@ -261,8 +270,23 @@ impl Shared {
         if self.peers[p.peer as usize].failed.load(Ordering::Acquire) {
             return Err(TransportError::PeerFailed(p.peer));
         }
+        if matches!(p.kind, PendingKind::Put) {
+            let mut f = self.flight.lock();
+            let c = &mut f[p.peer as usize];
+            c.put_bytes_in_flight += p.len as u64;
+            c.put_bytes_in_flight_peak = c.put_bytes_in_flight_peak.max(c.put_bytes_in_flight);
+        }
         pending.insert(op.0, p);
         Ok(())
+    }
+
+    /// A pending operation left the pending table (completed or failed).
+    fn landed(&self, p: &Pending) {
+        if matches!(p.kind, PendingKind::Put) {
+            let mut f = self.flight.lock();
+            let c = &mut f[p.peer as usize];
+            c.put_bytes_in_flight = c.put_bytes_in_flight.saturating_sub(p.len as u64);
+        }
     }
 
     /// Completes a pending operation with `from`, on that peer's word; a completion naming
@@ -296,6 +320,7 @@ impl Shared {
         result: impl FnOnce(&Pending) -> Result<()>,
     ) {
         if let Some(p) = removed {
+            self.landed(&p);
             let result = result(&p);
             self.events.push(Event::Completed {
                 op: OpId(op),
@@ -324,6 +349,9 @@ impl Shared {
 }
 
 impl Fabric for TcpFabric {
+    fn counters(&self, peer: Rank) -> Option<PeerCounters> {
+        self.shared.flight.lock().get(peer as usize).copied()
+    }
     fn rank(&self) -> Rank {
         self.shared.rank
     }

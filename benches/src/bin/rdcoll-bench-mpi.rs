@@ -1,0 +1,124 @@
+//! `rdcoll-bench-mpi latency|bw|bibw [OSU options]`: the same OSU loops as `rdcoll-bench`, on
+//! MPI through the `mpi` crate, for side-by-side runs (`rdcoll-bench ... --vs-mpi`). Build it
+//! against each installed MPI with `scripts/build-mpi-bench`; start it with `mpirun -n 2`.
+
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::Communicator;
+use rdcoll_bench::osu::{self, Kind, Messenger, Options};
+
+struct MpiMessenger {
+    world: mpi::topology::SimpleCommunicator,
+}
+
+impl Messenger for MpiMessenger {
+    fn rank(&self) -> u32 {
+        self.world.rank() as u32
+    }
+    fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String> {
+        self.world
+            .process_at_rank(peer as i32)
+            .send_with_tag(buf, tag as i32);
+        Ok(())
+    }
+    fn recv(&self, buf: &mut [u8], peer: u32, tag: u32) -> Result<(), String> {
+        self.world
+            .process_at_rank(peer as i32)
+            .receive_into_with_tag(buf, tag as i32);
+        Ok(())
+    }
+    fn send_window(&self, buf: &[u8], window: usize, peer: u32, tag: u32) -> Result<(), String> {
+        let p = self.world.process_at_rank(peer as i32);
+        mpi::request::scope(|scope| {
+            let reqs: Vec<_> = (0..window)
+                .map(|_| p.immediate_send_with_tag(scope, buf, tag as i32))
+                .collect();
+            for r in reqs {
+                r.wait();
+            }
+        });
+        Ok(())
+    }
+    fn recv_window(&self, bufs: &mut [Vec<u8>], peer: u32, tag: u32) -> Result<(), String> {
+        let p = self.world.process_at_rank(peer as i32);
+        mpi::request::scope(|scope| {
+            let reqs: Vec<_> = bufs
+                .iter_mut()
+                .map(|b| p.immediate_receive_into_with_tag(scope, &mut b[..], tag as i32))
+                .collect();
+            for r in reqs {
+                r.wait();
+            }
+        });
+        Ok(())
+    }
+    fn exchange_window(
+        &self,
+        buf: &[u8],
+        bufs: &mut [Vec<u8>],
+        peer: u32,
+        tag: u32,
+    ) -> Result<(), String> {
+        let p = self.world.process_at_rank(peer as i32);
+        let n = bufs.len();
+        mpi::request::scope(|scope| {
+            let recvs: Vec<_> = bufs
+                .iter_mut()
+                .map(|b| p.immediate_receive_into_with_tag(scope, &mut b[..], tag as i32))
+                .collect();
+            let sends: Vec<_> = (0..n)
+                .map(|_| p.immediate_send_with_tag(scope, buf, tag as i32))
+                .collect();
+            for r in recvs {
+                r.wait();
+            }
+            for r in sends {
+                r.wait();
+            }
+        });
+        Ok(())
+    }
+    fn wtime(&self) -> f64 {
+        mpi::time()
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let Some(kind) = args.first().and_then(|a| Kind::from_name(a)) else {
+        eprintln!("usage: rdcoll-bench-mpi <latency|bw|bibw> [-m [MIN:]MAX] [-i N] [-x N]");
+        std::process::exit(2);
+    };
+    let opts = match Options::parse(&args[1..]) {
+        Ok((o, rest)) if rest.is_empty() => o,
+        Ok((_, rest)) => {
+            eprintln!("rdcoll-bench-mpi: unknown options {rest:?}");
+            std::process::exit(2);
+        }
+        Err(e) => {
+            eprintln!("rdcoll-bench-mpi: {e}");
+            std::process::exit(2);
+        }
+    };
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("rdcoll-bench-mpi: MPI was already initialised");
+        std::process::exit(1);
+    };
+    let (version, _) = mpi::environment::library_version()
+        .map(|v| (v, ()))
+        .unwrap_or_default();
+    let m = MpiMessenger {
+        world: universe.world(),
+    };
+    match osu::run(&m, kind, &opts) {
+        Ok(rows) => {
+            if m.rank() == 0 {
+                let first_line = version.lines().next().unwrap_or("MPI").trim().to_string();
+                print!("{}", osu::format_table(kind, &first_line, &rows));
+            }
+        }
+        Err(e) => {
+            eprintln!("rdcoll-bench-mpi: {e}");
+            std::process::exit(1);
+        }
+    }
+}

@@ -1,0 +1,322 @@
+//! The OSU point-to-point loops (osu_latency, osu_bw, osu_bibw 6.x), written once for any
+//! messaging layer, with OSU's options and output layout.
+
+use std::fmt::Write as _;
+
+/// What the loops need from a messaging layer (two ranks, 0 and 1).
+pub trait Messenger {
+    /// This rank.
+    fn rank(&self) -> u32;
+    /// Blocking send of `buf` to `peer`.
+    fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String>;
+    /// Blocking receive from `peer` into `buf`.
+    fn recv(&self, buf: &mut [u8], peer: u32, tag: u32) -> Result<(), String>;
+    /// Starts one send of `buf` per window slot to `peer`, then waits for all.
+    fn send_window(&self, buf: &[u8], window: usize, peer: u32, tag: u32) -> Result<(), String>;
+    /// Posts a receive into each buffer of `bufs` from `peer`, then waits for all.
+    fn recv_window(&self, bufs: &mut [Vec<u8>], peer: u32, tag: u32) -> Result<(), String>;
+    /// Both at once: receives into `bufs` and sends `buf` once per receive buffer.
+    fn exchange_window(
+        &self,
+        buf: &[u8],
+        bufs: &mut [Vec<u8>],
+        peer: u32,
+        tag: u32,
+    ) -> Result<(), String>;
+    /// Seconds on a monotonic clock.
+    fn wtime(&self) -> f64;
+}
+
+/// Which benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// osu_latency: ping-pong, half the round trip.
+    Latency,
+    /// osu_bw: a window of sends one way, then a short acknowledgement.
+    Bandwidth,
+    /// osu_bibw: windows both ways at once.
+    BiBandwidth,
+}
+
+impl Kind {
+    /// From the subcommand name.
+    pub fn from_name(s: &str) -> Option<Kind> {
+        Some(match s {
+            "latency" => Kind::Latency,
+            "bw" => Kind::Bandwidth,
+            "bibw" => Kind::BiBandwidth,
+            _ => return None,
+        })
+    }
+
+    /// The subcommand name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Latency => "latency",
+            Kind::Bandwidth => "bw",
+            Kind::BiBandwidth => "bibw",
+        }
+    }
+
+    /// OSU's title line.
+    pub fn title(self) -> &'static str {
+        match self {
+            Kind::Latency => "Latency Test",
+            Kind::Bandwidth => "Bandwidth Test",
+            Kind::BiBandwidth => "Bi-Directional Bandwidth Test",
+        }
+    }
+
+    /// The value column's heading.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Kind::Latency => "Latency (us)",
+            _ => "Bandwidth (MB/s)",
+        }
+    }
+
+    /// Whether a larger value is better.
+    pub fn higher_is_better(self) -> bool {
+        self != Kind::Latency
+    }
+}
+
+/// OSU's options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Options {
+    /// Smallest message size (`-m MIN:MAX`).
+    pub min: usize,
+    /// Largest message size.
+    pub max: usize,
+    /// Iterations per size (`-i`); `None`: OSU's defaults.
+    pub iterations: Option<usize>,
+    /// Warm-up iterations per size (`-x`); `None`: OSU's defaults.
+    pub warmup: Option<usize>,
+    /// Messages per window for bw and bibw (`-W`, default 64).
+    pub window: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            min: 0,
+            max: 4 << 20,
+            iterations: None,
+            warmup: None,
+            window: 64,
+        }
+    }
+}
+
+/// OSU's boundary between small and large messages (fewer iterations above it).
+const LARGE: usize = 8192;
+
+impl Options {
+    /// Parses `-m [MIN:]MAX`, `-i N`, `-x N`, `-W N` from `args`; returns the options and the
+    /// arguments it did not recognise.
+    pub fn parse(args: &[String]) -> Result<(Options, Vec<String>), String> {
+        let mut o = Options::default();
+        let mut rest = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = || it.next().ok_or(format!("{a} needs a value"));
+            let number = |v: &String| {
+                rdcoll_offload::p2p::parse_size(v).ok_or(format!("{a}: {v:?} is not a number"))
+            };
+            match a.as_str() {
+                "-m" | "--message-size" => {
+                    let v = value()?;
+                    match v.split_once(':') {
+                        Some((lo, hi)) => {
+                            o.min = number(&lo.to_string())?;
+                            o.max = number(&hi.to_string())?;
+                        }
+                        None => o.max = number(v)?,
+                    }
+                    if o.min > o.max {
+                        return Err(format!("-m {v}: the smallest size exceeds the largest"));
+                    }
+                }
+                "-i" | "--iterations" => o.iterations = Some(number(value()?)?.max(1)),
+                "-x" | "--warmup" => o.warmup = Some(number(value()?)?),
+                "-W" | "--window-size" => o.window = number(value()?)?.max(1),
+                _ => rest.push(a.clone()),
+            }
+        }
+        Ok((o, rest))
+    }
+
+    /// The same options as arguments.
+    pub fn to_args(&self) -> Vec<String> {
+        let mut v = vec!["-m".into(), format!("{}:{}", self.min, self.max)];
+        if let Some(i) = self.iterations {
+            v.extend(["-i".into(), i.to_string()]);
+        }
+        if let Some(x) = self.warmup {
+            v.extend(["-x".into(), x.to_string()]);
+        }
+        v.extend(["-W".into(), self.window.to_string()]);
+        v
+    }
+
+    /// The sizes OSU walks: 0 if in range, then powers of two from 1.
+    pub fn sizes(&self) -> Vec<usize> {
+        let mut v = Vec::new();
+        if self.min == 0 {
+            v.push(0);
+        }
+        let mut s = 1usize;
+        while s <= self.max {
+            if s >= self.min {
+                v.push(s);
+            }
+            s = match s.checked_mul(2) {
+                Some(n) => n,
+                None => break,
+            };
+        }
+        v
+    }
+
+    fn counts(&self, kind: Kind, size: usize) -> (usize, usize) {
+        let large = size > LARGE;
+        let (iters, skip) = match (kind, large) {
+            (Kind::Latency, false) => (10_000, 100),
+            (Kind::Latency, true) => (1_000, 10),
+            (_, false) => (100, 10),
+            (_, true) => (20, 2),
+        };
+        (
+            self.iterations.unwrap_or(iters),
+            self.warmup.unwrap_or(skip),
+        )
+    }
+}
+
+/// One row: size and value (µs or MB/s); only rank 0's rows mean anything.
+pub type Row = (usize, f64);
+
+/// Runs benchmark `kind` between ranks 0 and 1 of `m`.
+pub fn run(m: &dyn Messenger, kind: Kind, o: &Options) -> Result<Vec<Row>, String> {
+    let rank = m.rank();
+    if rank > 1 {
+        return Ok(Vec::new());
+    }
+    let peer = 1 - rank;
+    let max = o.max;
+    let sbuf = vec![b'a'; max];
+    let mut rbuf = vec![b'b'; max];
+    let window = o.window;
+    let mut rows = Vec::new();
+    for size in o.sizes() {
+        let (iters, skip) = o.counts(kind, size);
+        let mut t0 = 0.0;
+        let elapsed = match kind {
+            Kind::Latency => {
+                for i in 0..iters + skip {
+                    if i == skip {
+                        t0 = m.wtime();
+                    }
+                    if rank == 0 {
+                        m.send(&sbuf[..size], peer, 1)?;
+                        m.recv(&mut rbuf[..size], peer, 1)?;
+                    } else {
+                        m.recv(&mut rbuf[..size], peer, 1)?;
+                        m.send(&sbuf[..size], peer, 1)?;
+                    }
+                }
+                m.wtime() - t0
+            }
+            Kind::Bandwidth => {
+                let mut bufs = vec![vec![0u8; size]; window];
+                let mut ack = [0u8; 4];
+                for i in 0..iters + skip {
+                    if i == skip {
+                        t0 = m.wtime();
+                    }
+                    if rank == 0 {
+                        m.send_window(&sbuf[..size], window, peer, 100)?;
+                        m.recv(&mut ack, peer, 101)?;
+                    } else {
+                        m.recv_window(&mut bufs, peer, 100)?;
+                        m.send(&ack, peer, 101)?;
+                    }
+                }
+                m.wtime() - t0
+            }
+            Kind::BiBandwidth => {
+                let mut bufs = vec![vec![0u8; size]; window];
+                for i in 0..iters + skip {
+                    if i == skip {
+                        t0 = m.wtime();
+                    }
+                    m.exchange_window(&sbuf[..size], &mut bufs, peer, 100)?;
+                }
+                m.wtime() - t0
+            }
+        };
+        let value = match kind {
+            Kind::Latency => elapsed * 1e6 / (2.0 * iters as f64),
+            Kind::Bandwidth => (size * iters * window) as f64 / 1e6 / elapsed,
+            Kind::BiBandwidth => (size * iters * window * 2) as f64 / 1e6 / elapsed,
+        };
+        rows.push((size, value));
+    }
+    Ok(rows)
+}
+
+/// The table in OSU's layout: a title line, a heading, and `%-10d%18.2f` rows.
+pub fn format_table(kind: Kind, what: &str, rows: &[Row]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# OSU MPI {} v6.1 ({what})", kind.title());
+    let _ = writeln!(s, "{:<10}{:>18}", "# Size", kind.unit());
+    for (size, v) in rows {
+        let _ = writeln!(s, "{size:<10}{v:>18.2}");
+    }
+    s
+}
+
+/// Reads the rows back from a table in OSU's layout (lines that are not rows are skipped).
+pub fn parse_table(text: &str) -> Vec<Row> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let size = f.next()?.parse().ok()?;
+            let v = f.next()?.parse().ok()?;
+            f.next().is_none().then_some((size, v))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_follow_osu() {
+        let args: Vec<String> = ["-m", "4:64", "-i", "50", "-x", "5", "--ranks", "2"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let (o, rest) = Options::parse(&args).unwrap();
+        assert_eq!(o.sizes(), vec![4, 8, 16, 32, 64]);
+        assert_eq!(o.counts(Kind::Latency, 4), (50, 5));
+        assert_eq!(rest, vec!["--ranks".to_string(), "2".to_string()]);
+        let (d, _) = Options::parse(&[]).unwrap();
+        assert_eq!(d.sizes().first(), Some(&0));
+        assert_eq!(d.sizes().last(), Some(&(4 << 20)));
+        assert_eq!(d.counts(Kind::Bandwidth, 1 << 20), (20, 2));
+        assert!(Options::parse(&["-m".into(), "9:3".into()]).is_err());
+        assert_eq!(Options::parse(&o.to_args()).unwrap().0, o);
+    }
+
+    #[test]
+    fn tables_round_trip_in_osu_layout() {
+        let t = format_table(Kind::Latency, "rdcoll", &[(0, 0.25), (8, 1.5)]);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[1], "# Size          Latency (us)");
+        assert_eq!(lines[3], "8                       1.50");
+        assert_eq!(parse_table(&t), vec![(0, 0.25), (8, 1.5)]);
+    }
+}
