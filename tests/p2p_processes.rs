@@ -6,6 +6,9 @@ mod p2p_cases;
 use rdcoll_transport::launch::{describe, run_job, JobSpec};
 
 const CASES_VAR: &str = "RDCOLL_P2P_CASES";
+/// Where rank 0 of `slow_receiver` writes its peak of put bytes in flight.
+const PEAK_OUT: &str = "RDCOLL_P2P_PEAK_OUT";
+const SLOW_LEN: usize = 8 << 20;
 
 /// Runs the cases named in `RDCOLL_P2P_CASES` (comma-separated) when started as a rank.
 #[test]
@@ -27,6 +30,14 @@ fn rank_entry() {
             "truncation" => p2p_cases::truncation_and_zero_length(&world),
             "self_send" => p2p_cases::self_send_and_probe(&world),
             "random" => p2p_cases::random_traffic(&world, 10_000),
+            "slow_receiver" => p2p_cases::slow_receiver(&world, SLOW_LEN).and_then(|peak| {
+                match (peak, std::env::var(PEAK_OUT)) {
+                    (Some(p), Ok(path)) => {
+                        std::fs::write(path, p.to_string()).map_err(|e| e.to_string())
+                    }
+                    _ => Ok(()),
+                }
+            }),
             other => Err(format!("no case {other:?}")),
         };
         if let Err(why) = r {
@@ -48,6 +59,10 @@ fn rank_entry() {
 }
 
 fn job(ranks: usize, transport: &str, cases: &str) {
+    job_with(ranks, transport, cases, &[]);
+}
+
+fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, String)]) {
     let exe = std::env::current_exe().unwrap();
     let mut spec = JobSpec::new(
         ranks,
@@ -62,6 +77,9 @@ fn job(ranks: usize, transport: &str, cases: &str) {
     spec.transport = Some(transport.into());
     spec.prefix_output = true;
     spec.env.push((CASES_VAR.into(), cases.into()));
+    for (k, v) in env {
+        spec.env.push((k.into(), v.into()));
+    }
     let report = run_job(&spec).unwrap();
     for e in &report.exits {
         assert!(
@@ -93,4 +111,48 @@ fn ten_thousand_random_messages_from_three_ranks_over_shm() {
 #[test]
 fn ten_thousand_random_messages_from_seven_ranks_over_tcp() {
     job(8, "tcp", "random");
+}
+
+/// Runs `slow_receiver` over tcp with rank 1's deposits paced to 64 MiB/s and the given
+/// rendezvous settings; returns rank 0's peak of put bytes in flight toward rank 1.
+fn peak_in_flight(chunk: usize, credits: usize) -> u64 {
+    let out = std::env::temp_dir().join(format!(
+        "rdcoll-peak-{}-{chunk}-{credits}",
+        std::process::id()
+    ));
+    let env = [
+        ("RDCOLL_SINK_RATE", "64M".to_string()),
+        ("RDCOLL_RNDV_CHUNK", chunk.to_string()),
+        ("RDCOLL_RNDV_CREDITS", credits.to_string()),
+        ("RDCOLL_EAGER_LIMIT", "8192".to_string()),
+        (PEAK_OUT, out.display().to_string()),
+    ];
+    job_with(2, "tcp", "slow_receiver", &env);
+    let peak = std::fs::read_to_string(&out).unwrap().parse().unwrap();
+    let _ = std::fs::remove_file(&out);
+    peak
+}
+
+#[test]
+fn a_slow_receiver_paces_its_sender_to_c_chunks_in_flight() {
+    let (chunk, credits) = (256 << 10, 3);
+    let peak = peak_in_flight(chunk, credits);
+    assert!(
+        peak <= (credits * chunk) as u64,
+        "peak {peak} > {credits} x {chunk}"
+    );
+    assert!(
+        peak >= chunk as u64,
+        "peak {peak}: nothing was ever in flight?"
+    );
+}
+
+#[test]
+fn a_single_get_rendezvous_puts_the_whole_message_in_flight() {
+    let peak = peak_in_flight(rdcoll_offload::p2p::MAX_RNDV_CHUNK, 1);
+    assert_eq!(
+        peak,
+        (SLOW_LEN - 8192) as u64,
+        "everything after the first chunk at once"
+    );
 }

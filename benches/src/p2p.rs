@@ -97,7 +97,9 @@ fn parse_extra(rest: &[String]) -> Result<Extra, String> {
                 let n = it.next().and_then(|v| v.parse().ok());
                 e.ranks = Some(n.filter(|&n| n >= 2).ok_or("--ranks needs a number >= 2")?);
             }
-            "--transport" => e.transport = Some(it.next().ok_or("--transport needs a value")?.clone()),
+            "--transport" => {
+                e.transport = Some(it.next().ok_or("--transport needs a value")?.clone())
+            }
             "--vs-mpi" => e.vs_mpi = true,
             "--vs-single-get" => e.vs_single_get = true,
             other => return Err(format!("unknown option {other}")),
@@ -163,9 +165,7 @@ fn launch(
 
 /// Runs `cmd` and returns the table it printed.
 fn capture(mut cmd: Command) -> Result<Vec<Row>, String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("starting {cmd:?}: {e}"))?;
+    let out = cmd.output().map_err(|e| format!("starting {cmd:?}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
             "{cmd:?} failed ({}): {}",
@@ -179,7 +179,9 @@ fn capture(mut cmd: Command) -> Result<Vec<Row>, String> {
 fn self_command(kind: Kind, opts: &Options, transport: Option<&str>) -> Result<Command, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut c = Command::new(exe);
-    c.arg(kind.name()).args(opts.to_args()).args(["--ranks", "2"]);
+    c.arg(kind.name())
+        .args(opts.to_args())
+        .args(["--ranks", "2"]);
     c.args(["--transport", transport.unwrap_or("shm")]);
     Ok(c)
 }
@@ -187,12 +189,17 @@ fn self_command(kind: Kind, opts: &Options, transport: Option<&str>) -> Result<C
 /// Where `scripts/build-mpi-bench` put the benchmark built against `mpi` (`openmpi`, `mpich`).
 fn mpi_binary(mpi: &str) -> Option<PathBuf> {
     if let Ok(dir) = std::env::var("RDCOLL_BENCH_MPI_DIR") {
-        let p = PathBuf::from(dir).join(mpi).join("release/rdcoll-bench-mpi");
+        let p = PathBuf::from(dir)
+            .join(mpi)
+            .join("release/rdcoll-bench-mpi");
         return p.exists().then_some(p);
     }
     let exe = std::env::current_exe().ok()?;
     let target = exe.parent()?.parent()?;
-    let p = target.join("mpi").join(mpi).join("release/rdcoll-bench-mpi");
+    let p = target
+        .join("mpi")
+        .join(mpi)
+        .join("release/rdcoll-bench-mpi");
     p.exists().then_some(p)
 }
 
@@ -232,7 +239,10 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
     if extra.vs_single_get {
         let mut c = self_command(kind, opts, transport)?;
         // One chunk as large as any message the header can describe, one get in flight.
-        c.env("RDCOLL_RNDV_CHUNK", rdcoll_offload::p2p::MAX_RNDV_CHUNK.to_string());
+        c.env(
+            "RDCOLL_RNDV_CHUNK",
+            rdcoll_offload::p2p::MAX_RNDV_CHUNK.to_string(),
+        );
         c.env("RDCOLL_RNDV_CREDITS", "1");
         columns.push(("single-get".into(), capture(c)?));
     }
@@ -272,7 +282,11 @@ fn side_by_side(kind: Kind, columns: &[(String, Vec<Row>)]) -> String {
     for n in &names {
         let _ = write!(out, "{:>18}", format!("{n} {}", short_unit(kind)));
     }
-    let better = if kind.higher_is_better() { "higher" } else { "lower" };
+    let better = if kind.higher_is_better() {
+        "higher"
+    } else {
+        "lower"
+    };
     let _ = writeln!(out, "{:>26}", format!("rdcoll/best ({better} wins)"));
     for (i, &(size, ours)) in columns[0].1.iter().enumerate() {
         let _ = write!(out, "{size:<10}{ours:>18.2}");

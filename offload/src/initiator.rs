@@ -24,6 +24,11 @@ pub(crate) fn check_md(st: &mut State, md: MdHandle, offset: usize, len: usize) 
     Ok(())
 }
 
+/// Operation ids with this bit are inline puts that asked for no acknowledgement: they are not
+/// tracked, the target answers only a failure, and the low 32 bits name the memory descriptor
+/// that failure is reported on.
+pub(crate) const QUIET_OP: u64 = 1 << 63;
+
 fn new_op(st: &mut State, op: InitOp) -> u64 {
     st.next_op += 1;
     st.ops.insert(st.next_op, op);
@@ -44,19 +49,22 @@ pub(crate) fn issue_put(st: &mut State, a: PutArgs) {
 /// descriptor's range. Returns whether the header message left this rank.
 pub(crate) fn issue_put_from(st: &mut State, a: PutArgs, bytes: Option<&[u8]>) -> bool {
     let inline = bytes.is_some() || a.len <= st.cfg.inline_max;
-    let op = new_op(
-        st,
-        InitOp {
-            get: false,
-            md: a.md,
-            user_ptr: a.user_ptr,
-            target: a.target,
-            ack: a.ack_req,
-            len: a.len,
-            send_owed: !inline,
-            match_bits: a.match_bits,
-        },
-    );
+    let record = InitOp {
+        get: false,
+        md: a.md,
+        user_ptr: a.user_ptr,
+        target: a.target,
+        ack: a.ack_req,
+        len: a.len,
+        send_owed: !inline,
+        match_bits: a.match_bits,
+    };
+    let quiet = inline && a.ack_req == AckReq::None;
+    let op = if quiet {
+        QUIET_OP | a.md.0 as u64
+    } else {
+        new_op(st, record)
+    };
     let Some(md) = st.mds.get(a.md.0) else {
         return false;
     };
@@ -88,13 +96,33 @@ pub(crate) fn issue_put_from(st: &mut State, a: PutArgs, bytes: Option<&[u8]>) -
         data: payload,
     };
     if st.fabric.send(a.target, &msg.encode()).is_err() {
-        fail_op(st, op, NiFail::Undeliverable);
+        if quiet {
+            report_quiet_failure(st, op, a.target, NiFail::Undeliverable);
+        } else {
+            fail_op(st, op, NiFail::Undeliverable);
+        }
         return false;
     }
-    if inline {
+    if quiet {
+        send_event(st, &record);
+    } else if inline {
         raise_send(st, op);
     }
     true
+}
+
+/// A quiet put failed: an ACK event with the failure on its descriptor, and a failure count.
+fn report_quiet_failure(st: &mut State, op: u64, target: Rank, fail: NiFail) {
+    let Some(md) = st.mds.get((op & u32::MAX as u64) as u32) else {
+        return;
+    };
+    let (eq, opts) = (md.eq, md.opts);
+    let mut ev = Event::simple(EventKind::Ack, None, target, 0);
+    ev.fail = fail;
+    st.post(eq, ev);
+    if opts.ct.is_some() {
+        st.count(opts.ct, false, 1);
+    }
 }
 
 /// Starts a get.
@@ -138,14 +166,20 @@ fn raise_send(st: &mut State, op: u64) {
     let Some(o) = st.ops.get_mut(&op) else { return };
     o.send_owed = false;
     let o = *o;
+    send_event(st, &o);
+}
+
+fn send_event(st: &mut State, o: &InitOp) {
     let Some(md) = st.mds.get(o.md.0) else {
         return;
     };
     let (eq, opts) = (md.eq, md.opts);
-    let mut ev = Event::simple(EventKind::Send, None, o.target, o.user_ptr);
-    ev.match_bits = o.match_bits;
-    ev.rlength = o.len as u64;
-    st.post(eq, ev);
+    if !opts.event_send_disable {
+        let mut ev = Event::simple(EventKind::Send, None, o.target, o.user_ptr);
+        ev.match_bits = o.match_bits;
+        ev.rlength = o.len as u64;
+        st.post(eq, ev);
+    }
     if opts.ct_send {
         let amount = if opts.ct_bytes { o.len as u64 } else { 1 };
         st.count(opts.ct, true, amount);
@@ -178,6 +212,12 @@ impl Answer {
 /// ACK or REPLY event when one was asked for, else as an ACK event anyway, and as a failure
 /// count on the descriptor's counter.
 pub(crate) fn on_done(st: &mut State, from: Rank, op: u64, a: Answer) {
+    if op & QUIET_OP != 0 {
+        if a.fail != NiFail::Ok {
+            report_quiet_failure(st, op, from, a.fail);
+        }
+        return;
+    }
     let Some(o) = st.ops.get(&op).copied() else {
         return;
     };

@@ -339,15 +339,20 @@ impl Ni {
             if list == List::Priority {
                 let taken = crate::target::take_unexpected(st, pt, &me);
                 if taken > 0 && me.options.use_once {
-                    let ev = Event::simple(EventKind::AutoUnlink, Some(pt), st.rank(), me.user_ptr);
-                    st.post_pt(pt, ev);
+                    if !me.options.event_unlink_disable {
+                        let ev =
+                            Event::simple(EventKind::AutoUnlink, Some(pt), st.rank(), me.user_ptr);
+                        st.post_pt(pt, ev);
+                    }
                     return Ok(handle);
                 }
             }
-            let user_ptr = me.user_ptr;
+            let (user_ptr, quiet) = (me.user_ptr, me.options.event_link_disable);
             st.portal(pt)?.list(list).insert(seq, me);
-            let ev = Event::simple(EventKind::Link, Some(pt), st.rank(), user_ptr);
-            st.post_pt(pt, ev);
+            if !quiet {
+                let ev = Event::simple(EventKind::Link, Some(pt), st.rank(), user_ptr);
+                st.post_pt(pt, ev);
+            }
             Ok(handle)
         })
     }

@@ -1,7 +1,7 @@
 //! The network interface's state, behind one lock: object tables, operations in flight, and the
 //! counter work list that fires triggered operations.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use rdcoll_transport::{Fabric, OpId, Rank, Region};
@@ -57,6 +57,10 @@ pub(crate) struct Transfer {
     pub(crate) unlinked: bool,
     /// The entry asked for no acknowledgement events at the initiator.
     pub(crate) ack_disabled: bool,
+    /// The entry's event options (link/unlink/comm disable).
+    pub(crate) me_options: crate::types::MeOptions,
+    /// An inline put that asked for no acknowledgement: a success is not answered.
+    pub(crate) quiet: bool,
     /// The unexpected header recorded for this transfer when it matched the overflow list.
     pub(crate) header: Option<u64>,
     /// An entry appended (or a search-delete) took that header before the data was all in:
@@ -98,8 +102,8 @@ impl State {
             cfg,
             next_seq: 0,
             next_op: 0,
-            ops: HashMap::new(),
-            transfers: HashMap::new(),
+            ops: HashMap::default(),
+            transfers: HashMap::default(),
             triggered_pending: 0,
             dirty: std::collections::VecDeque::new(),
         }

@@ -1,7 +1,7 @@
 //! Tables of the network interface's objects, with ids that are not reused while the table
 //! lives (up to 2^32 allocations), so a stale handle names nothing instead of a newer object.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 use crate::error::{invalid, OffloadError, Result};
 
@@ -15,7 +15,7 @@ pub(crate) struct Table<T> {
 impl<T> Table<T> {
     pub(crate) fn new(what: &'static str, limit: usize) -> Self {
         Table {
-            items: HashMap::new(),
+            items: HashMap::default(),
             next: 0,
             limit,
             what,

@@ -107,6 +107,8 @@ fn select(
         counting: me.options.counting,
         unlinked: unlink,
         ack_disabled: me.options.ack_disable,
+        me_options: me.options,
+        quiet: false,
         header: None,
         taken_by: None,
     };
@@ -200,7 +202,7 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
     // Every message that lands on the overflow list leaves a header (a get's data went out
     // from the overflow entry; an append that takes its header learns of it).
     let on_overflow = t.list == List::Overflow;
-    if fail == NiFail::Ok {
+    if fail == NiFail::Ok && !t.me_options.event_comm_disable {
         let mut ev = Event::simple(
             if t.get {
                 EventKind::Get
@@ -222,6 +224,8 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
             offset: t.place.offset,
         });
         st.post_pt(t.pt, ev);
+    }
+    if fail == NiFail::Ok {
         count_comm(st, t.counting, t.place.mlength);
         if on_overflow && t.header.is_none() {
             record_header(st, &mut t, None);
@@ -241,12 +245,14 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
             }
         }
     }
-    if t.unlinked {
+    if t.unlinked && !t.me_options.event_unlink_disable {
         let ev = Event::simple(EventKind::AutoUnlink, Some(t.pt), st.rank(), t.user_ptr);
         st.post_pt(t.pt, ev);
     }
     if fail != NiFail::Ok {
         t.place.mlength = 0;
+    } else if t.quiet {
+        return;
     }
     answer(st, t.initiator, t.get, t.op, fail, Some(&t));
 }
@@ -257,18 +263,21 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
         Msg::Put {
             op,
             pt,
+            ack,
             bits,
             remote_offset,
             hdr_data,
             rlength,
             data,
-            ..
         } => {
             let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
-            let t = match select(st, from, pt, false, op, bits, roff, rlen, hdr_data) {
+            let mut t = match select(st, from, pt, false, op, bits, roff, rlen, hdr_data) {
                 Ok(t) => t,
                 Err(fail) => return answer(st, from, false, op, fail, None),
             };
+            t.quiet = ack == crate::types::AckReq::None
+                && matches!(data, PutData::Inline(_))
+                && op & crate::initiator::QUIET_OP != 0;
             match data {
                 PutData::Inline(bytes) => {
                     let n = t.place.mlength;

@@ -142,6 +142,13 @@ pub struct MeOptions {
     pub ack_disable: bool,
     /// Counting events.
     pub counting: MeCounting,
+    /// No LINK event when the entry is linked (`PTL_ME_EVENT_LINK_DISABLE`).
+    pub event_link_disable: bool,
+    /// No AUTO_UNLINK event when it unlinks itself (`PTL_ME_EVENT_UNLINK_DISABLE`).
+    pub event_unlink_disable: bool,
+    /// No PUT / GET events for deposits into it (`PTL_ME_EVENT_COMM_DISABLE`); an append that
+    /// takes its unexpected header still gets its PUT_OVERFLOW.
+    pub event_comm_disable: bool,
     /// When the entry unlinks itself, the agent appends an identical one over a fresh region
     /// of the same size at the end of its list (bounce buffers that never run out while memory
     /// lasts; the old region lives on while events or unexpected headers point into it).
@@ -159,6 +166,9 @@ impl Default for MeOptions {
             op_get: true,
             ack_disable: false,
             counting: MeCounting::default(),
+            event_link_disable: false,
+            event_unlink_disable: false,
+            event_comm_disable: false,
             renew: false,
         }
     }
@@ -194,6 +204,8 @@ pub struct MdOptions {
     pub ct_reply: bool,
     /// Count bytes instead of operations; failures still count one each.
     pub ct_bytes: bool,
+    /// No SEND events (`PTL_MD_EVENT_SEND_DISABLE`); failures are still reported.
+    pub event_send_disable: bool,
 }
 
 /// What acknowledgement a put asks for.

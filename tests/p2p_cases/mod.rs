@@ -325,3 +325,32 @@ pub fn random_traffic(world: &Comm, count: u32) -> Outcome {
     }
     Ok(())
 }
+
+/// Rank 0 sends `len` bytes to rank 1, whose deposits are slowed by `RDCOLL_SINK_RATE`; then
+/// rank 0 reports the most put bytes it ever had in flight toward rank 1 (transport counters).
+pub fn slow_receiver(world: &Comm, len: usize) -> Result<Option<u64>, String> {
+    match world.rank() {
+        0 => {
+            world.send(&pattern(0, 1, len), 1, 1).map_err(e)?;
+            // The receiver says when it has checked every byte.
+            world.recv::<u8>(&mut [], 1, 2).map_err(e)?;
+            let c = world
+                .fabric()
+                .counters(1)
+                .ok_or("this transport keeps no counters")?;
+            ensure!(c.put_bytes_in_flight == 0, "puts still in flight: {c:?}");
+            Ok(Some(c.put_bytes_in_flight_peak))
+        }
+        1 => {
+            let mut buf = vec![0u8; len];
+            let st = world.recv(&mut buf, 0, 1).map_err(e)?;
+            ensure!(
+                st.len == len && buf == pattern(0, 1, len),
+                "slow receive corrupted"
+            );
+            world.send::<u8>(&[], 0, 2).map_err(e)?;
+            Ok(None)
+        }
+        _ => Ok(None),
+    }
+}

@@ -126,7 +126,11 @@ fn parse_rate(s: &str) -> Option<u64> {
         'g' | 'G' => (&s[..s.len() - 1], 30),
         _ => (s, 0),
     };
-    digits.parse::<u64>().ok()?.checked_mul(1 << shift).filter(|&r| r > 0)
+    digits
+        .parse::<u64>()
+        .ok()?
+        .checked_mul(1 << shift)
+        .filter(|&r| r > 0)
 }
 
 /// Paces deposits to a rate: `pace(n)` sleeps until `n` more bytes fit the rate since start.
@@ -172,6 +176,9 @@ mod pacer_tests {
         assert_eq!(parse_rate("fast"), None);
         let mut p = Pacer::new(1 << 20);
         let d = p.delay_for(1 << 20);
-        assert!(d > Duration::from_millis(900) && d <= Duration::from_secs(1), "{d:?}");
+        assert!(
+            d > Duration::from_millis(900) && d <= Duration::from_secs(1),
+            "{d:?}"
+        );
     }
 }

@@ -43,6 +43,9 @@ pub(crate) struct RegionInner {
     /// `false` once deregistered; held for reading during every copy driven by a peer.
     alive: RwLock<bool>,
     unpublished: AtomicBool,
+    /// Handles held by the owner (not peers' transient lookups): when the last goes, peers
+    /// can no longer name the region, even while a peer's copy still holds its memory.
+    owners: std::sync::atomic::AtomicUsize,
     backing: Mutex<Option<Backing>>,
     publisher: Weak<dyn Publisher>,
 }
@@ -79,10 +82,33 @@ impl Drop for RegionInner {
 }
 
 /// A handle to registered memory that peers can name by its [`RegionKey`]. Cloning is cheap;
-/// memory the fabric allocated is freed when the last clone is dropped.
-#[derive(Clone)]
+/// peers can no longer reach the region once the owner's last clone is dropped, and memory the
+/// fabric allocated is freed once no copy uses it any more.
 pub struct Region {
     pub(crate) inner: Arc<RegionInner>,
+    /// Whether this handle is the owner's (counted in `owners`) or a peer's transient lookup.
+    owner: bool,
+}
+
+impl Clone for Region {
+    fn clone(&self) -> Region {
+        if self.owner {
+            self.inner.owners.fetch_add(1, Ordering::Relaxed);
+        }
+        Region {
+            inner: self.inner.clone(),
+            owner: self.owner,
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.owner && self.inner.owners.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // Overlapping peer lookups must not keep a dropped region reachable.
+            self.inner.unpublish();
+        }
+    }
 }
 
 impl std::fmt::Debug for Region {
@@ -127,6 +153,7 @@ impl Region {
         publisher: Weak<dyn Publisher>,
     ) -> Region {
         Region {
+            owner: true,
             inner: Arc::new(RegionInner {
                 rank,
                 key,
@@ -134,10 +161,32 @@ impl Region {
                 len,
                 alive: RwLock::new(true),
                 unpublished: AtomicBool::new(false),
+                owners: std::sync::atomic::AtomicUsize::new(1),
                 backing: Mutex::new(Some(backing)),
                 publisher,
             }),
         }
+    }
+
+    /// Wraps caller memory as a region that only this rank uses: its key names nothing to
+    /// peers (generation 0 is never handed out), so no peer can read or write it. For buffers
+    /// that this rank fills itself, such as receive entries of the offload engine.
+    ///
+    /// # Safety
+    /// As for [`crate::Fabric::register_memory`]: `ptr..ptr+len` must stay valid until the last
+    /// clone is dropped or [`Region::deregister`] has returned, and must not be accessed through
+    /// Rust references meanwhile.
+    pub unsafe fn private(rank: Rank, ptr: *mut u8, len: usize) -> Region {
+        let ptr = NonNull::new(ptr).unwrap_or(NonNull::dangling());
+        let nobody: Weak<dyn Publisher> = Weak::<RegionTable>::new();
+        Region::from_raw(
+            rank,
+            RegionKey::new(0, 0),
+            ptr,
+            len,
+            Backing::External,
+            nobody,
+        )
     }
 
     /// The key peers use to name this region.
@@ -407,7 +456,10 @@ impl RegionTable {
             .as_ref()
             .and_then(Weak::upgrade)
             .ok_or_else(bad)?;
-        Ok(Region { inner })
+        Ok(Region {
+            inner,
+            owner: false,
+        })
     }
 
     /// Number of live regions.
@@ -454,6 +506,24 @@ mod tests {
         table
             .insert(|key, p| Region::alloc_owned(0, key, len, p))
             .unwrap()
+    }
+
+    #[test]
+    fn a_peers_lookup_does_not_keep_a_dropped_region_reachable() {
+        let table = RegionTable::new(0, 4);
+        let r = alloc(&table, 64);
+        let key = r.key();
+        let held_by_peer = table.lookup(key).unwrap();
+        let owner_clone = r.clone();
+        drop(r);
+        assert!(table.lookup(key).is_ok(), "the owner still holds a clone");
+        drop(owner_clone);
+        assert!(
+            table.lookup(key).is_err(),
+            "a peer's copy in progress kept the key alive"
+        );
+        // The peer's copy may still finish: the memory lives until its handle goes.
+        held_by_peer.write(0, &[1, 2, 3]).unwrap();
     }
 
     #[test]

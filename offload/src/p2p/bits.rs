@@ -63,14 +63,14 @@ impl Header {
 
     /// `chunk` must be a positive multiple of 1 KiB, at most [`MAX_CHUNK`].
     pub(crate) fn rendezvous(len: usize, chunk: usize) -> u64 {
-        debug_assert!(chunk % 1024 == 0 && chunk > 0 && chunk <= MAX_CHUNK);
+        debug_assert!(chunk & 1023 == 0 && chunk > 0 && chunk <= MAX_CHUNK);
         RENDEZVOUS | (((chunk as u64) >> 10) << CHUNK_SHIFT) | (len as u64 & MAX_LEN)
     }
 
     pub(crate) fn decode(hdr: u64) -> Header {
         let len = hdr & MAX_LEN;
         let chunk = (hdr & RENDEZVOUS != 0)
-            .then(|| (((hdr >> CHUNK_SHIFT) & CHUNK_KIB_MAX) as usize) << 10)
+            .then_some((((hdr >> CHUNK_SHIFT) & CHUNK_KIB_MAX) as usize) << 10)
             .filter(|&c| c > 0);
         Header { len, chunk }
     }

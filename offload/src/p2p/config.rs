@@ -57,7 +57,7 @@ impl P2pConfig {
             )));
         }
         let chunk = self.rndv_chunk;
-        if chunk == 0 || chunk % 1024 != 0 || chunk > super::bits::MAX_CHUNK {
+        if chunk == 0 || chunk & 1023 != 0 || chunk > super::bits::MAX_CHUNK {
             return Err(invalid(format!(
                 "RDCOLL_RNDV_CHUNK={chunk}: expected a multiple of 1 KiB from 1 KiB to {} bytes",
                 super::bits::MAX_CHUNK

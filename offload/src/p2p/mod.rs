@@ -21,7 +21,7 @@ mod probe;
 mod recv;
 mod send;
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -150,7 +150,11 @@ impl Engine {
         let pt_msg = ni.pt_alloc(Some(eq), false)?;
         let pt_rndv = ni.pt_alloc(None, false)?;
         let probe_region = fabric.alloc_region(0)?;
-        let eager_md = ni.md_bind(probe_region.clone(), Some(eq), MdOptions::default())?;
+        let eager_opts = MdOptions {
+            event_send_disable: true,
+            ..MdOptions::default()
+        };
+        let eager_md = ni.md_bind(probe_region.clone(), Some(eq), eager_opts)?;
         for _ in 0..BOUNCE_BUFFERS {
             let spec = MeSpec {
                 region: fabric.alloc_region(BOUNCE_BYTES)?,
@@ -163,6 +167,9 @@ impl Engine {
                     min_free: crate::initiator::inline_capacity(),
                     op_get: false,
                     renew: true,
+                    event_link_disable: true,
+                    event_unlink_disable: true,
+                    event_comm_disable: true,
                     ..MeOptions::default()
                 },
                 user_ptr: BOUNCE,
@@ -179,9 +186,9 @@ impl Engine {
             cfg,
             inner: Mutex::new(Inner {
                 next_id: 0,
-                reqs: HashMap::new(),
+                reqs: HashMap::default(),
                 nonces: send::Nonces::default(),
-                searches: HashMap::new(),
+                searches: HashMap::default(),
                 scratch: Vec::new(),
                 next_context: 1,
                 delivery_failure: None,

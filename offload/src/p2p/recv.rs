@@ -27,6 +27,8 @@ enum Phase {
     Matching { me: Option<MeHandle> },
     /// Matched a rendezvous; the gets for the rest are in flight.
     Fetching {
+        /// The buffer, registered so the sender can deposit the replies.
+        registered: Region,
         ct: CtHandle,
         md: MdHandle,
         gets: u64,
@@ -60,8 +62,9 @@ impl Engine {
             }
         };
         // SAFETY: the caller keeps the buffer valid and otherwise untouched until the receive
-        // completes; completion deregisters it.
-        let region = unsafe { self.ni.fabric().register_memory(ptr, len)? };
+        // completes; completion deregisters it. Only this rank's agent writes into it (a
+        // rendezvous registers it for the sender's replies when it matches).
+        let region = unsafe { Region::private(self.rank(), ptr, len) };
         let mut inner = self.inner.lock();
         self.take_delivery_failure(&mut inner)?;
         let id = Engine::new_id(&mut inner);
@@ -74,6 +77,8 @@ impl Engine {
             options: MeOptions {
                 use_once: true,
                 op_get: false,
+                event_link_disable: true,
+                event_unlink_disable: true,
                 ..MeOptions::default()
             },
             user_ptr: id,
@@ -172,13 +177,16 @@ fn fetch(
 ) -> Result<Phase> {
     let ni = &engine.ni;
     let gets = bits::gets_for(status.len, first, chunk);
+    // SAFETY: the receive's buffer, valid and reserved for it until it completes; completion
+    // deregisters this region before the buffer is handed back.
+    let registered = unsafe { ni.fabric().register_memory(r.addr as *mut u8, r.capacity)? };
     let ct = ni.ct_alloc()?;
     let opts = MdOptions {
         ct: Some(ct),
         ct_reply: true,
         ..MdOptions::default()
     };
-    let md = match ni.md_bind(r.region.clone(), None, opts) {
+    let md = match ni.md_bind(registered.clone(), None, opts) {
         Ok(md) => md,
         Err(e) => {
             let _ = ni.ct_free(ct);
@@ -209,6 +217,7 @@ fn fetch(
         }
     }
     Ok(Phase::Fetching {
+        registered,
         ct,
         md,
         gets,
@@ -235,6 +244,7 @@ pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> 
             Err(TransportError::PeerFailed(dead).into())
         }
         Phase::Fetching {
+            registered,
             ct,
             md,
             gets,
@@ -250,6 +260,7 @@ pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> 
             // Frees the triggered gets not yet released, if a get failed.
             let _ = engine.ni.ct_free(*ct);
             let _ = engine.ni.md_release(*md);
+            registered.deregister();
             if value.failure > 0 {
                 Err(OffloadError::Transport(TransportError::PeerFailed(
                     status.source,

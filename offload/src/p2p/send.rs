@@ -1,7 +1,7 @@
 //! Sends: eager puts, and the sender's half of the rendezvous (a get entry over the buffer,
 //! a counter of gets served, and the first chunk with the header).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 
 use rdcoll_transport::{Rank, Region, TransportError};
 

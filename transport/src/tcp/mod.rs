@@ -141,7 +141,9 @@ impl TcpFabric {
             peers,
             pending: Mutex::new(HashMap::new()),
             flight: Mutex::new(vec![PeerCounters::default(); size]),
-            sink: cfg.sink_rate.map(|r| Mutex::new(crate::config::Pacer::new(r))),
+            sink: cfg
+                .sink_rate
+                .map(|r| Mutex::new(crate::config::Pacer::new(r))),
             next_op: AtomicU64::new(0),
             stop: AtomicBool::new(false),
             waker,
