@@ -212,7 +212,7 @@ pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<(usize, Status)> {
             "wait_any needs at least one request".into(),
         ));
     }
-    let mut idle = 0;
+    let mut backoff = rdcoll_offload::p2p::Backoff::default();
     loop {
         for i in 0..requests.len() {
             match requests[i].test() {
@@ -227,6 +227,6 @@ pub fn wait_any(requests: &mut Vec<Request<'_>>) -> Result<(usize, Status)> {
                 }
             }
         }
-        requests[0].comm.engine()?.idle(&mut idle);
+        requests[0].comm.engine()?.idle(&mut backoff);
     }
 }

@@ -133,6 +133,8 @@ pub struct Engine {
     probe_region: Region,
     cfg: P2pConfig,
     inner: Mutex<Inner>,
+    /// Bumped whenever progress found something to do: waits back off only while idle.
+    activity: std::sync::atomic::AtomicU64,
 }
 
 impl Engine {
@@ -184,6 +186,7 @@ impl Engine {
             eager_md,
             probe_region,
             cfg,
+            activity: std::sync::atomic::AtomicU64::new(0),
             inner: Mutex::new(Inner {
                 next_id: 0,
                 reqs: HashMap::default(),
@@ -261,11 +264,16 @@ impl Engine {
     }
 
     fn progress_locked(&self, inner: &mut Inner) -> Result<()> {
+        let mut handled = 0;
         if self.ni.mode() == crate::Mode::Inline {
-            self.ni.progress();
+            handled = self.ni.progress();
         }
         let mut events = std::mem::take(&mut inner.scratch);
         self.ni.eq_drain(self.eq, &mut events)?;
+        if handled + events.len() > 0 {
+            self.activity
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         for ev in events.drain(..) {
             self.dispatch(inner, ev);
         }
@@ -337,26 +345,29 @@ impl Engine {
     /// Waits for request `id` and returns its result: spins on progress briefly, then yields,
     /// then sleeps on the fabric, so that more ranks than cores stay usable.
     pub fn wait(&self, id: ReqId) -> Result<Status> {
-        let mut idle = 0u32;
+        let mut backoff = Backoff::default();
         loop {
             if let Some(s) = self.test(id)? {
                 return Ok(s);
             }
-            self.idle(&mut idle);
+            self.idle(&mut backoff);
         }
     }
 
-    /// One step of backing off while waiting.
-    pub fn idle(&self, idle: &mut u32) {
-        const SPINS: u32 = 2000;
-        const YIELDS: u32 = 200;
-        *idle += 1;
-        if *idle < SPINS {
-            std::hint::spin_loop();
-        } else if *idle < SPINS + YIELDS {
-            std::thread::yield_now();
-        } else {
-            self.ni.wait_activity(Duration::from_millis(1));
+    /// One step of backing off while waiting (see [`Backoff`]).
+    pub fn idle(&self, backoff: &mut Backoff) {
+        let now = self.activity.load(std::sync::atomic::Ordering::Relaxed);
+        if now != backoff.activity {
+            // Something happened (a chunk landed, a get was served): not idle.
+            *backoff = Backoff {
+                activity: now,
+                ..Backoff::default()
+            };
+        }
+        match backoff.step() {
+            Step::Spin => std::hint::spin_loop(),
+            Step::Yield => std::thread::yield_now(),
+            Step::Block => self.ni.wait_activity(Duration::from_millis(1)),
         }
     }
 
@@ -384,6 +395,48 @@ impl Engine {
         match inner.delivery_failure.take() {
             Some(e) => Err(e),
             None => Ok(()),
+        }
+    }
+}
+
+/// How a wait backs off while nothing happens: it spins for [`Backoff::SPIN`] (a peer on
+/// another core answers within that), then yields until [`Backoff::YIELD`] has passed (so ranks
+/// sharing a core take turns), then sleeps on the fabric in 1 ms slices (woken by arrivals).
+/// Any progress starts it over.
+#[derive(Debug, Default)]
+pub struct Backoff {
+    since: Option<std::time::Instant>,
+    polls: u32,
+    activity: u64,
+}
+
+enum Step {
+    Spin,
+    Yield,
+    Block,
+}
+
+impl Backoff {
+    /// How long a wait spins.
+    pub const SPIN: Duration = Duration::from_micros(50);
+    /// How long a wait polls (spinning, then yielding) before it sleeps.
+    pub const YIELD: Duration = Duration::from_millis(2);
+
+    fn step(&mut self) -> Step {
+        self.polls = self.polls.wrapping_add(1);
+        // Reading the clock every poll would cost more than a poll.
+        if self.polls % 32 != 1 {
+            return if self.since.is_some_and(|t| t.elapsed() >= Self::SPIN) {
+                Step::Yield
+            } else {
+                Step::Spin
+            };
+        }
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        match since.elapsed() {
+            e if e < Self::SPIN => Step::Spin,
+            e if e < Self::YIELD => Step::Yield,
+            _ => Step::Block,
         }
     }
 }

@@ -54,7 +54,7 @@ impl Engine {
     /// Waits for a message from `source` with `tag` in `context` and returns its envelope,
     /// leaving it queued. Fails if the awaited sender has failed.
     pub fn probe(&self, source: Source, tag: TagSel, context: Context) -> Result<Status> {
-        let mut idle = 0;
+        let mut backoff = super::Backoff::default();
         loop {
             if let Some(s) = self.iprobe(source, tag, context)? {
                 return Ok(s);
@@ -64,7 +64,7 @@ impl Engine {
                     return Err(TransportError::PeerFailed(r).into());
                 }
             }
-            self.idle(&mut idle);
+            self.idle(&mut backoff);
         }
     }
 }
