@@ -25,6 +25,21 @@ pub fn run(_args: &[String]) -> i32 {
         println!("RDCOLL_SHM_HEAP_BYTES     {}", c.shm_heap_bytes);
         println!("RDCOLL_SHM_CMA            {}", c.shm_cma as u8);
         println!("RDCOLL_MAX_REGIONS        {}", c.max_regions);
+        println!(
+            "RDCOLL_SINK_RATE          {}",
+            c.sink_rate
+                .map_or("(unset)".to_string(), |r| format!("{r} bytes/s"))
+        );
+        let p2p = rdcoll_offload::p2p::P2pConfig::from_env().map_err(|e| e.to_string())?;
+        println!("RDCOLL_EAGER_LIMIT        {}", p2p.eager_limit);
+        println!("RDCOLL_RNDV_CHUNK         {}", p2p.rndv_chunk);
+        println!("RDCOLL_RNDV_CREDITS       {}", p2p.rndv_credits);
+        let ni = rdcoll_offload::NiConfig::from_env(size).map_err(|e| e.to_string())?;
+        println!(
+            "RDCOLL_OFFLOAD            {:?} (for {size} ranks on this host)",
+            ni.mode
+        );
+        println!("RDCOLL_LOG                {}", var("RDCOLL_LOG"));
         println!("max active message        {MAX_MESSAGE_SIZE} bytes");
         println!("host identity             {}", host_identity());
         Ok(())

@@ -18,6 +18,16 @@ const BATCH: usize = 64;
 /// Handles what the fabric has ready; returns how many fabric events it handled.
 pub(crate) fn progress(shared: &Shared) -> usize {
     let mut st = shared.state.lock();
+    let handled = progress_locked(&mut st);
+    if handled > 0 {
+        drop(st);
+        shared.changed.notify_all();
+    }
+    handled
+}
+
+/// [`progress`] with the state already locked (the caller notifies waiters).
+pub(crate) fn progress_locked(st: &mut State) -> usize {
     let mut handled = 0;
     while handled < BATCH {
         let ev = match st.fabric.poll() {
@@ -29,14 +39,12 @@ pub(crate) fn progress(shared: &Shared) -> usize {
             }
         };
         handled += 1;
-        handle(&mut st, ev);
+        handle(st, ev);
     }
     if handled > 0 {
         if let Err(e) = st.fire_ready() {
             tracing::error!("offload agent: firing triggered operations failed: {e}");
         }
-        drop(st);
-        shared.changed.notify_all();
     }
     handled
 }

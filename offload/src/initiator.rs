@@ -95,7 +95,12 @@ pub(crate) fn issue_put_from(st: &mut State, a: PutArgs, bytes: Option<&[u8]>) -
         rlength: a.len as u64,
         data: payload,
     };
-    if st.fabric.send(a.target, &msg.encode()).is_err() {
+    let mut wire = std::mem::take(&mut st.wire_buf);
+    wire.clear();
+    msg.encode_into(&mut wire);
+    let sent = st.fabric.send(a.target, &wire);
+    st.wire_buf = wire;
+    if sent.is_err() {
         if quiet {
             report_quiet_failure(st, op, a.target, NiFail::Undeliverable);
         } else {

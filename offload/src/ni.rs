@@ -159,7 +159,10 @@ impl Ni {
         let r = f(&mut st);
         let fired = st.fire_ready();
         drop(st);
-        self.shared.changed.notify_all();
+        // Only a thread-mode host waits on the condition variable.
+        if self.shared.mode == Mode::Thread {
+            self.shared.changed.notify_all();
+        }
         let r = r?;
         fired?;
         Ok(r)
@@ -450,6 +453,21 @@ impl Ni {
             out.push(ev);
         }
         Ok(())
+    }
+
+    /// Runs the agent once (inline mode) and moves every queued event of `eq` to `out`, under
+    /// one acquisition of the state lock. Returns how many fabric events the agent handled.
+    pub fn progress_and_drain(&self, eq: EqHandle, out: &mut Vec<Event>) -> Result<usize> {
+        let mut st = self.shared.state.lock();
+        let handled = match self.shared.mode {
+            Mode::Inline => crate::agent::progress_locked(&mut st),
+            Mode::Thread => 0,
+        };
+        let q = st.eqs.must(eq.0)?;
+        while let Some(ev) = q.pop()? {
+            out.push(ev);
+        }
+        Ok(handled)
     }
 
     /// Gets `len` bytes from a target's portal table entry into a memory descriptor.

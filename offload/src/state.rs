@@ -89,6 +89,8 @@ pub(crate) struct State {
     pub(crate) triggered_pending: usize,
     /// Counters that changed and may have operations to release, in the order they changed.
     pub(crate) dirty: std::collections::VecDeque<CtHandle>,
+    /// Reused for encoding outgoing messages.
+    pub(crate) wire_buf: Vec<u8>,
 }
 
 impl State {
@@ -106,6 +108,7 @@ impl State {
             transfers: HashMap::default(),
             triggered_pending: 0,
             dirty: std::collections::VecDeque::new(),
+            wire_buf: Vec::new(),
         }
     }
 

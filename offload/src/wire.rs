@@ -68,6 +68,12 @@ fn list_code(l: Option<List>) -> u8 {
 impl Msg<'_> {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(64);
+        self.encode_into(&mut v);
+        v
+    }
+
+    /// Appends the encoding to `v` (a buffer reused across messages saves an allocation).
+    pub(crate) fn encode_into(&self, v: &mut Vec<u8>) {
         let u64s = |v: &mut Vec<u8>, xs: &[u64]| xs.iter().for_each(|x| v.extend(x.to_le_bytes()));
         match self {
             Msg::Put {
@@ -83,10 +89,10 @@ impl Msg<'_> {
                 let mode = matches!(data, PutData::Pull { .. }) as u8;
                 v.extend([K_PUT, ack.code(), mode]);
                 v.extend(pt.0.to_le_bytes());
-                u64s(&mut v, &[*op, *bits, *remote_offset, *hdr_data, *rlength]);
+                u64s(v, &[*op, *bits, *remote_offset, *hdr_data, *rlength]);
                 match data {
                     PutData::Inline(d) => v.extend_from_slice(d),
-                    PutData::Pull { key, offset } => u64s(&mut v, &[*key, *offset]),
+                    PutData::Pull { key, offset } => u64s(v, &[*key, *offset]),
                 }
             }
             Msg::Get {
@@ -100,10 +106,7 @@ impl Msg<'_> {
             } => {
                 v.push(K_GET);
                 v.extend(pt.0.to_le_bytes());
-                u64s(
-                    &mut v,
-                    &[*op, *bits, *remote_offset, *rlength, *key, *md_offset],
-                );
+                u64s(v, &[*op, *bits, *remote_offset, *rlength, *key, *md_offset]);
             }
             Msg::Done {
                 reply,
@@ -119,10 +122,9 @@ impl Msg<'_> {
                     fail.code(),
                     list_code(*list) | if *no_ack { NO_ACK_BIT } else { 0 },
                 ]);
-                u64s(&mut v, &[*op, *mlength, *remote_offset]);
+                u64s(v, &[*op, *mlength, *remote_offset]);
             }
         }
-        v
     }
 
     /// Decodes a message; `None` if it is malformed.

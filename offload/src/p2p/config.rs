@@ -33,7 +33,7 @@ impl Default for P2pConfig {
 }
 
 impl P2pConfig {
-    /// Defaults, overridden by the environment.
+    /// Defaults, overridden by the environment; a malformed or out-of-range value is an error.
     pub fn from_env() -> Result<P2pConfig> {
         let mut c = P2pConfig::default();
         if let Some(v) = env_size("RDCOLL_EAGER_LIMIT")? {
@@ -45,6 +45,7 @@ impl P2pConfig {
         if let Some(v) = env_size("RDCOLL_RNDV_CREDITS")? {
             c.rndv_credits = v;
         }
+        c.validate(crate::initiator::inline_capacity())?;
         Ok(c)
     }
 

@@ -145,7 +145,9 @@ impl Engine {
         ni_cfg.max_unexpected = usize::MAX;
         ni_cfg.max_objects = ni_cfg.max_objects.max(1 << 20);
         ni_cfg.max_triggered = ni_cfg.max_triggered.max(1 << 20);
-        let inline_max = ni_cfg.inline_max.min(crate::initiator::inline_capacity());
+        // Eager messages and first chunks are inline puts: let them use the whole message.
+        ni_cfg.inline_max = crate::initiator::inline_capacity();
+        let inline_max = ni_cfg.inline_max;
         cfg.validate(inline_max)?;
         let ni = Ni::new(fabric.clone(), ni_cfg)?;
         let eq = ni.eq_alloc(usize::MAX)?;
@@ -264,12 +266,8 @@ impl Engine {
     }
 
     fn progress_locked(&self, inner: &mut Inner) -> Result<()> {
-        let mut handled = 0;
-        if self.ni.mode() == crate::Mode::Inline {
-            handled = self.ni.progress();
-        }
         let mut events = std::mem::take(&mut inner.scratch);
-        self.ni.eq_drain(self.eq, &mut events)?;
+        let handled = self.ni.progress_and_drain(self.eq, &mut events)?;
         if handled + events.len() > 0 {
             self.activity
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

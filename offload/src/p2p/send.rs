@@ -121,6 +121,23 @@ impl Engine {
         }
     }
 
+    /// Sends a message of at most the eager limit; complete on return.
+    pub(super) fn send_eager(
+        &self,
+        data: &[u8],
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<()> {
+        self.check_rank(dest, "destination")?;
+        if self.ni.fabric().is_failed(dest) {
+            return Err(TransportError::PeerFailed(dest).into());
+        }
+        self.take_delivery_failure(&mut self.inner.lock())?;
+        let bits = bits::message_bits(context, tag, 0);
+        self.put_first(dest, bits, Header::eager(data.len()), data)
+    }
+
     fn start_rendezvous(
         &self,
         dest: Rank,
