@@ -152,7 +152,7 @@ fn a_single_get_rendezvous_puts_the_whole_message_in_flight() {
     let peak = peak_in_flight(rdcoll_offload::p2p::MAX_RNDV_CHUNK, 1);
     assert_eq!(
         peak,
-        (SLOW_LEN - 8192) as u64,
+        (SLOW_LEN - rdcoll_offload::p2p::RNDV_FIRST_CHUNK) as u64,
         "everything after the first chunk at once"
     );
 }

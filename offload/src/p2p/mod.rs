@@ -5,8 +5,8 @@
 //!   landing in the posted receive's buffer (expected) or in a bounce buffer on the overflow
 //!   list (unexpected). The send is complete when the put call returns.
 //! - A longer send appends a get entry over its whole buffer to its rendezvous portal, counting
-//!   the gets served, then puts the first `eager_limit` bytes with a header naming the total
-//!   length and the chunk size. The receive that matches it (at append time, from the unexpected
+//!   the gets served, then puts the first chunk (`RNDV_FIRST_CHUNK`, 1 KiB, or the eager limit
+//!   if smaller) with a header naming the total length and the chunk size. The receive that matches it (at append time, from the unexpected
 //!   headers, or later from the put event) fetches the rest in gets of one chunk each, at most
 //!   `c` in flight: the first `c` now, each further one a triggered get released by the reply
 //!   counter of the one `c` places before it. The sender is done when its counter reaches the
@@ -29,6 +29,7 @@ use parking_lot::Mutex;
 use rdcoll_transport::{Fabric, Rank, Region, TransportError};
 
 pub use config::DEFAULT_RNDV_CREDITS;
+pub use send::RNDV_FIRST_CHUNK;
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
 pub const MAX_RNDV_CHUNK: usize = bits::MAX_CHUNK;
 pub use config::{parse_size, P2pConfig, DEFAULT_EAGER_LIMIT, DEFAULT_RNDV_CHUNK};

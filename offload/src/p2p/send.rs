@@ -40,6 +40,11 @@ impl Nonces {
     }
 }
 
+/// Bytes of a rendezvous message that travel with its header. Smaller than the eager limit: on
+/// shm a 1 KiB first chunk made 16 KiB - 256 KiB messages 1-2 µs faster than an 8 KiB one
+/// (the rest is fetched by gets either way; docs/PERFORMANCE.md, "Rendezvous").
+pub const RNDV_FIRST_CHUNK: usize = 1024;
+
 /// A rendezvous send waiting for its receiver's gets.
 pub(super) struct Rendezvous {
     dest: Rank,
@@ -153,7 +158,7 @@ impl Engine {
         let region = unsafe { fabric.register_memory(ptr as *mut u8, data.len())? };
         let ct = self.ni.ct_alloc()?;
         let bits = bits::message_bits(context, tag, nonce);
-        let first = self.cfg.eager_limit;
+        let first = self.cfg.eager_limit.min(RNDV_FIRST_CHUNK);
         let chunk = self.cfg.rndv_chunk;
         let spec = MeSpec {
             region: region.clone(),
