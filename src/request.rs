@@ -1,6 +1,32 @@
 //! Nonblocking point-to-point: a [`Scope`] lends buffers to requests, and waits for every
 //! request still in flight when it ends, so no buffer can be freed or touched while a transfer
 //! uses it (even if a request is leaked with `mem::forget`).
+//!
+//! A buffer lent to a request cannot be touched while the scope lasts:
+//!
+//! ```compile_fail
+//! rdcoll::local::run(2, |comm| {
+//!     let mut buf = vec![0u8; 4];
+//!     comm.scope(|s| {
+//!         let r = s.irecv(&mut buf, 0, 0).unwrap();
+//!         buf[0] = 1; // error: `buf` is mutably borrowed by the request
+//!         r.wait().unwrap();
+//!     });
+//! });
+//! ```
+//!
+//! nor freed before the scope ends:
+//!
+//! ```compile_fail
+//! rdcoll::local::run(2, |comm| {
+//!     comm.scope(|s| {
+//!         let buf = vec![0u8; 4];
+//!         let r = s.isend(&buf, 0, 0).unwrap(); // error: `buf` does not live long enough
+//!         drop(buf);
+//!         r.wait().unwrap();
+//!     });
+//! });
+//! ```
 
 use std::collections::HashSet;
 use std::marker::PhantomData;

@@ -30,6 +30,7 @@ fn rank_entry() {
             "truncation" => p2p_cases::truncation_and_zero_length(&world),
             "self_send" => p2p_cases::self_send_and_probe(&world),
             "random" => p2p_cases::random_traffic(&world, 10_000),
+            "peer_death" => p2p_cases::peer_death(&world),
             "slow_receiver" => p2p_cases::slow_receiver(&world, SLOW_LEN).and_then(|peak| {
                 match (peak, std::env::var(PEAK_OUT)) {
                     (Some(p), Ok(path)) => {
@@ -155,4 +156,44 @@ fn a_single_get_rendezvous_puts_the_whole_message_in_flight() {
         (SLOW_LEN - rdcoll_offload::p2p::RNDV_FIRST_CHUNK) as u64,
         "everything after the first chunk at once"
     );
+}
+
+/// Rank 1 is killed after its last message; rank 0 must pass (rank 1's abort is expected).
+fn death(transport: &str) {
+    let exe = std::env::current_exe().unwrap();
+    let mut spec = JobSpec::new(
+        2,
+        vec![
+            exe.into(),
+            "rank_entry".into(),
+            "--exact".into(),
+            "--nocapture".into(),
+            "--test-threads=1".into(),
+        ],
+    );
+    spec.transport = Some(transport.into());
+    spec.prefix_output = true;
+    spec.stop_on_failure = false;
+    spec.env.push((CASES_VAR.into(), "peer_death".into()));
+    spec.env
+        .push(("RDCOLL_PEER_TIMEOUT_MS".into(), "1000".into()));
+    let report = run_job(&spec).unwrap();
+    let survivor = report.exits.iter().find(|e| e.rank == 0).unwrap();
+    assert!(
+        survivor.status.success(),
+        "{transport}: rank 0 {}",
+        describe(survivor.status)
+    );
+    let victim = report.exits.iter().find(|e| e.rank == 1).unwrap();
+    assert!(!victim.status.success(), "rank 1 was meant to die");
+}
+
+#[test]
+fn a_killed_peer_fails_every_operation_that_involves_it_over_shm() {
+    death("shm");
+}
+
+#[test]
+fn a_killed_peer_fails_every_operation_that_involves_it_over_tcp() {
+    death("tcp");
 }

@@ -83,7 +83,14 @@ fn handle(st: &mut State, ev: FabricEvent) {
                 crate::target::finish(st, t, fail);
             }
         }
-        FabricEvent::PeerFailed { rank } => crate::initiator::on_peer_failed(st, rank),
+        FabricEvent::PeerFailed { rank } => {
+            let i = rank as usize;
+            if st.failed_peers.len() <= i {
+                st.failed_peers.resize(i + 1, false);
+            }
+            st.failed_peers[i] = true;
+            crate::initiator::on_peer_failed(st, rank)
+        }
         FabricEvent::Immediate { .. } => {}
     }
 }

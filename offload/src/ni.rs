@@ -144,6 +144,14 @@ impl Ni {
         &self.fabric
     }
 
+    /// Whether the agent has handled `rank`'s failure. Unlike [`Fabric::is_failed`], this
+    /// turns true only after everything `rank` sent before it failed has been handled (matched
+    /// or queued as unexpected).
+    pub fn peer_failed(&self, rank: Rank) -> bool {
+        let st = self.shared.state.lock();
+        st.failed_peers.get(rank as usize).copied().unwrap_or(false)
+    }
+
     /// Who runs the agent.
     pub fn mode(&self) -> Mode {
         self.shared.mode

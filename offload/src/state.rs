@@ -91,6 +91,9 @@ pub(crate) struct State {
     pub(crate) dirty: std::collections::VecDeque<CtHandle>,
     /// Reused for encoding outgoing messages.
     pub(crate) wire_buf: Vec<u8>,
+    /// Peers whose failure the agent has handled: everything they sent before was handled
+    /// first (the fabric reports a failure after the peer's last message).
+    pub(crate) failed_peers: Vec<bool>,
 }
 
 impl State {
@@ -109,6 +112,7 @@ impl State {
             triggered_pending: 0,
             dirty: std::collections::VecDeque::new(),
             wire_buf: Vec::new(),
+            failed_peers: Vec::new(),
         }
     }
 

@@ -354,3 +354,45 @@ pub fn slow_receiver(world: &Comm, len: usize) -> Result<Option<u64>, String> {
         _ => Ok(None),
     }
 }
+
+/// Rank 1 sends its last words and is killed; rank 0 gets the last words, then `PeerFailed`
+/// from every operation that involves rank 1, and no hang.
+pub fn peer_death(world: &Comm) -> Outcome {
+    let dead = |r: Result<rdcoll::Status, Error>, what: &str| -> Outcome {
+        match r {
+            Err(Error::Transport(rdcoll::TransportError::PeerFailed(1))) => Ok(()),
+            other => Err(format!("{what}: {other:?}, not PeerFailed(1)")),
+        }
+    };
+    match world.rank() {
+        0 => {
+            world.send(b"ready", 1, 0).map_err(e)?;
+            let mut last = [0u8; 5];
+            world.recv(&mut last, 1, 1).map_err(e)?;
+            ensure!(&last == b"bye!!", "last words garbled");
+            dead(world.recv(&mut last, 1, 2), "recv from the dead rank")?;
+            dead(world.probe(1, Tag::Any), "probe of the dead rank")?;
+            dead(
+                world.recv(&mut last, Source::Any, Tag::Any),
+                "recv from any (all dead)",
+            )?;
+            let big = vec![7u8; 1 << 20];
+            let sent = world.send(&big, 1, 3);
+            ensure!(
+                matches!(
+                    sent,
+                    Err(Error::Transport(rdcoll::TransportError::PeerFailed(1)))
+                ),
+                "rendezvous send to the dead rank: {sent:?}"
+            );
+            Ok(())
+        }
+        1 => {
+            let mut go = [0u8; 5];
+            world.recv(&mut go, 0, 0).map_err(e)?;
+            world.send(b"bye!!", 0, 1).map_err(e)?;
+            std::process::abort();
+        }
+        _ => Ok(()),
+    }
+}

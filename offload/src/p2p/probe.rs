@@ -60,7 +60,11 @@ impl Engine {
                 return Ok(s);
             }
             if let Source::Rank(r) = source {
-                if self.ni.fabric().is_failed(r) {
+                if self.ni.fabric().is_failed(r) && self.ni.peer_failed(r) {
+                    // Its last messages were handled before its failure: one more look.
+                    if let Some(s) = self.iprobe(source, tag, context)? {
+                        return Ok(s);
+                    }
                     return Err(TransportError::PeerFailed(r).into());
                 }
             }

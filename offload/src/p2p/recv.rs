@@ -278,13 +278,17 @@ pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> 
 /// The failed rank that a receive from `source` would wait for forever: that rank, or for
 /// `Source::Any` the last of all other ranks once every one of them has failed.
 fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
-    let fabric = engine.ni.fabric();
+    let (ni, fabric) = (&engine.ni, engine.ni.fabric());
     match source {
-        Source::Rank(s) => fabric.is_failed(s).then_some(s),
+        // The fabric's flag first (cheap); the agent's record means its last messages are in.
+        Source::Rank(s) => (fabric.is_failed(s) && ni.peer_failed(s)).then_some(s),
         Source::Any => {
             let me = fabric.rank();
             let others: Vec<Rank> = (0..fabric.size() as Rank).filter(|&p| p != me).collect();
-            let all_failed = !others.is_empty() && others.iter().all(|&p| fabric.is_failed(p));
+            let all_failed = !others.is_empty()
+                && others
+                    .iter()
+                    .all(|&p| fabric.is_failed(p) && ni.peer_failed(p));
             all_failed.then(|| others[others.len() - 1])
         }
     }

@@ -234,8 +234,10 @@ pub(super) fn check(
         Ok(v) => v,
         Err(e) => return Some(Err(e)),
     };
-    let failed = value.failure > 0 || engine.ni.fabric().is_failed(s.dest);
-    if value.success < s.gets && !failed {
+    // Everything fetched is success, whatever the receiver did afterwards.
+    let fetched = value.success >= s.gets && value.failure == 0;
+    let failed = !fetched && (value.failure > 0 || engine.ni.fabric().is_failed(s.dest));
+    if !fetched && !failed {
         return None;
     }
     let _ = engine.ni.me_unlink(s.me);

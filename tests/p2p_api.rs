@@ -1,0 +1,145 @@
+//! The Rust API's behaviour on in-process ranks: duplicated communicators, cancel, the
+//! request helpers, sendrecv rings, typed buffers, argument errors.
+
+use rdcoll::{Error, Source, Tag};
+
+#[test]
+fn duplicated_communicators_never_match_each_others_messages() {
+    let got = rdcoll::local::run(2, |world| {
+        let lib = world.dup().unwrap();
+        if world.rank() == 0 {
+            lib.send(&[1u8], 1, 5).unwrap();
+            world.send(&[2u8], 1, 5).unwrap();
+            (0, 0)
+        } else {
+            // Wildcards on `world` must skip the message sent on `lib`.
+            let mut a = [0u8];
+            world.recv(&mut a, Source::Any, Tag::Any).unwrap();
+            let mut b = [0u8];
+            lib.recv(&mut b, Source::Any, Tag::Any).unwrap();
+            (a[0], b[0])
+        }
+    })
+    .unwrap();
+    assert_eq!(got[1], (2, 1));
+}
+
+#[test]
+fn a_cancelled_receive_takes_nothing_and_the_message_stays_for_the_next() {
+    rdcoll::local::run(2, |world| {
+        if world.rank() == 0 {
+            let mut go = [0u8];
+            world.recv(&mut go, 1, 1).unwrap();
+            world.send(&[42u32], 1, 9).unwrap();
+        } else {
+            let mut lost = [0u32];
+            let cancelled = world.scope(|s| {
+                let mut r = s.irecv(&mut lost, 0, 9).unwrap();
+                assert!(r.test().unwrap().is_none());
+                assert!(r.cancel().unwrap());
+                r.wait().unwrap().cancelled
+            });
+            assert!(cancelled);
+            world.send(&[0u8], 0, 1).unwrap();
+            let mut v = [0u32];
+            let st = world.recv(&mut v, 0, 9).unwrap();
+            assert_eq!((v[0], st.len, st.cancelled, lost[0]), (42, 4, false, 0));
+        }
+    })
+    .unwrap();
+}
+
+#[test]
+fn wait_any_and_test_all_report_each_request_once() {
+    rdcoll::local::run(2, |world| {
+        let peer = 1 - world.rank();
+        let out: Vec<[f64; 3]> = (0..4).map(|i| [i as f64; 3]).collect();
+        let mut inbox = vec![[0f64; 3]; 4];
+        world.scope(|s| {
+            let mut recvs: Vec<_> = inbox
+                .iter_mut()
+                .enumerate()
+                .map(|(i, b)| s.irecv(b, peer, i as u32).unwrap())
+                .collect();
+            let mut sends: Vec<_> = out
+                .iter()
+                .enumerate()
+                .map(|(i, d)| s.isend(d, peer, i as u32).unwrap())
+                .collect();
+            let mut seen = Vec::new();
+            while !recvs.is_empty() {
+                let (_, st) = rdcoll::wait_any(&mut recvs).unwrap();
+                seen.push(st.tag);
+            }
+            seen.sort();
+            assert_eq!(seen, vec![0, 1, 2, 3]);
+            while !rdcoll::test_all(&mut sends).unwrap() {}
+            assert!(rdcoll::test_all(&mut sends).unwrap(), "stays complete");
+        });
+        assert_eq!(inbox, out);
+    })
+    .unwrap();
+}
+
+#[test]
+fn sendrecv_shifts_a_ring_without_deadlock_for_every_protocol() {
+    for len in [1usize, 100_000] {
+        let got = rdcoll::local::run(5, |world| {
+            let (rank, size) = (world.rank(), world.size() as u32);
+            let out = vec![rank as u16; len];
+            let mut inbox = vec![0u16; len];
+            let st = world
+                .sendrecv(
+                    &out,
+                    (rank + 1) % size,
+                    3,
+                    &mut inbox,
+                    (rank + size - 1) % size,
+                    3,
+                )
+                .unwrap();
+            (st.source, inbox.iter().all(|&v| v as u32 == st.source))
+        })
+        .unwrap();
+        for (rank, (src, ok)) in got.into_iter().enumerate() {
+            assert_eq!(src, (rank as u32 + 4) % 5);
+            assert!(ok, "len {len}");
+        }
+    }
+}
+
+#[test]
+fn bad_ranks_are_argument_errors_not_panics() {
+    rdcoll::local::run(2, |world| {
+        assert!(matches!(
+            world.send(&[1u8], 7, 0),
+            Err(Error::InvalidArgument(_))
+        ));
+        let mut b = [0u8];
+        assert!(matches!(
+            world.recv(&mut b, 9, 0),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            world.iprobe(2, Tag::Any),
+            Err(Error::InvalidArgument(_))
+        ));
+    })
+    .unwrap();
+}
+
+#[test]
+fn a_request_never_waited_for_is_finished_when_its_scope_ends() {
+    rdcoll::local::run(2, |world| {
+        let peer = 1 - world.rank();
+        let big = vec![world.rank() as u8; 1 << 20];
+        let mut inbox = vec![0u8; 1 << 20];
+        world.scope(|s| {
+            std::mem::forget(s.irecv(&mut inbox, peer, 0).unwrap());
+            drop(s.isend(&big, peer, 0).unwrap());
+        });
+        // The scope waited for both: the data is all there.
+        assert!(inbox.iter().all(|&b| b as u32 == peer));
+    })
+    .unwrap();
+}
