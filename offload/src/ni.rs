@@ -94,11 +94,23 @@ pub struct Ni {
     shared: Arc<Shared>,
     fabric: Arc<dyn Fabric>,
     agent: Option<JoinHandle<()>>,
+    /// Where to pin the agent thread, if anywhere.
+    pin_slot: Option<usize>,
 }
 
 impl Ni {
     /// A network interface over `fabric`, starting the agent thread in thread mode.
-    pub fn new(fabric: Arc<dyn Fabric>, mut cfg: NiConfig) -> Result<Ni> {
+    pub fn new(fabric: Arc<dyn Fabric>, cfg: NiConfig) -> Result<Ni> {
+        let mut ni = Ni::new_paused(fabric, cfg)?;
+        ni.start_agent()?;
+        Ok(ni)
+    }
+
+    /// A network interface whose agent thread (thread mode) has not started yet: nothing
+    /// polls the fabric until [`start_agent`](Ni::start_agent), so the owner can allocate its
+    /// portal table entries and append its entries before the first message is handled (a
+    /// message that arrives earlier waits in the fabric instead of finding no entry).
+    pub fn new_paused(fabric: Arc<dyn Fabric>, mut cfg: NiConfig) -> Result<Ni> {
         cfg.inline_max = cfg.inline_max.min(crate::initiator::inline_capacity());
         let shared = Arc::new(Shared {
             state: Mutex::new(State::new(fabric.clone(), cfg.clone())),
@@ -106,32 +118,36 @@ impl Ni {
             stop: AtomicBool::new(false),
             mode: cfg.mode,
         });
-        let agent = match cfg.mode {
-            Mode::Inline => None,
-            Mode::Thread => {
-                let s = shared.clone();
-                let name = format!("rdcoll-offload-{}", fabric.rank());
-                let slot = cfg.pin_slot;
-                let t = std::thread::Builder::new()
-                    .name(name)
-                    .spawn(move || {
-                        if let Some(slot) = slot {
-                            match crate::pin::pin_current_thread(slot) {
-                                Ok(core) => tracing::debug!("offload agent pinned to core {core}"),
-                                Err(why) => tracing::debug!("offload agent not pinned: {why}"),
-                            }
-                        }
-                        crate::agent::run(s)
-                    })
-                    .map_err(|e| invalid(format!("starting the progress thread: {e}")))?;
-                Some(t)
-            }
-        };
         Ok(Ni {
             shared,
             fabric,
-            agent,
+            agent: None,
+            pin_slot: cfg.pin_slot,
         })
+    }
+
+    /// Starts the agent thread (thread mode; nothing to do in inline mode or if it runs).
+    pub fn start_agent(&mut self) -> Result<()> {
+        if self.shared.mode != Mode::Thread || self.agent.is_some() {
+            return Ok(());
+        }
+        let s = self.shared.clone();
+        let name = format!("rdcoll-offload-{}", self.fabric.rank());
+        let slot = self.pin_slot;
+        let t = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                if let Some(slot) = slot {
+                    match crate::pin::pin_current_thread(slot) {
+                        Ok(core) => tracing::debug!("offload agent pinned to core {core}"),
+                        Err(why) => tracing::debug!("offload agent not pinned: {why}"),
+                    }
+                }
+                crate::agent::run(s)
+            })
+            .map_err(|e| invalid(format!("starting the progress thread: {e}")))?;
+        self.agent = Some(t);
+        Ok(())
     }
 
     /// This rank.

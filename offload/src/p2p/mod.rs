@@ -150,7 +150,9 @@ impl Engine {
         ni_cfg.inline_max = crate::initiator::inline_capacity();
         let inline_max = ni_cfg.inline_max;
         cfg.validate(inline_max)?;
-        let ni = Ni::new(fabric.clone(), ni_cfg)?;
+        // The agent starts once the portals and bounce buffers exist: a message that arrives
+        // earlier (a peer that started first) must wait in the fabric, not find no entry.
+        let mut ni = Ni::new_paused(fabric.clone(), ni_cfg)?;
         let eq = ni.eq_alloc(usize::MAX)?;
         let pt_msg = ni.pt_alloc(Some(eq), false)?;
         let pt_rndv = ni.pt_alloc(None, false)?;
@@ -181,6 +183,7 @@ impl Engine {
             };
             ni.me_append(pt_msg, List::Overflow, spec)?;
         }
+        ni.start_agent()?;
         Ok(Engine {
             ni,
             eq,
