@@ -129,6 +129,7 @@ fn bad_ranks_are_argument_errors_not_panics() {
 }
 
 #[test]
+#[allow(clippy::forget_non_drop)]
 fn a_request_never_waited_for_is_finished_when_its_scope_ends() {
     rdcoll::local::run(2, |world| {
         let peer = 1 - world.rank();
@@ -142,4 +143,40 @@ fn a_request_never_waited_for_is_finished_when_its_scope_ends() {
         assert!(inbox.iter().all(|&b| b as u32 == peer));
     })
     .unwrap();
+}
+
+/// A blocking receive polling on the fast path (inline mode) is older than a receive another
+/// thread posts while it waits: the first matching message is the blocked one's.
+#[test]
+fn a_blocked_receive_keeps_its_place_when_another_thread_posts() {
+    for round in 0..20u8 {
+        let got = rdcoll::local::run(2, |world| {
+            if world.rank() == 1 {
+                let mut go = [0u8];
+                world.recv(&mut go, 0, 99).unwrap();
+                world.send(&[round, 1], 0, 5).unwrap();
+                world.send(&[round, 2], 0, 5).unwrap();
+                return (0, 0);
+            }
+            let (first, second) = std::thread::scope(|t| {
+                let blocked = t.spawn(|| {
+                    let mut b = [0u8; 2];
+                    world.recv(&mut b, 1, 5).unwrap();
+                    b[1]
+                });
+                // Let the blocked receive start polling before the second one is posted.
+                std::thread::sleep(std::time::Duration::from_millis(5));
+                let mut b = [0u8; 2];
+                world.scope(|s| {
+                    let r = s.irecv(&mut b, 1, 5).unwrap();
+                    world.send(&[1u8], 1, 99).unwrap();
+                    r.wait().unwrap();
+                });
+                (blocked.join().unwrap(), b[1])
+            });
+            (first, second)
+        })
+        .unwrap();
+        assert_eq!(got[0], (1, 2), "round {round}");
+    }
 }

@@ -276,6 +276,24 @@ pub fn format_table(kind: Kind, what: &str, rows: &[Row]) -> String {
     s
 }
 
+/// Per size, the median of several runs' values (sizes missing from a run are skipped).
+pub fn median_rows(runs: &[Vec<Row>]) -> Vec<Row> {
+    let Some(first) = runs.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .map(|&(size, _)| {
+            let mut v: Vec<f64> = runs
+                .iter()
+                .filter_map(|r| r.iter().find(|row| row.0 == size).map(|row| row.1))
+                .collect();
+            v.sort_by(|a, b| a.total_cmp(b));
+            (size, v[v.len() / 2])
+        })
+        .collect()
+}
+
 /// Reads the rows back from a table in OSU's layout (lines that are not rows are skipped).
 pub fn parse_table(text: &str) -> Vec<Row> {
     text.lines()

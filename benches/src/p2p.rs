@@ -81,6 +81,8 @@ struct Extra {
     transport: Option<String>,
     vs_mpi: bool,
     vs_single_get: bool,
+    /// Times each column is run, interleaved; each size reports the median.
+    rounds: usize,
 }
 
 fn parse_extra(rest: &[String]) -> Result<Extra, String> {
@@ -89,6 +91,7 @@ fn parse_extra(rest: &[String]) -> Result<Extra, String> {
         transport: None,
         vs_mpi: false,
         vs_single_get: false,
+        rounds: 3,
     };
     let mut it = rest.iter();
     while let Some(a) = it.next() {
@@ -102,6 +105,12 @@ fn parse_extra(rest: &[String]) -> Result<Extra, String> {
             }
             "--vs-mpi" => e.vs_mpi = true,
             "--vs-single-get" => e.vs_single_get = true,
+            "--rounds" => {
+                let n = it.next().and_then(|v| v.parse().ok());
+                e.rounds = n
+                    .filter(|&n| n >= 1)
+                    .ok_or("--rounds needs a number >= 1")?;
+            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -210,19 +219,19 @@ fn installed(program: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn mpi_command(mpi: &str, kind: Kind, opts: &Options) -> Option<Command> {
+fn mpi_command(mpi: &str, kind: Kind, opts: &Options, ranks: usize) -> Option<Command> {
     let bin = mpi_binary(mpi)?;
     let mut c = match mpi {
         "openmpi" if installed("mpirun.openmpi") => {
             let mut c = Command::new("mpirun.openmpi");
-            c.args(["-n", "2", "--oversubscribe"])
+            c.args(["-n", &ranks.to_string(), "--oversubscribe"])
                 .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                 .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
             c
         }
         "mpich" if installed("mpiexec.mpich") => {
             let mut c = Command::new("mpiexec.mpich");
-            c.args(["-n", "2"]);
+            c.args(["-n", &ranks.to_string()]);
             c
         }
         _ => return None,
@@ -233,48 +242,71 @@ fn mpi_command(mpi: &str, kind: Kind, opts: &Options) -> Option<Command> {
 
 fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
     let transport = extra.transport.as_deref();
-    let mut columns: Vec<(String, Vec<Row>)> = Vec::new();
-    let ours = capture(self_command(kind, opts, transport)?)?;
-    columns.push((format!("rdcoll/{}", transport.unwrap_or("shm")), ours));
+    // Each column is a way to build its command; all are run once per round, interleaved,
+    // so that a change of where the hypervisor puts the two vCPUs hits every column alike.
+    type Build<'a> = Box<dyn Fn() -> Result<Command, String> + 'a>;
+    let mut columns: Vec<(String, Build)> = Vec::new();
+    columns.push((
+        format!("rdcoll/{}", transport.unwrap_or("shm")),
+        Box::new(move || self_command(kind, opts, transport)),
+    ));
     if extra.vs_single_get {
-        let mut c = self_command(kind, opts, transport)?;
-        // One chunk as large as any message the header can describe, one get in flight.
-        c.env(
-            "RDCOLL_RNDV_CHUNK",
-            rdcoll_offload::p2p::MAX_RNDV_CHUNK.to_string(),
-        );
-        c.env("RDCOLL_RNDV_CREDITS", "1");
-        columns.push(("single-get".into(), capture(c)?));
+        columns.push((
+            "single-get".into(),
+            Box::new(move || {
+                let mut c = self_command(kind, opts, transport)?;
+                // One chunk as large as any message the header can describe, one get in flight.
+                c.env(
+                    "RDCOLL_RNDV_CHUNK",
+                    rdcoll_offload::p2p::MAX_RNDV_CHUNK.to_string(),
+                );
+                c.env("RDCOLL_RNDV_CREDITS", "1");
+                Ok(c)
+            }),
+        ));
     }
     if extra.vs_mpi {
         let mut any = false;
         for (mpi, label) in [("openmpi", "Open MPI"), ("mpich", "MPICH")] {
-            match mpi_command(mpi, kind, opts) {
-                Some(c) => {
-                    columns.push((label.into(), capture(c)?));
-                    any = true;
-                }
-                None => eprintln!(
-                    "# {label}: not compared (install it and run scripts/build-mpi-bench)"
-                ),
+            if mpi_command(mpi, kind, opts, 2).is_some() {
+                columns.push((
+                    label.into(),
+                    Box::new(move || {
+                        mpi_command(mpi, kind, opts, 2).ok_or(format!("{label} went away"))
+                    }),
+                ));
+                any = true;
+            } else {
+                eprintln!("# {label}: not compared (install it and run scripts/build-mpi-bench)");
             }
         }
         if !any {
             return Err("no MPI to compare with: run scripts/build-mpi-bench first".into());
         }
     }
-    print!("{}", side_by_side(kind, &columns));
+    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
+    for _ in 0..extra.rounds {
+        for (i, (_, build)) in columns.iter().enumerate() {
+            runs[i].push(capture(build()?)?);
+        }
+    }
+    let merged: Vec<(String, Vec<Row>)> = columns
+        .iter()
+        .zip(&runs)
+        .map(|((label, _), r)| (label.clone(), osu::median_rows(r)))
+        .collect();
+    print!("{}", side_by_side(kind, &merged, extra.rounds));
     Ok(())
 }
 
 /// The tables side by side; the last column is rdcoll's value over the best of the others.
-fn side_by_side(kind: Kind, columns: &[(String, Vec<Row>)]) -> String {
+fn side_by_side(kind: Kind, columns: &[(String, Vec<Row>)], rounds: usize) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
     let _ = writeln!(
         out,
-        "# OSU MPI {} v6.1 layout, {}; same run",
+        "# OSU MPI {} v6.1 layout, {}; same run, {rounds} interleaved rounds, median per size",
         kind.title(),
         names.join(" vs ")
     );

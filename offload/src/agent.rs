@@ -49,7 +49,8 @@ pub(crate) fn progress_locked(st: &mut State) -> usize {
     handled
 }
 
-fn handle(st: &mut State, ev: FabricEvent) {
+/// Handles one fabric event (the fast receive path hands over what it does not take).
+pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
     match ev {
         FabricEvent::Message { src, data } => match Msg::decode(&data) {
             Some(Msg::Done {

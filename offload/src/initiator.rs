@@ -116,6 +116,70 @@ pub(crate) fn issue_put_from(st: &mut State, a: PutArgs, bytes: Option<&[u8]>) -
     true
 }
 
+/// The message of an inline put that asks for no acknowledgement.
+fn quiet_inline_msg<'a>(a: &PutArgs, bytes: &'a [u8]) -> Msg<'a> {
+    Msg::Put {
+        op: QUIET_OP | a.md.0 as u64,
+        pt: a.pt,
+        ack: AckReq::None,
+        bits: a.match_bits,
+        remote_offset: a.remote_offset as u64,
+        hdr_data: a.hdr_data,
+        rlength: bytes.len() as u64,
+        data: PutData::Inline(bytes),
+    }
+}
+
+/// Encodes an unsignalled quiet inline put into `out` (see `Ni::put_inline_unsignalled`).
+pub(crate) fn encode_quiet_inline<B: crate::wire::WireBuf>(a: &PutArgs, bytes: &[u8], out: &mut B) {
+    quiet_inline_msg(a, bytes).encode_into(out);
+}
+
+/// A quiet put that never left: the failure on its descriptor (if that still exists).
+pub(crate) fn report_put_failure(st: &mut State, a: &PutArgs) {
+    report_quiet_failure(
+        st,
+        QUIET_OP | a.md.0 as u64,
+        a.target,
+        NiFail::Undeliverable,
+    );
+}
+
+/// An inline put that asks for no acknowledgement (an eager message), encoded straight from
+/// `bytes` into the wire buffer: no operation record, no region lookup. Returns whether the
+/// header message left this rank; a failure is reported on the descriptor as for any quiet put.
+pub(crate) fn put_quiet_inline(st: &mut State, a: &PutArgs, bytes: &[u8]) -> bool {
+    let op = QUIET_OP | a.md.0 as u64;
+    let msg = quiet_inline_msg(a, bytes);
+    let mut wire = std::mem::take(&mut st.wire_buf);
+    wire.clear();
+    msg.encode_into(&mut wire);
+    let sent = st.fabric.send(a.target, &wire);
+    st.wire_buf = wire;
+    if sent.is_err() {
+        report_quiet_failure(st, op, a.target, NiFail::Undeliverable);
+        return false;
+    }
+    let quiet_md = st
+        .mds
+        .get(a.md.0)
+        .is_some_and(|m| m.opts.event_send_disable && !m.opts.ct_send);
+    if !quiet_md {
+        let record = InitOp {
+            get: false,
+            md: a.md,
+            user_ptr: a.user_ptr,
+            target: a.target,
+            ack: AckReq::None,
+            len: bytes.len(),
+            send_owed: false,
+            match_bits: a.match_bits,
+        };
+        send_event(st, &record);
+    }
+    true
+}
+
 /// A quiet put failed: an ACK event with the failure on its descriptor, and a failure count.
 fn report_quiet_failure(st: &mut State, op: u64, target: Rank, fail: NiFail) {
     let Some(md) = st.mds.get((op & u32::MAX as u64) as u32) else {

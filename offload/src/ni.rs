@@ -90,6 +90,10 @@ impl NiConfig {
 }
 
 /// One rank's network interface.
+/// Longest payload an unsignalled inline put encodes on the stack.
+const QUIET_STACK_BYTES: usize = 256;
+
+/// One rank's emulated network interface.
 pub struct Ni {
     shared: Arc<Shared>,
     fabric: Arc<dyn Fabric>,
@@ -166,6 +170,11 @@ impl Ni {
     pub fn peer_failed(&self, rank: Rank) -> bool {
         let st = self.shared.state.lock();
         st.failed_peers.get(rank as usize).copied().unwrap_or(false)
+    }
+
+    /// The state, locked (for the p2p fast path, which acts as the agent in inline mode).
+    pub(crate) fn lock_state(&self) -> parking_lot::MutexGuard<'_, State> {
+        self.shared.state.lock()
     }
 
     /// Who runs the agent.
@@ -445,6 +454,9 @@ impl Ni {
     /// `a.local_offset` and `a.len` are ignored. A target that cannot be reached is an error
     /// here (as well as a failed ACK on `a.md`).
     pub fn put_inline(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
+        if a.ack_req == crate::types::AckReq::None {
+            return self.put_inline_quiet(a, bytes);
+        }
         self.with(|st| {
             if bytes.len() > st.cfg.inline_max {
                 return Err(invalid(format!(
@@ -467,6 +479,57 @@ impl Ni {
                 ))
             }
         })
+    }
+
+    /// An inline put with no acknowledgement whose descriptor raises no SEND event and counts
+    /// no sends (the caller bound it so): nothing of the state changes unless it fails, so a
+    /// short one is encoded on the stack and sent without taking the lock. A thread's messages
+    /// still leave in its program order. A failure is reported on the descriptor, as for any
+    /// quiet put, and returned.
+    pub fn put_inline_unsignalled(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
+        if a.ack_req != crate::types::AckReq::None || bytes.len() > QUIET_STACK_BYTES {
+            return self.put_inline(a, bytes);
+        }
+        let mut wire =
+            crate::wire::StackBuf::<{ QUIET_STACK_BYTES + crate::wire::PUT_HEADER }>::new();
+        crate::initiator::encode_quiet_inline(&a, bytes, &mut wire);
+        if self.fabric.send(a.target, wire.bytes()).is_ok() {
+            return Ok(());
+        }
+        let mut st = self.shared.state.lock();
+        crate::initiator::report_put_failure(&mut st, &a);
+        Err(OffloadError::Transport(
+            rdcoll_transport::TransportError::PeerFailed(a.target),
+        ))
+    }
+
+    /// [`put_inline`](Ni::put_inline) without acknowledgement: no operation to track, so only
+    /// the descriptor's own SEND event or count (if it asks for one) can change anything.
+    fn put_inline_quiet(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        if bytes.len() > st.cfg.inline_max {
+            return Err(invalid(format!(
+                "{} bytes do not fit an inline put (at most {})",
+                bytes.len(),
+                st.cfg.inline_max
+            )));
+        }
+        st.mds.must(a.md.0)?;
+        let sent = crate::initiator::put_quiet_inline(&mut st, &a, bytes);
+        let changed = !st.dirty.is_empty();
+        let fired = if changed { st.fire_ready() } else { Ok(()) };
+        drop(st);
+        if changed && self.shared.mode == Mode::Thread {
+            self.shared.changed.notify_all();
+        }
+        fired?;
+        if sent {
+            Ok(())
+        } else {
+            Err(OffloadError::Transport(
+                rdcoll_transport::TransportError::PeerFailed(a.target),
+            ))
+        }
     }
 
     /// Moves every queued event of `eq` to `out` without running the agent.

@@ -75,6 +75,13 @@ pub trait Fabric: Send + Sync {
         })
     }
 
+    /// A cheap hint: `false` when [`poll`](Fabric::poll) would certainly find nothing right
+    /// now (so a spinning waiter can skip taking its own locks), `true` when it may find
+    /// something. The default always says `true`.
+    fn pending(&self) -> bool {
+        true
+    }
+
     /// Sleeps until an event may be ready or `timeout` passes (spurious wake-ups allowed). Used
     /// by [`wait`](Fabric::wait) after it has spun and yielded.
     fn block(&self, timeout: Duration);

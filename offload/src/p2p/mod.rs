@@ -17,6 +17,7 @@
 
 mod bits;
 mod config;
+mod fast;
 mod probe;
 mod recv;
 mod send;
@@ -120,6 +121,8 @@ struct Inner {
     next_context: u32,
     /// The first delivery failure an eager put reported, returned by the next call.
     delivery_failure: Option<OffloadError>,
+    /// A blocking receive on the fast path (inline mode), not posted as an entry.
+    fast: Option<fast::FastRecv>,
 }
 
 /// One rank's point-to-point engine.
@@ -136,6 +139,10 @@ pub struct Engine {
     inner: Mutex<Inner>,
     /// Bumped whenever progress found something to do: waits back off only while idle.
     activity: std::sync::atomic::AtomicU64,
+    /// `Inner::delivery_failure` is set (so a send can skip the lock when it is not).
+    delivery_failed: std::sync::atomic::AtomicBool,
+    /// Whether a fast receive is in progress (`fast::FAST_*`; see `fast::FastRecv`).
+    fast_state: std::sync::atomic::AtomicU8,
 }
 
 impl Engine {
@@ -193,6 +200,8 @@ impl Engine {
             probe_region,
             cfg,
             activity: std::sync::atomic::AtomicU64::new(0),
+            delivery_failed: std::sync::atomic::AtomicBool::new(false),
+            fast_state: std::sync::atomic::AtomicU8::new(fast::FAST_NONE),
             inner: Mutex::new(Inner {
                 next_id: 0,
                 reqs: HashMap::default(),
@@ -201,6 +210,7 @@ impl Engine {
                 scratch: Vec::new(),
                 next_context: 1,
                 delivery_failure: None,
+                fast: None,
             }),
         })
     }
@@ -300,6 +310,8 @@ impl Engine {
                 inner
                     .delivery_failure
                     .get_or_insert(OffloadError::Transport(TransportError::PeerFailed(ev.peer)));
+                self.delivery_failed
+                    .store(true, std::sync::atomic::Ordering::Release);
             }
             // Links, unlinks, and deposits into bounce buffers need nothing from us.
             _ => {}
@@ -394,6 +406,8 @@ impl Engine {
     }
 
     fn take_delivery_failure(&self, inner: &mut Inner) -> Result<()> {
+        self.delivery_failed
+            .store(false, std::sync::atomic::Ordering::Relaxed);
         match inner.delivery_failure.take() {
             Some(e) => Err(e),
             None => Ok(()),
@@ -410,6 +424,8 @@ pub struct Backoff {
     since: Option<std::time::Instant>,
     polls: u32,
     activity: u64,
+    /// Past [`Backoff::SPIN`]: yielding (the clock is read only every 32nd poll).
+    yielding: bool,
 }
 
 enum Step {
@@ -428,7 +444,7 @@ impl Backoff {
         self.polls = self.polls.wrapping_add(1);
         // Reading the clock every poll would cost more than a poll.
         if self.polls % 32 != 1 {
-            return if self.since.is_some_and(|t| t.elapsed() >= Self::SPIN) {
+            return if self.yielding {
                 Step::Yield
             } else {
                 Step::Spin
@@ -437,7 +453,10 @@ impl Backoff {
         let since = *self.since.get_or_insert_with(std::time::Instant::now);
         match since.elapsed() {
             e if e < Self::SPIN => Step::Spin,
-            e if e < Self::YIELD => Step::Yield,
+            e if e < Self::YIELD => {
+                self.yielding = true;
+                Step::Yield
+            }
             _ => Step::Block,
         }
     }

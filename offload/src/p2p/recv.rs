@@ -54,6 +54,27 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<ReqId> {
+        let mut inner = self.inner.lock();
+        self.take_delivery_failure(&mut inner)?;
+        // A fast receive another thread is blocked in was posted first: it goes first.
+        self.materialize_fast(&mut inner);
+        // SAFETY: passed on from the caller.
+        unsafe { self.post_recv(&mut inner, ptr, len, source, tag, context) }
+    }
+
+    /// Posts a receive (see [`irecv`](Engine::irecv)) with the engine lock held.
+    ///
+    /// # Safety
+    /// As for `irecv`.
+    pub(super) unsafe fn post_recv(
+        &self,
+        inner: &mut Inner,
+        ptr: *mut u8,
+        len: usize,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<ReqId> {
         let match_id = match source {
             Source::Any => MatchId::Any,
             Source::Rank(r) => {
@@ -65,9 +86,7 @@ impl Engine {
         // completes; completion deregisters it. Only this rank's agent writes into it (a
         // rendezvous registers it for the sender's replies when it matches).
         let region = unsafe { Region::private(self.rank(), ptr, len) };
-        let mut inner = self.inner.lock();
-        self.take_delivery_failure(&mut inner)?;
-        let id = Engine::new_id(&mut inner);
+        let id = Engine::new_id(inner);
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
         let spec = MeSpec {
             region: region.clone(),
@@ -107,7 +126,7 @@ impl Engine {
             }
         }
         // The append may have taken an unexpected message: its event is queued now.
-        self.progress_locked(&mut inner)?;
+        self.progress_locked(inner)?;
         Ok(ReqId(id))
     }
 }
@@ -318,6 +337,9 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<Status> {
+        if let Some(done) = self.recv_fast(buf, source, tag, context) {
+            return done;
+        }
         // SAFETY: `buf` is borrowed mutably for the whole call and the request completes
         // before it returns (`wait` returns only with the result, or with an error after the
         // buffer was deregistered).

@@ -138,7 +138,12 @@ impl Engine {
         if self.ni.fabric().is_failed(dest) {
             return Err(TransportError::PeerFailed(dest).into());
         }
-        self.take_delivery_failure(&mut self.inner.lock())?;
+        if self
+            .delivery_failed
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            self.take_delivery_failure(&mut self.inner.lock())?;
+        }
         let bits = bits::message_bits(context, tag, 0);
         self.put_first(dest, bits, Header::eager(data.len()), data)
     }
@@ -220,7 +225,8 @@ impl Engine {
             user_ptr: EAGER,
             hdr_data,
         };
-        self.ni.put_inline(a, data)
+        // The eager descriptor raises no SEND event and counts nothing (see `Engine::new`).
+        self.ni.put_inline_unsignalled(a, data)
     }
 }
 

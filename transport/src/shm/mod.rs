@@ -452,6 +452,10 @@ impl Fabric for ShmFabric {
         service::poll_with(&self.inner, f)
     }
 
+    fn pending(&self) -> bool {
+        service::pending(&self.inner)
+    }
+
     fn block(&self, timeout: Duration) {
         let inner = &self.inner;
         let own = inner.view(inner.rank);

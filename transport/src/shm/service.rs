@@ -17,6 +17,27 @@ enum Popped {
     Event(Option<Event>),
 }
 
+/// Whether an incoming ring of a live peer has a record (plain loads, no lock).
+fn rings_ready(inner: &Inner) -> bool {
+    let me = inner.rank as usize;
+    (0..inner.size).any(|src| {
+        let ring = &inner.incoming[src];
+        // SAFETY: our own incoming ring; `head` is where its consumer (us) stands.
+        src != me
+            && unsafe { ring::peek_ready(ring.data, inner.layout.ring_bytes, ring.head()) }
+            && !inner.failed[src].load(Ordering::Acquire)
+    })
+}
+
+/// See [`crate::Fabric::pending`]: local events, a ring record, a dead peer to reap, or a
+/// backlog to flush.
+pub(super) fn pending(inner: &Inner) -> bool {
+    !inner.local_events.is_empty()
+        || inner.any_dead.load(Ordering::Relaxed)
+        || inner.any_backlog.load(Ordering::Relaxed)
+        || rings_ready(inner)
+}
+
 /// One step of progress: hands the next event, if there is one, to `f` (a message's bytes
 /// straight from the ring) and returns whether it did.
 pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
@@ -28,14 +49,7 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
     let size = inner.size;
     let me = inner.rank as usize;
     // Look before locking: an idle poll is then a few plain loads.
-    let waiting = (0..size).any(|src| {
-        let ring = &inner.incoming[src];
-        // SAFETY: our own incoming ring; `head` is where its consumer (us) stands.
-        src != me
-            && unsafe { ring::peek_ready(ring.data, inner.layout.ring_bytes, ring.head()) }
-            && !inner.failed[src].load(Ordering::Acquire)
-    });
-    if !waiting {
+    if !rings_ready(inner) {
         if inner.any_dead.load(Ordering::Relaxed) {
             inner.reap_dead();
             return Ok(deliver(inner.local_events.pop(), f));

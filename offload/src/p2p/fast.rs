@@ -1,0 +1,353 @@
+//! The short-message fast path of inline mode: a blocking receive that finds nothing queued
+//! before it polls the fabric itself and copies a matching eager message straight from the
+//! transport's buffer into the user's, without linking a match entry, raising events or
+//! allocating (the latency path of `rdcoll-bench latency`, docs/PERFORMANCE.md).
+//!
+//! Matching stays MPI's: the receive is taken only while no other receive is posted on the
+//! message portal and no queued unexpected message matches it, so it is the oldest receive
+//! that could take an arrival, and every arrival older than the one it takes was handled (and
+//! found not to match) first. Everything it does not take (other messages, rendezvous headers,
+//! gets, completions) goes through the agent as usual. If another thread posts a receive in the
+//! meantime, that thread first posts this one as an ordinary entry ("materialises" it), and the
+//! fast receive turns into an ordinary wait, so post order is kept across threads too.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use rdcoll_transport::{Fabric, Rank, TransportError};
+
+use super::bits::{self, Header};
+use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
+use crate::error::Result;
+use crate::me::bits_match;
+use crate::ni::Mode;
+use crate::state::State;
+use crate::wire::peek_quiet_put;
+
+/// `Engine::fast_state`: no fast receive.
+pub(super) const FAST_NONE: u8 = 0;
+/// A fast receive is polling.
+const FAST_OPEN: u8 = 1;
+/// Another thread is posting the fast receive as an ordinary one.
+const FAST_CLAIMED: u8 = 2;
+
+/// A fast receive in progress, for another thread that has to post it as an ordinary receive.
+/// Whether one is in progress is `Engine::fast_state`, changed only under the network
+/// interface's state lock (which also serialises polling), so the owner taking a message and
+/// another thread claiming the receive can never both happen.
+pub(super) struct FastRecv {
+    addr: usize,
+    capacity: usize,
+    source: Source,
+    tag: TagSel,
+    context: Context,
+    /// The ordinary request it became, once claimed and posted.
+    materialized: Option<Result<ReqId>>,
+}
+
+/// What the receive accepts, in match-bit form.
+#[derive(Clone, Copy)]
+struct Selector {
+    match_bits: u64,
+    ignore_bits: u64,
+    source: Source,
+}
+
+impl Selector {
+    fn accepts(&self, from: Rank, bits: u64) -> bool {
+        bits_match(bits, self.match_bits, self.ignore_bits)
+            && match self.source {
+                Source::Any => true,
+                Source::Rank(r) => r == from,
+            }
+    }
+}
+
+/// What polling one fabric event gave.
+enum Polled {
+    Nothing,
+    /// Handled by the agent (not ours).
+    Other,
+    /// Our message.
+    Taken(Result<Status>),
+}
+
+impl Engine {
+    /// Receives a message into `buf` through the fast path; `None` when the fast path does not
+    /// apply (thread mode, another receive posted, a matching message already queued) and the
+    /// caller should post an ordinary receive.
+    pub(super) fn recv_fast(
+        &self,
+        buf: &mut [u8],
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Option<Result<Status>> {
+        if self.ni.mode() != Mode::Inline {
+            return None;
+        }
+        if let Source::Rank(r) = source {
+            if let Err(e) = self.check_rank(r, "source") {
+                return Some(Err(e));
+            }
+        }
+        let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
+        let sel = Selector {
+            match_bits,
+            ignore_bits,
+            source,
+        };
+        {
+            let mut inner = self.inner.lock();
+            if self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
+                return None;
+            }
+            if let Err(e) = self.take_delivery_failure(&mut inner) {
+                return Some(Err(e));
+            }
+            let st = self.ni.lock_state();
+            if !self.fast_path_open(&st, sel) {
+                return None;
+            }
+            inner.fast = Some(FastRecv {
+                addr: buf.as_mut_ptr() as usize,
+                capacity: buf.len(),
+                source,
+                tag,
+                context,
+                materialized: None,
+            });
+            self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
+        }
+        let fabric = self.ni.fabric().clone();
+        let mut backoff = Backoff::default();
+        let mut idle_polls = 0u32;
+        loop {
+            // Idle: a few plain loads, no lock (the locks' atomics would set the pace).
+            let claimed = self.fast_state.load(Ordering::Acquire) == FAST_CLAIMED;
+            if claimed {
+                // The claimer holds the engine lock until it has posted the receive.
+                let mut inner = self.inner.lock();
+                let posted = inner.fast.take().and_then(|f| f.materialized);
+                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                drop(inner);
+                return Some(posted?.and_then(|id| self.wait(id)));
+            }
+            if !fabric.pending() {
+                idle_polls = idle_polls.wrapping_add(1);
+                // A failed sender is looked for now and then (and whenever the fabric has
+                // something, which includes a failure).
+                if !idle_polls.is_multiple_of(64) {
+                    self.idle(&mut backoff);
+                    continue;
+                }
+            }
+            let mut st = self.ni.lock_state();
+            if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {
+                continue; // claimed meanwhile
+            }
+            let mut polled_any = false;
+            for _ in 0..16 {
+                match poll_one(&mut st, &fabric, self, sel, buf) {
+                    Polled::Nothing => break,
+                    Polled::Taken(result) => {
+                        self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                        drop(st);
+                        self.note_activity();
+                        return Some(result);
+                    }
+                    Polled::Other => polled_any = true,
+                }
+            }
+            if polled_any {
+                if let Err(e) = st.fire_ready() {
+                    tracing::error!("offload agent: firing triggered operations failed: {e}");
+                }
+                self.note_activity();
+                // What the agent handled may have queued a message this receive must take
+                // (a rendezvous header, say): post it as an ordinary receive, which takes it.
+                if unexpected_match(&st, self, sel) {
+                    self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                    drop(st);
+                    let mut inner = self.inner.lock();
+                    let f = inner.fast.take()?;
+                    let posted = self.materialize(&mut inner, &f);
+                    drop(inner);
+                    return Some(posted.and_then(|id| self.wait(id)));
+                }
+            }
+            if let Some(dead) = sender_gone(&st, self, source) {
+                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                return Some(Err(TransportError::PeerFailed(dead).into()));
+            }
+            drop(st);
+            if !polled_any {
+                self.idle(&mut backoff);
+            }
+        }
+    }
+
+    /// Marks progress for waiters' back-off (a hint: a plain load and store, no atomic
+    /// read-modify-write on the message path).
+    fn note_activity(&self) {
+        let a = self.activity.load(Ordering::Relaxed);
+        self.activity.store(a.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// Whether a receive with `sel` may take the fast path: nothing else posted, and no queued
+    /// message it would take.
+    fn fast_path_open(&self, st: &State, sel: Selector) -> bool {
+        let Some(portal) = st.portals.get(self.pt_msg.0) else {
+            return false;
+        };
+        portal.priority.is_empty() && !unexpected_match(st, self, sel)
+    }
+
+    /// Posts another thread's fast receive as an ordinary one (it is older than whatever the
+    /// caller is about to post). Call with the engine lock held, before posting.
+    pub(super) fn materialize_fast(&self, inner: &mut Inner) {
+        {
+            let _st = self.ni.lock_state();
+            if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {
+                return;
+            }
+            self.fast_state.store(FAST_CLAIMED, Ordering::Release);
+        }
+        let Some(f) = inner.fast.as_ref().map(FastRecv::describe) else {
+            return;
+        };
+        let posted = self.materialize(inner, &f);
+        if let Some(slot) = inner.fast.as_mut() {
+            slot.materialized = Some(posted);
+        }
+    }
+
+    fn materialize(&self, inner: &mut Inner, f: &FastRecv) -> Result<ReqId> {
+        // SAFETY: the buffer belongs to the blocked fast receive that registered it; it stays
+        // borrowed by that call until the ordinary request posted here has completed.
+        unsafe {
+            self.post_recv(
+                inner,
+                f.addr as *mut u8,
+                f.capacity,
+                f.source,
+                f.tag,
+                f.context,
+            )
+        }
+    }
+}
+
+impl FastRecv {
+    /// The receive's description, without a result.
+    fn describe(&self) -> FastRecv {
+        FastRecv {
+            addr: self.addr,
+            capacity: self.capacity,
+            source: self.source,
+            tag: self.tag,
+            context: self.context,
+            materialized: None,
+        }
+    }
+}
+
+/// Polls one fabric event: ours is copied into `buf`, anything else handed to the agent.
+fn poll_one(
+    st: &mut State,
+    fabric: &Arc<dyn Fabric>,
+    engine: &Engine,
+    sel: Selector,
+    buf: &mut [u8],
+) -> Polled {
+    let mut taken = None;
+    let mut other = None;
+    let polled = fabric.poll_with(&mut |ev| match ev {
+        rdcoll_transport::EventRef::Message { src, data } => {
+            match take_eager(engine, sel, src, data, buf) {
+                Some(result) => taken = Some(result),
+                None => other = Some(ev.into_owned()),
+            }
+        }
+        rdcoll_transport::EventRef::Owned(e) => other = Some(e),
+    });
+    match polled {
+        Ok(false) => Polled::Nothing,
+        Err(e) => {
+            tracing::error!("offload agent: polling the fabric failed: {e}");
+            Polled::Nothing
+        }
+        Ok(true) => match (taken, other) {
+            (Some(result), _) => Polled::Taken(result),
+            (None, Some(ev)) => {
+                crate::agent::handle(st, ev);
+                Polled::Other
+            }
+            (None, None) => Polled::Other,
+        },
+    }
+}
+
+/// Copies an eager message for this receive into `buf`; `None` if `data` is anything else.
+fn take_eager(
+    engine: &Engine,
+    sel: Selector,
+    src: Rank,
+    data: &[u8],
+    buf: &mut [u8],
+) -> Option<Result<Status>> {
+    // Eager messages and rendezvous headers both travel as compact quiet puts; a header that
+    // names a chunk size starts a rendezvous, which is the agent's (through an entry).
+    let (pt, bits, hdr_data, payload) = peek_quiet_put(data)?;
+    let header = Header::decode(hdr_data);
+    if pt != engine.pt_msg || header.chunk.is_some() || !sel.accepts(src, bits) {
+        return None;
+    }
+    let status = Status {
+        source: src,
+        tag: bits::tag_of(bits),
+        len: payload.len(),
+        cancelled: false,
+    };
+    let n = payload.len().min(buf.len());
+    buf[..n].copy_from_slice(&payload[..n]);
+    Some(if payload.len() > buf.len() {
+        Err(super::truncated(status, buf.len()))
+    } else {
+        Ok(status)
+    })
+}
+
+/// Whether a queued unexpected message on the message portal matches `sel`.
+fn unexpected_match(st: &State, engine: &Engine, sel: Selector) -> bool {
+    let Some(portal) = st.portals.get(engine.pt_msg.0) else {
+        return false;
+    };
+    portal
+        .unexpected
+        .values()
+        .any(|u| !u.get && sel.accepts(u.initiator, u.match_bits))
+}
+
+/// The failed sender a receive from `source` would wait for forever (see `recv::peer_gone`);
+/// here the agent's record is read directly, as this thread is the agent.
+fn sender_gone(st: &State, engine: &Engine, source: Source) -> Option<Rank> {
+    let fabric = engine.ni.fabric();
+    let handled = |r: Rank| st.failed_peers.get(r as usize).copied().unwrap_or(false);
+    match source {
+        Source::Rank(s) => (fabric.is_failed(s) && handled(s)).then_some(s),
+        Source::Any => {
+            let me = fabric.rank();
+            let mut others = (0..fabric.size() as Rank).filter(|&p| p != me).peekable();
+            others.peek()?;
+            let mut last = None;
+            for p in others {
+                if !(fabric.is_failed(p) && handled(p)) {
+                    return None;
+                }
+                last = Some(p);
+            }
+            last
+        }
+    }
+}
