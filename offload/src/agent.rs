@@ -75,7 +75,12 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
             None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
         },
         FabricEvent::Completed { op, result } => {
-            if let Some(t) = st.transfers.remove(&op) {
+            if let Some(ct) = st.raw_puts.remove(&op) {
+                if let Err(e) = &result {
+                    tracing::debug!("offload agent: an RDMA put failed: {e}");
+                }
+                st.count(Some(ct), result.is_ok(), 1);
+            } else if let Some(t) = st.transfers.remove(&op) {
                 let fail = if result.is_ok() {
                     NiFail::Ok
                 } else {

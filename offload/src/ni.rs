@@ -6,7 +6,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-use rdcoll_transport::{Fabric, Rank, Region};
+use rdcoll_transport::{Fabric, Rank, Region, RemoteAddr};
 
 use crate::counter::{Counter, TriggeredOp};
 use crate::error::{invalid, OffloadError, Result};
@@ -530,6 +530,31 @@ impl Ni {
                 rdcoll_transport::TransportError::PeerFailed(a.target),
             ))
         }
+    }
+
+    /// An RDMA write straight into a peer's region, with no matching and no work for the
+    /// target's agent (the one-sided puts of the collectives): the fabric's `put`, or with
+    /// `flag` its `put_flag` (the data, then the flag byte after it). Its completion, success
+    /// or failure, is counted on `ct`; `src` must stay untouched until then. An argument the
+    /// fabric refuses at once is returned as an error and counted nowhere.
+    pub fn rdma_put(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: Option<u8>,
+        ct: CtHandle,
+    ) -> Result<()> {
+        let mut st = self.shared.state.lock();
+        st.cts.must(ct.0)?;
+        // Under the state lock, so the agent cannot see the completion before the record.
+        let op = match flag {
+            Some(v) => self.fabric.put_flag(src, src_offset, len, dst, v)?,
+            None => self.fabric.put(src, src_offset, len, dst, None)?,
+        };
+        st.raw_puts.insert(op, ct);
+        Ok(())
     }
 
     /// Moves every queued event of `eq` to `out` without running the agent.

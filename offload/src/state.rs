@@ -91,6 +91,9 @@ pub(crate) struct State {
     pub(crate) dirty: std::collections::VecDeque<CtHandle>,
     /// Reused for encoding outgoing messages.
     pub(crate) wire_buf: Vec<u8>,
+    /// RDMA puts issued with `Ni::rdma_put`, by fabric operation: the counter their
+    /// completion bumps.
+    pub(crate) raw_puts: HashMap<OpId, CtHandle>,
     /// Peers whose failure the agent has handled: everything they sent before was handled
     /// first (the fabric reports a failure after the peer's last message).
     pub(crate) failed_peers: Vec<bool>,
@@ -113,6 +116,7 @@ impl State {
             dirty: std::collections::VecDeque::new(),
             wire_buf: Vec::new(),
             failed_peers: Vec::new(),
+            raw_puts: HashMap::default(),
         }
     }
 

@@ -49,6 +49,22 @@ pub trait Fabric: Send + Sync {
         imm: Option<u64>,
     ) -> Result<OpId>;
 
+    /// RDMA write followed by a flag byte (the counter byte of paper 004): `len` bytes from
+    /// `src` at `src_offset` land at `dst`, then `flag` is stored in the byte right after them
+    /// (`dst.offset + len`) with release ordering. A target that reads that byte with acquire
+    /// ([`Region::atomic_u8`]) and finds `flag` also sees the data, and the data of every put
+    /// this rank issued to that target earlier into regions the target's fabric allocated. A
+    /// target blocked in [`block`](Fabric::block) is woken. The target range is `len + 1`
+    /// bytes of a region the target's fabric allocated; completion as for `put`.
+    fn put_flag(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: u8,
+    ) -> Result<OpId>;
+
     /// RDMA read: `len` bytes from `src` into `dst` at `dst_offset`.
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId>;
 
@@ -85,6 +101,16 @@ pub trait Fabric: Send + Sync {
     /// Sleeps until an event may be ready or `timeout` passes (spurious wake-ups allowed). Used
     /// by [`wait`](Fabric::wait) after it has spun and yielded.
     fn block(&self, timeout: Duration);
+
+    /// Like [`block`](Fabric::block), for a waiter whose condition is a flag that peers set
+    /// with [`put_flag`](Fabric::put_flag) rather than an event: `ready` is looked at once
+    /// more after this thread is registered as a sleeper, so a flag stored meanwhile either
+    /// stops the sleep or wakes it (no lost wake-up).
+    fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
+        if !ready() {
+            self.block(timeout);
+        }
+    }
 
     /// The next event, waiting up to `timeout` (`None`: forever): spins briefly, then yields,
     /// then blocks, so more ranks than cores stay usable.

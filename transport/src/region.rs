@@ -261,6 +261,16 @@ impl Region {
         Ok(unsafe { &*(p as *const AtomicU8) })
     }
 
+    /// Stores `value` at `offset` with release ordering: the flag of [`crate::Fabric::put_flag`],
+    /// published after everything this thread wrote before.
+    pub(crate) fn store_flag(&self, offset: usize, value: u8) -> Result<()> {
+        self.with_range(offset, 1, |p| {
+            // SAFETY: `p` is valid for one byte (checked range, region alive while the guard is
+            // held) and `AtomicU8` has the size and alignment of `u8`.
+            unsafe { (*(p as *const AtomicU8)).store(value, Ordering::Release) }
+        })
+    }
+
     /// The 8-byte word at `offset` (8-aligned) as an atomic.
     pub fn atomic_u64(&self, offset: usize) -> Result<&AtomicU64> {
         if !offset.is_multiple_of(8) {
@@ -355,6 +365,22 @@ impl RegionTable {
     ) -> Result<()> {
         self.lookup(dst.key)
             .and_then(|r| copy_between(src, src_off, &r, dst.offset, len))
+    }
+
+    /// [`put_from`](RegionTable::put_from) followed by the flag byte of
+    /// [`crate::Fabric::put_flag`], stored with release ordering once the data is in place.
+    pub(crate) fn put_flag_from(
+        &self,
+        src: &Region,
+        src_off: usize,
+        len: usize,
+        dst: crate::RemoteAddr,
+        flag: u8,
+    ) -> Result<()> {
+        let r = self.lookup(dst.key)?;
+        r.check_range(dst.offset, len.saturating_add(1))?;
+        copy_between(src, src_off, &r, dst.offset, len)?;
+        r.store_flag(dst.offset + len, flag)
     }
 
     /// Performs a get from one of this table's regions into a region of the same process.

@@ -81,6 +81,15 @@ impl EventQueue {
             self.ready.wait_for(&mut q, timeout);
         }
     }
+    /// [`block`](EventQueue::block), unless `ready` says the waiter's own condition holds;
+    /// looked at under the queue's lock, which [`wake_all`](EventQueue::wake_all) takes
+    /// before notifying, so a condition set just before a wake-up is never slept through.
+    pub(crate) fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
+        let mut q = self.events.lock();
+        if q.is_empty() && !ready() {
+            self.ready.wait_for(&mut q, timeout);
+        }
+    }
     /// Wakes every blocked waiter (used on peer failure and shutdown).
     pub(crate) fn wake_all(&self) {
         let _q = self.events.lock();

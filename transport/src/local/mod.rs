@@ -138,6 +138,22 @@ impl Fabric for LocalFabric {
         Ok(self.complete(result))
     }
 
+    fn put_flag(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: u8,
+    ) -> Result<OpId> {
+        src.check_range(src_offset, len)?;
+        let target = self.peer(dst.rank)?;
+        let result = target.table.put_flag_from(src, src_offset, len, dst, flag);
+        // The target may be blocked waiting for exactly this byte.
+        target.events.wake_all();
+        Ok(self.complete(result))
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;
@@ -166,6 +182,10 @@ impl Fabric for LocalFabric {
 
     fn block(&self, timeout: Duration) {
         self.me().events.block(timeout)
+    }
+
+    fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
+        self.me().events.block_unless(timeout, ready)
     }
 
     fn now(&self) -> Duration {

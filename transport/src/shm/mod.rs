@@ -422,6 +422,17 @@ impl Fabric for ShmFabric {
         rma::put(&self.inner, src, src_offset, len, dst, imm)
     }
 
+    fn put_flag(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: u8,
+    ) -> Result<OpId> {
+        rma::put_flag(&self.inner, src, src_offset, len, dst, flag)
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         rma::get(&self.inner, dst, dst_offset, len, src)
     }
@@ -457,12 +468,18 @@ impl Fabric for ShmFabric {
     }
 
     fn block(&self, timeout: Duration) {
+        self.block_unless(timeout, &|| false)
+    }
+
+    fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
         let inner = &self.inner;
         let own = inner.view(inner.rank);
         let seen = own.doorbell().load(Ordering::Acquire);
         own.sleepers().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        if !inner.anything_ready() {
+        // A flag's writer stores it (SeqCst) before it looks at `sleepers`: either it sees us
+        // and rings, or we see its flag here.
+        if !inner.anything_ready() && !ready() {
             // With a backlog, the receiver wakes us when it frees ring space; the short cap
             // covers the race where it looked before we raised the flag.
             let timeout = if inner.any_backlog.load(Ordering::Acquire) {

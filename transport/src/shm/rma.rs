@@ -94,6 +94,58 @@ pub(super) fn put(
     }
 }
 
+/// A put whose data is followed by a flag byte stored with release ordering (see
+/// `Fabric::put_flag`): a direct copy into the peer's heap, then the flag, then a wake-up if
+/// the peer sleeps. Only regions the target's fabric allocated (heap) take flags.
+pub(super) fn put_flag(
+    inner: &Inner,
+    src: &Region,
+    src_offset: usize,
+    len: usize,
+    dst: RemoteAddr,
+    flag: u8,
+) -> Result<OpId> {
+    src.check_range(src_offset, len)?;
+    inner.check_peer(dst.rank)?;
+    let op = inner.new_op();
+    if dst.rank == inner.rank {
+        let result = inner.table.put_flag_from(src, src_offset, len, dst, flag);
+        inner.push_local(Event::Completed { op, result });
+        return Ok(op);
+    }
+    let span = len.saturating_add(1);
+    let result = inner
+        .entry_for(dst.rank, dst.key, dst.offset, span)
+        .and_then(|e| {
+            if e.kind != KIND_HEAP {
+                return Err(TransportError::InvalidArgument(
+                    "a flagged put needs a region the target's fabric allocated".into(),
+                ));
+            }
+            inner.direct_copy(dst.rank, dst.key, &e, || {
+                let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, span)?;
+                src.with_range(src_offset, len, |s| {
+                    // SAFETY: `d` is inside the peer's heap block for `len + 1` bytes
+                    // (validated entry and range, held by `direct_copy`), `s` inside our live
+                    // source region; `AtomicU8` has the layout of `u8`.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(s, d, len);
+                        // SeqCst (a release store too): ordered before `ring_doorbell`'s look
+                        // at the peer's sleeper count (see `block_unless`).
+                        (*(d.add(len) as *const std::sync::atomic::AtomicU8))
+                            .store(flag, Ordering::SeqCst);
+                    }
+                })
+            })
+        });
+    if result.is_ok() {
+        // The peer may be asleep waiting for exactly this byte.
+        inner.ring_doorbell(dst.rank);
+    }
+    inner.push_local(Event::Completed { op, result });
+    Ok(op)
+}
+
 /// One-sided read of `len` bytes at `src` into `dst` at `dst_offset` (see `Fabric::get`).
 pub(super) fn get(
     inner: &Inner,

@@ -205,6 +205,7 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             total,
             chunk_off,
             imm,
+            flag,
             data,
         } => {
             let in_range = chunk_off
@@ -216,7 +217,8 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             sink_pace(sh, data.len());
             let result = sh.table.lookup(RegionKey(key)).and_then(|region| {
                 let (base, total) = (usize::try_from(base).unwrap_or(usize::MAX), total as usize);
-                if !range_fits(base, total, region.len()) {
+                let span = total.saturating_add(flag.is_some() as usize);
+                if !range_fits(base, span, region.len()) {
                     return Err(crate::TransportError::OutOfRange {
                         rank: sh.rank,
                         key,
@@ -225,11 +227,17 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
                         region_len: region.len() as u64,
                     });
                 }
-                region
-                    .write(base + chunk_off as usize, data)
-                    .map(|()| region.len())
+                region.write(base + chunk_off as usize, data)?;
+                if let (Some(v), true) = (flag, chunk_off + data.len() as u64 == total as u64) {
+                    region.store_flag(base + total, v)?;
+                }
+                Ok(region.len())
             });
             let last = chunk_off + data.len() as u64 == total;
+            if flag.is_some() && last && result.is_ok() {
+                // The host may be asleep waiting for exactly this byte.
+                sh.events.wake_all();
+            }
             match result {
                 Ok(region_len) if last => {
                     if let Some(imm) = imm {

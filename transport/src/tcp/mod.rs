@@ -350,6 +350,78 @@ impl Shared {
     }
 }
 
+impl TcpFabric {
+    /// A put (with an immediate or a flag, or neither) as frames the target deposits.
+    fn put_frames(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        imm: Option<u64>,
+        flag: Option<u8>,
+    ) -> Result<OpId> {
+        let sh = &self.shared;
+        src.check_range(src_offset, len)?;
+        sh.check_rank(dst.rank)?;
+        let op = sh.new_op();
+        if dst.rank == sh.rank {
+            let result = match flag {
+                Some(v) => sh.table.put_flag_from(src, src_offset, len, dst, v),
+                None => sh.table.put_from(src, src_offset, len, dst),
+            };
+            if let (Ok(()), Some(imm)) = (&result, imm) {
+                sh.events.push(Event::Immediate { src: sh.rank, imm });
+            }
+            sh.events.push(Event::Completed { op, result });
+            return Ok(op);
+        }
+        sh.add_pending(
+            op,
+            Pending {
+                peer: dst.rank,
+                key: dst.key.0,
+                offset: dst.offset,
+                len,
+                kind: PendingKind::Put,
+            },
+        )?;
+        let mut chunk_off = 0;
+        loop {
+            let n = (len - chunk_off).min(CHUNK);
+            let frame = src.with_range(src_offset + chunk_off, n, |p| {
+                let head = Frame::Put {
+                    op: op.0,
+                    key: dst.key.0,
+                    base: dst.offset as u64,
+                    total: len as u64,
+                    chunk_off: chunk_off as u64,
+                    imm,
+                    flag,
+                    data: &[],
+                };
+                // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
+                unsafe { wire::encode_with_raw_data(&head, p, n) }
+            });
+            let frame = match frame {
+                Ok(f) => f,
+                Err(e) => {
+                    sh.complete(op.0, |_| Err(e));
+                    return Ok(op);
+                }
+            };
+            // A failure here already completed the op with PeerFailed.
+            if sh.enqueue(dst.rank, frame).is_err() {
+                return Ok(op);
+            }
+            chunk_off += n;
+            if chunk_off >= len {
+                return Ok(op);
+            }
+        }
+    }
+}
+
 impl Fabric for TcpFabric {
     fn counters(&self, peer: Rank) -> Option<PeerCounters> {
         self.shared.flight.lock().get(peer as usize).copied()
@@ -388,60 +460,18 @@ impl Fabric for TcpFabric {
         dst: RemoteAddr,
         imm: Option<u64>,
     ) -> Result<OpId> {
-        let sh = &self.shared;
-        src.check_range(src_offset, len)?;
-        sh.check_rank(dst.rank)?;
-        let op = sh.new_op();
-        if dst.rank == sh.rank {
-            let result = sh.table.put_from(src, src_offset, len, dst);
-            if let (Ok(()), Some(imm)) = (&result, imm) {
-                sh.events.push(Event::Immediate { src: sh.rank, imm });
-            }
-            sh.events.push(Event::Completed { op, result });
-            return Ok(op);
-        }
-        sh.add_pending(
-            op,
-            Pending {
-                peer: dst.rank,
-                key: dst.key.0,
-                offset: dst.offset,
-                len,
-                kind: PendingKind::Put,
-            },
-        )?;
-        let mut chunk_off = 0;
-        loop {
-            let n = (len - chunk_off).min(CHUNK);
-            let frame = src.with_range(src_offset + chunk_off, n, |p| {
-                let head = Frame::Put {
-                    op: op.0,
-                    key: dst.key.0,
-                    base: dst.offset as u64,
-                    total: len as u64,
-                    chunk_off: chunk_off as u64,
-                    imm,
-                    data: &[],
-                };
-                // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
-                unsafe { wire::encode_with_raw_data(&head, p, n) }
-            });
-            let frame = match frame {
-                Ok(f) => f,
-                Err(e) => {
-                    sh.complete(op.0, |_| Err(e));
-                    return Ok(op);
-                }
-            };
-            // A failure here already completed the op with PeerFailed.
-            if sh.enqueue(dst.rank, frame).is_err() {
-                return Ok(op);
-            }
-            chunk_off += n;
-            if chunk_off >= len {
-                return Ok(op);
-            }
-        }
+        self.put_frames(src, src_offset, len, dst, imm, None)
+    }
+
+    fn put_flag(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: u8,
+    ) -> Result<OpId> {
+        self.put_frames(src, src_offset, len, dst, None, Some(flag))
     }
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
@@ -504,6 +534,10 @@ impl Fabric for TcpFabric {
 
     fn block(&self, timeout: Duration) {
         self.shared.events.block(timeout)
+    }
+
+    fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
+        self.shared.events.block_unless(timeout, ready)
     }
 
     fn now(&self) -> Duration {

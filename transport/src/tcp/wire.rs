@@ -38,6 +38,9 @@ pub enum Frame<'a> {
         total: u64,
         chunk_off: u64,
         imm: Option<u64>,
+        /// The flag byte of `Fabric::put_flag`, stored after the data (at `base + total`)
+        /// once the last chunk is in. A put has an immediate or a flag, not both.
+        flag: Option<u8>,
         data: &'a [u8],
     },
     /// The target's answer to a put.
@@ -113,6 +116,7 @@ impl Frame<'_> {
                 total,
                 chunk_off,
                 imm,
+                flag,
                 data,
             } => Writer::new(K_PUT, 49 + data.len())
                 .u64(op)
@@ -120,8 +124,13 @@ impl Frame<'_> {
                 .u64(base)
                 .u64(total)
                 .u64(chunk_off)
-                .u8(imm.is_some() as u8)
-                .u64(imm.unwrap_or(0))
+                // What follows: nothing (0), an immediate (1) or a flag (2).
+                .u8(match (imm, flag) {
+                    (Some(_), _) => 1,
+                    (None, Some(_)) => 2,
+                    (None, None) => 0,
+                })
+                .u64(imm.or(flag.map(u64::from)).unwrap_or(0))
                 .bytes(data)
                 .finish(),
             Frame::PutAck {
@@ -237,18 +246,25 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, String> {
         K_PUT => {
             let (op, key, base, total, chunk_off) =
                 (r.u64()?, r.u64()?, r.u64()?, r.u64()?, r.u64()?);
-            let has_imm = r.u8()?;
-            let imm = r.u64()?;
-            if has_imm > 1 {
-                return Err("bad immediate flag".into());
-            }
+            let extra = r.u8()?;
+            let value = r.u64()?;
+            let (imm, flag) = match extra {
+                0 => (None, None),
+                1 => (Some(value), None),
+                2 => (
+                    None,
+                    Some(u8::try_from(value).map_err(|_| "flag value out of range")?),
+                ),
+                _ => return Err("bad immediate/flag marker".into()),
+            };
             Frame::Put {
                 op,
                 key,
                 base,
                 total,
                 chunk_off,
-                imm: (has_imm == 1).then_some(imm),
+                imm,
+                flag,
                 data: r.0,
             }
         }
@@ -335,6 +351,17 @@ mod tests {
                 total: 4,
                 chunk_off: 0,
                 imm: Some(9),
+                flag: None,
+                data: b"abcd",
+            },
+            Frame::Put {
+                op: 1,
+                key: 2,
+                base: 3,
+                total: 4,
+                chunk_off: 0,
+                imm: None,
+                flag: Some(200),
                 data: b"abcd",
             },
             Frame::Put {
@@ -344,6 +371,7 @@ mod tests {
                 total: 0,
                 chunk_off: 0,
                 imm: None,
+                flag: None,
                 data: b"",
             },
             Frame::PutAck {

@@ -11,7 +11,7 @@ use rdcoll_transport::{
 use super::harness::Harness;
 
 /// Cases also run with 8 ranks (more ranks than this machine's cores: the blocking wait path).
-pub const CROWDED_CASES: &[&str] = &["messages_fifo_all_pairs", "put_many_peers"];
+pub const CROWDED_CASES: &[&str] = &["messages_fifo_all_pairs", "put_many_peers", "flagged_puts"];
 
 /// Every case, by name, with the smallest job it needs.
 pub const CASES: &[(&str, usize)] = &[
@@ -19,6 +19,7 @@ pub const CASES: &[(&str, usize)] = &[
     ("message_limits", 1),
     ("put_get_sizes", 2),
     ("put_many_peers", 2),
+    ("flagged_puts", 2),
     ("bad_keys_and_offsets", 2),
     ("reuse_under_fire", 2),
     ("peer_death", 3),
@@ -45,6 +46,7 @@ pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String
         "message_limits" => message_limits(&mut h),
         "put_get_sizes" => put_get_sizes(&mut h),
         "put_many_peers" => put_many_peers(&mut h),
+        "flagged_puts" => flagged_puts(&mut h),
         "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
         "reuse_under_fire" => reuse_under_fire(&mut h),
         "peer_death" => peer_death(&mut h, die),
@@ -227,6 +229,62 @@ fn put_many_peers(h: &mut Harness) -> Result<(), String> {
         h.barrier()?;
     }
     Ok(())
+}
+
+/// `put_flag`: the flag byte lands after the data, a reader that sees it (acquire) sees the
+/// data, a reader asleep in `block_unless` is woken by it, and the flag byte counts in the
+/// target's range check.
+fn flagged_puts(h: &mut Harness) -> Result<(), String> {
+    const SIZES: &[usize] = &[0, 1, 7, 100, 4096, 70_000, 1 << 20];
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let max = *SIZES.last().unwrap_or(&0);
+    let src = h.f.alloc_region(max).map_err(|e| e.to_string())?;
+    let inbox = h.f.alloc_region(max + 64).map_err(|e| e.to_string())?;
+    let inboxes = h.exchange(&inbox.remote())?;
+    for (round, &size) in SIZES.iter().enumerate() {
+        let flag = round as u8 + 1;
+        let off = 3 + round;
+        src.write(0, &pattern_vec(me, round, size))
+            .map_err(|e| e.to_string())?;
+        h.barrier()?;
+        // Half the rounds the reader is already asleep when the flag comes.
+        if round % 2 == 1 {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let op =
+            h.f.put_flag(&src, 0, size, inboxes[right as usize].at(off), flag)
+                .map_err(|e| format!("put_flag {size}: {e}"))?;
+        let byte = inbox.atomic_u8(off + size).map_err(|e| e.to_string())?;
+        let ready = || byte.load(std::sync::atomic::Ordering::Acquire) == flag;
+        let start = Instant::now();
+        while !ready() {
+            // A lost wake-up would sleep the whole 30 s: a liveness check, not a timing one.
+            if start.elapsed() > Duration::from_secs(20) {
+                return fail(h, format!("the flag of a {size}-byte put never showed"));
+            }
+            h.f.block_unless(Duration::from_secs(30), &ready);
+        }
+        let mut got = vec![0u8; size];
+        inbox.read(off, &mut got).map_err(|e| e.to_string())?;
+        if got != pattern_vec(left, round, size) {
+            return fail(
+                h,
+                format!("flagged put of {size} bytes from {left} landed wrong"),
+            );
+        }
+        h.op_ok(op, &format!("put_flag of {size} bytes"))?;
+    }
+    h.barrier()?;
+    // The flag byte must fit too: data up to the region's end leaves no room for it.
+    let at_end = inboxes[right as usize].at(max + 64 - 8);
+    expect_remote_error(
+        h,
+        h.f.put_flag(&src, 0, 8, at_end, 1),
+        "flag past the end",
+        |e| matches!(e, TransportError::OutOfRange { .. }),
+    )?;
+    h.barrier()
 }
 
 fn expect_remote_error(
