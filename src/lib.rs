@@ -51,12 +51,15 @@
 //! assert_eq!(got, vec![2, 0, 1]);
 //! ```
 
+mod collective;
 pub mod local;
 mod p2p;
 mod request;
 
 use std::sync::{Arc, OnceLock};
 
+pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
+pub use rdcoll_collectives::{BcastAlgorithm, CollConfig, CollError};
 pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag};
 pub use rdcoll_offload::OffloadError;
 pub use rdcoll_transport as transport;
@@ -91,6 +94,14 @@ pub enum Error {
     /// The messaging engine failed otherwise (resources, timeouts).
     #[error(transparent)]
     Offload(OffloadError),
+    /// Ranks called a collective with arguments that cannot go together (lengths that differ,
+    /// different roots), as far as the protocol could tell.
+    #[error("ranks disagree: {0}")]
+    Mismatch(String),
+    /// An earlier collective on this communicator failed; its collectives can no longer be
+    /// used (point-to-point still can).
+    #[error("{0}")]
+    CommunicatorBroken(String),
     /// A rank panicked (with [`local::run`]); the message is the panic's, when it had one.
     #[error("rank {rank} panicked: {message}")]
     RankPanicked {
@@ -122,6 +133,18 @@ impl From<OffloadError> for Error {
     }
 }
 
+impl From<CollError> for Error {
+    fn from(e: CollError) -> Error {
+        match e {
+            CollError::Transport(t) => Error::Transport(t),
+            CollError::Offload(o) => Error::from(o),
+            CollError::InvalidArgument(s) => Error::InvalidArgument(s),
+            CollError::Mismatch(s) => Error::Mismatch(s),
+            broken @ CollError::Broken(_) => Error::CommunicatorBroken(broken.to_string()),
+        }
+    }
+}
+
 /// Result of an rdcoll call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -131,6 +154,8 @@ pub struct Comm {
     /// The messaging engine, started on first use (shared by duplicated communicators).
     engine: OnceLock<Arc<Engine>>,
     context: Context,
+    /// This communicator's collectives, set up on first use.
+    collectives: OnceLock<rdcoll_collectives::Collectives>,
 }
 
 impl Comm {
@@ -140,6 +165,7 @@ impl Comm {
             fabric: Arc::from(fabric),
             engine: OnceLock::new(),
             context: 0,
+            collectives: OnceLock::new(),
         }
     }
 

@@ -78,6 +78,7 @@ impl Comm {
             fabric: self.fabric.clone(),
             engine: std::sync::OnceLock::from(engine),
             context,
+            collectives: std::sync::OnceLock::new(),
         })
     }
 }

@@ -1,4 +1,154 @@
-//! rdcoll-collectives: broadcast (and, later, reduce, allreduce and barrier) over the emulated
-//! network interface of `rdcoll-offload`.
+//! rdcoll-collectives: collectives over the emulated network interface of `rdcoll-offload`,
+//! written against RDMA semantics (one-sided writes into buffers registered once, completion
+//! counters), after papers 004 (RDMA-write broadcast with counter bytes) and 000/001 (RDMC).
+//!
+//! A [`Collectives`] belongs to one communicator. Its operations are collective: every rank
+//! calls them in the same order. Its own set-up messages travel on the communicator's context
+//! with [`COLLECTIVE_CONTEXT_BIT`] set, so they never meet the communicator's point-to-point
+//! traffic. After a collective fails (a rank died, ranks disagreed in a way the protocol
+//! cannot recover from) the ranks may disagree on where the collectives' buffers stand, so
+//! every later collective on the communicator fails with [`CollError::Broken`].
 
+mod area;
+pub mod bcast;
+pub mod config;
+mod error;
+mod progress;
 pub mod schedule;
+mod tree;
+
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
+use rdcoll_offload::CtHandle;
+use rdcoll_transport::Rank;
+
+pub use config::{BcastAlgorithm, CollConfig};
+pub use error::{CollError, Result};
+
+use bcast::{CounterBcast, Rdmc};
+use progress::Waiter;
+
+/// The one-sided writes a communicator's collectives issued, counted on one counter.
+pub(crate) struct Puts {
+    pub(crate) ct: CtHandle,
+    pub(crate) issued: u64,
+}
+
+/// One communicator's collectives.
+pub struct Collectives {
+    waiter: Waiter,
+    context: Context,
+    cfg: CollConfig,
+    inner: Mutex<Inner>,
+}
+
+pub(crate) struct Inner {
+    broken: Option<String>,
+    puts: Puts,
+    counter: Option<CounterBcast>,
+    rdmc: Option<Rdmc>,
+    /// Each rank's group (host or `RDCOLL_CLUSTER`) for the hybrid broadcast.
+    groups: Option<Vec<u64>>,
+}
+
+impl Collectives {
+    /// The collectives of the communicator with context `context` over `engine`, with
+    /// settings from the environment. Not collective: buffers are set up (collectively) by the
+    /// first collective that needs them.
+    pub fn new(engine: Arc<Engine>, context: Context) -> Result<Collectives> {
+        Collectives::with_config(engine, context, CollConfig::from_env()?)
+    }
+
+    /// Like [`new`](Collectives::new), with explicit settings.
+    pub fn with_config(
+        engine: Arc<Engine>,
+        context: Context,
+        cfg: CollConfig,
+    ) -> Result<Collectives> {
+        let ct = engine.ni().ct_alloc()?;
+        Ok(Collectives {
+            waiter: Waiter::new(engine),
+            context: context | COLLECTIVE_CONTEXT_BIT,
+            cfg,
+            inner: Mutex::new(Inner {
+                broken: None,
+                puts: Puts { ct, issued: 0 },
+                counter: None,
+                rdmc: None,
+                groups: None,
+            }),
+        })
+    }
+
+    /// The settings in use.
+    pub fn config(&self) -> &CollConfig {
+        &self.cfg
+    }
+
+    fn check_root(&self, root: Rank) -> Result<()> {
+        let n = self.waiter.fabric().size();
+        if root as usize >= n {
+            return Err(CollError::InvalidArgument(format!(
+                "root {root} is not in this communicator of {n} ranks"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs a collective step: refused once the communicator is broken; an error of the
+    /// outer result breaks it, one of the inner result (reported after a collective that
+    /// completed consistently everywhere) does not.
+    fn guarded<T>(&self, f: impl FnOnce(&mut Inner) -> Result<Result<T>>) -> Result<T> {
+        let mut inner = self.inner.lock();
+        if let Some(why) = &inner.broken {
+            return Err(CollError::Broken(why.clone()));
+        }
+        let result = self
+            .waiter
+            .set_up(self.context)
+            .and_then(|()| f(&mut inner));
+        match result {
+            Ok(r) => r,
+            Err(e) => {
+                inner.broken = Some(e.to_string());
+                // Ranks waiting for this one would otherwise wait for ever.
+                self.waiter.abort(&mut inner.puts);
+                Err(e)
+            }
+        }
+    }
+
+    /// Each rank's group for the hybrid broadcast (exchanged once).
+    fn groups<'a>(&self, inner: &'a mut Inner) -> Result<&'a [u64]> {
+        if inner.groups.is_none() {
+            let key = match &self.cfg.cluster {
+                Some(c) => format!("cluster:{c}"),
+                None => format!("host:{}", rdcoll_transport::bootstrap::host_identity()),
+            };
+            let mine = fnv1a(key.as_bytes()).to_le_bytes();
+            let all = area::allgather(self.waiter.engine(), self.context, &mine)?;
+            let ids = all
+                .iter()
+                .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or_default()))
+                .collect();
+            inner.groups = Some(ids);
+        }
+        Ok(inner.groups.as_deref().unwrap_or_default())
+    }
+}
+
+impl Drop for Collectives {
+    fn drop(&mut self) {
+        let inner = self.inner.get_mut();
+        let _ = self.waiter.engine().ni().ct_free(inner.puts.ct);
+    }
+}
+
+/// FNV-1a: a stable hash of a group's name.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -285,6 +285,11 @@ impl Ni {
         self.with(|st| Ok(st.cts.must(ct.0)?.value))
     }
 
+    /// The counter's value as it stands, without running the agent.
+    pub fn ct_peek(&self, ct: CtHandle) -> Result<CtValue> {
+        Ok(self.shared.state.lock().cts.must(ct.0)?.value)
+    }
+
     /// Waits until `success + failure >= threshold`, or returns early on a failure count.
     pub fn ct_wait(&self, ct: CtHandle, threshold: u64, timeout: Duration) -> Result<CtValue> {
         let mut value = CtValue::default();

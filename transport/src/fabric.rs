@@ -105,7 +105,9 @@ pub trait Fabric: Send + Sync {
     /// Like [`block`](Fabric::block), for a waiter whose condition is a flag that peers set
     /// with [`put_flag`](Fabric::put_flag) rather than an event: `ready` is looked at once
     /// more after this thread is registered as a sleeper, so a flag stored meanwhile either
-    /// stops the sleep or wakes it (no lost wake-up).
+    /// stops the sleep or wakes it (no lost wake-up). `ready` may be called under the
+    /// backend's internal locks: it must only read memory (a flag), never call the fabric or
+    /// take a lock.
     fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
         if !ready() {
             self.block(timeout);

@@ -245,6 +245,18 @@ impl Region {
         })
     }
 
+    /// Copies `len` bytes of `src` at `src_offset` into this region at `offset` (both of this
+    /// process; one copy, the ranges checked, both regions held alive meanwhile).
+    pub fn copy_from(
+        &self,
+        offset: usize,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        copy_between(src, src_offset, self, offset, len)
+    }
+
     /// Fills `len` bytes at `offset` with `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         self.with_range(offset, len, |dst| {

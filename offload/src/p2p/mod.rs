@@ -90,6 +90,10 @@ pub struct ReqId(u64);
 /// A communicator's context id: messages of different contexts never match.
 pub type Context = u16;
 
+/// Set in the context a communicator's collectives use for their own messages, so that they
+/// never match the communicator's point-to-point traffic; communicators get ids below it.
+pub const COLLECTIVE_CONTEXT_BIT: Context = 0x8000;
+
 /// Ids at or above this are not requests.
 const RESERVED_IDS: u64 = u64::MAX - 16;
 /// `user_ptr` of the overflow list's bounce buffers.
@@ -250,8 +254,10 @@ impl Engine {
     pub fn new_context(&self) -> Result<Context> {
         let mut inner = self.inner.lock();
         let c = inner.next_context;
-        if c > Context::MAX as u32 {
-            return Err(invalid("all 65535 communicator context ids are in use"));
+        if c >= COLLECTIVE_CONTEXT_BIT as u32 {
+            return Err(invalid(
+                "all 32767 communicator context ids are in use (the rest serve collectives)",
+            ));
         }
         inner.next_context += 1;
         Ok(c as Context)

@@ -121,11 +121,44 @@ struct ProducerSide {
     backlog: VecDeque<(u32, Vec<u8>)>,
 }
 
+/// What follows a put's data at the target: nothing, an immediate event, or a flag byte
+/// stored after the data (`Fabric::put_flag`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PutTail {
+    None,
+    Imm(u64),
+    Flag(u8),
+}
+
+impl PutTail {
+    /// The two words a record carries it in.
+    pub(crate) fn words(self) -> [u64; 2] {
+        match self {
+            PutTail::None => [0, 0],
+            PutTail::Imm(v) => [1, v],
+            PutTail::Flag(v) => [2, v as u64],
+        }
+    }
+    /// Read back from a record (`None` for a malformed pair).
+    pub(crate) fn from_words(kind: u64, value: u64) -> Option<PutTail> {
+        match kind {
+            0 => Some(PutTail::None),
+            1 => Some(PutTail::Imm(value)),
+            2 => u8::try_from(value).ok().map(PutTail::Flag),
+            _ => None,
+        }
+    }
+    /// Bytes the target range covers beyond the data.
+    pub(crate) fn extra(self) -> usize {
+        matches!(self, PutTail::Flag(_)) as usize
+    }
+}
+
 pub(crate) enum PendingKind {
     Put {
         src: Region,
         src_off: usize,
-        imm: Option<u64>,
+        tail: PutTail,
     },
     Get {
         dst: Region,
@@ -419,7 +452,8 @@ impl Fabric for ShmFabric {
         dst: RemoteAddr,
         imm: Option<u64>,
     ) -> Result<OpId> {
-        rma::put(&self.inner, src, src_offset, len, dst, imm)
+        let tail = imm.map_or(PutTail::None, PutTail::Imm);
+        rma::put(&self.inner, src, src_offset, len, dst, tail)
     }
 
     fn put_flag(
@@ -430,7 +464,7 @@ impl Fabric for ShmFabric {
         dst: RemoteAddr,
         flag: u8,
     ) -> Result<OpId> {
-        rma::put_flag(&self.inner, src, src_offset, len, dst, flag)
+        rma::put(&self.inner, src, src_offset, len, dst, PutTail::Flag(flag))
     }
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {

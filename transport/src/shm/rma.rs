@@ -5,25 +5,35 @@ use std::sync::atomic::Ordering;
 
 use super::records::*;
 use super::table::KIND_HEAP;
-use super::{os, service, Inner, Pending, PendingKind};
+use super::{os, service, Inner, Pending, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{Event, OpId, RemoteAddr};
 
-/// One-sided write of `len` bytes of `src` at `src_offset` to `dst` (see `Fabric::put`).
+/// One-sided write of `len` bytes of `src` at `src_offset` to `dst`, followed by `tail` (see
+/// `Fabric::put` and `Fabric::put_flag`): a direct copy into a peer's heap (then the
+/// immediate's record, or the flag byte stored with release ordering and a wake-up), or, for
+/// other memory, a request the target serves, which stores the flag once the data is in.
 pub(super) fn put(
     inner: &Inner,
     src: &Region,
     src_offset: usize,
     len: usize,
     dst: RemoteAddr,
-    imm: Option<u64>,
+    tail: PutTail,
 ) -> Result<OpId> {
     src.check_range(src_offset, len)?;
     inner.check_peer(dst.rank)?;
     let op = inner.new_op();
+    let imm = match tail {
+        PutTail::Imm(v) => Some(v),
+        _ => None,
+    };
     if dst.rank == inner.rank {
-        let result = inner.table.put_from(src, src_offset, len, dst);
+        let result = match tail {
+            PutTail::Flag(v) => inner.table.put_flag_from(src, src_offset, len, dst, v),
+            _ => inner.table.put_from(src, src_offset, len, dst),
+        };
         if let (Ok(()), Some(imm)) = (&result, imm) {
             inner.push_local(Event::Immediate {
                 src: inner.rank,
@@ -33,7 +43,8 @@ pub(super) fn put(
         inner.push_local(Event::Completed { op, result });
         return Ok(op);
     }
-    let e = match inner.entry_for(dst.rank, dst.key, dst.offset, len) {
+    let span = len.saturating_add(tail.extra());
+    let e = match inner.entry_for(dst.rank, dst.key, dst.offset, span) {
         Ok(e) => e,
         Err(err) => {
             inner.push_local(Event::Completed {
@@ -45,15 +56,31 @@ pub(super) fn put(
     };
     if e.kind == KIND_HEAP {
         let result = inner.direct_copy(dst.rank, dst.key, &e, || {
-            let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, len)?;
+            let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, span)?;
             src.with_range(src_offset, len, |s| {
-                // SAFETY: `d` is inside the peer's heap block (validated entry and range,
-                // held by `direct_copy`), `s` inside our live source region.
-                unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
+                // SAFETY: `d` is inside the peer's heap block for `span` bytes (validated
+                // entry and range, held by `direct_copy`), `s` inside our live source region;
+                // `AtomicU8` has the layout of `u8`.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(s, d, len);
+                    if let PutTail::Flag(v) = tail {
+                        // SeqCst (a release store too): ordered before `ring_doorbell`'s look
+                        // at the peer's sleeper count (see `block_unless`).
+                        (*(d.add(len) as *const std::sync::atomic::AtomicU8))
+                            .store(v, Ordering::SeqCst);
+                    }
+                }
             })
         });
-        let result = match (result, imm) {
-            (Ok(()), Some(imm)) => inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()]),
+        let result = match (result, tail) {
+            (Ok(()), PutTail::Imm(imm)) => {
+                inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()])
+            }
+            (Ok(()), PutTail::Flag(_)) => {
+                // The peer may be asleep waiting for exactly this byte.
+                inner.ring_doorbell(dst.rank);
+                Ok(())
+            }
             (result, _) => result,
         };
         inner.push_local(Event::Completed { op, result });
@@ -62,7 +89,7 @@ pub(super) fn put(
     let kind = PendingKind::Put {
         src: src.clone(),
         src_off: src_offset,
-        imm,
+        tail,
     };
     inner.add_pending(
         op,
@@ -81,69 +108,17 @@ pub(super) fn put(
             dst.offset as u64,
             len as u64,
             (src.base_addr() + src_offset) as u64,
-            imm.is_some() as u64,
-            imm.unwrap_or(0),
+            tail.words()[0],
+            tail.words()[1],
         ];
         inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])
     } else {
-        service::send_put_chunks(inner, op.0, dst, src, src_offset, len, imm)
+        service::send_put_chunks(inner, op.0, dst, src, src_offset, len, tail)
     };
     match sent {
         Ok(()) => Ok(op),
         Err(e) => inner.abandon(op, e),
     }
-}
-
-/// A put whose data is followed by a flag byte stored with release ordering (see
-/// `Fabric::put_flag`): a direct copy into the peer's heap, then the flag, then a wake-up if
-/// the peer sleeps. Only regions the target's fabric allocated (heap) take flags.
-pub(super) fn put_flag(
-    inner: &Inner,
-    src: &Region,
-    src_offset: usize,
-    len: usize,
-    dst: RemoteAddr,
-    flag: u8,
-) -> Result<OpId> {
-    src.check_range(src_offset, len)?;
-    inner.check_peer(dst.rank)?;
-    let op = inner.new_op();
-    if dst.rank == inner.rank {
-        let result = inner.table.put_flag_from(src, src_offset, len, dst, flag);
-        inner.push_local(Event::Completed { op, result });
-        return Ok(op);
-    }
-    let span = len.saturating_add(1);
-    let result = inner
-        .entry_for(dst.rank, dst.key, dst.offset, span)
-        .and_then(|e| {
-            if e.kind != KIND_HEAP {
-                return Err(TransportError::InvalidArgument(
-                    "a flagged put needs a region the target's fabric allocated".into(),
-                ));
-            }
-            inner.direct_copy(dst.rank, dst.key, &e, || {
-                let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, span)?;
-                src.with_range(src_offset, len, |s| {
-                    // SAFETY: `d` is inside the peer's heap block for `len + 1` bytes
-                    // (validated entry and range, held by `direct_copy`), `s` inside our live
-                    // source region; `AtomicU8` has the layout of `u8`.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(s, d, len);
-                        // SeqCst (a release store too): ordered before `ring_doorbell`'s look
-                        // at the peer's sleeper count (see `block_unless`).
-                        (*(d.add(len) as *const std::sync::atomic::AtomicU8))
-                            .store(flag, Ordering::SeqCst);
-                    }
-                })
-            })
-        });
-    if result.is_ok() {
-        // The peer may be asleep waiting for exactly this byte.
-        inner.ring_doorbell(dst.rank);
-    }
-    inner.push_local(Event::Completed { op, result });
-    Ok(op)
 }
 
 /// One-sided read of `len` bytes at `src` into `dst` at `dst_offset` (see `Fabric::get`).

@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::records::*;
-use super::{os, ring, Inner, PendingKind};
+use super::{os, ring, Inner, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{range_fits, Event, EventRef, OpId, Payload, Rank, RegionKey, RemoteAddr};
@@ -169,6 +169,19 @@ fn target_region(inner: &Inner, key: u64, offset: u64, len: u64) -> Result<(Regi
     }
 }
 
+/// What a finished put's tail raises at its target: an immediate's event; for a flag (stored
+/// already), a wake-up of this rank's sleepers, which may wait for exactly that byte.
+fn tail_event(inner: &Inner, src: Rank, tail: PutTail) -> Option<Event> {
+    match tail {
+        PutTail::Imm(imm) => Some(Event::Immediate { src, imm }),
+        PutTail::Flag(_) => {
+            inner.ring_doorbell(inner.rank);
+            None
+        }
+        PutTail::None => None,
+    }
+}
+
 /// Handles one record from `src`; returns the event it raises, if any.
 fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> {
     match kind {
@@ -178,16 +191,26 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
         }),
         K_IMM => parse::<1>(payload).map(|([imm], _)| Event::Immediate { src, imm }),
         K_PUT_PULL => {
-            let ([op, key, offset, len, src_addr, has_imm, imm], _) = parse::<7>(payload)?;
-            let result = target_region(inner, key, offset, len).and_then(|(region, o, l)| {
-                region.with_range(o, l, |d| {
+            let ([op, key, offset, len, src_addr, tail_kind, tail_value], _) = parse::<7>(payload)?;
+            let Some(tail) = PutTail::from_words(tail_kind, tail_value) else {
+                done(inner, src, op, ST_BAD_KEY, 0);
+                return None;
+            };
+            let span = len.saturating_add(tail.extra() as u64);
+            let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
+                let l = len as usize;
+                let read = region.with_range(o, l, |d| {
                     os::read_remote(inner.pids[src as usize], src_addr as usize, d, l)
-                })
+                })?;
+                if let (Ok(()), PutTail::Flag(v)) = (&read, tail) {
+                    region.store_flag(o + l, v)?;
+                }
+                Ok(read)
             });
             match result {
                 Ok(Ok(())) => {
                     done(inner, src, op, ST_OK, 0);
-                    (has_imm == 1).then_some(Event::Immediate { src, imm })
+                    tail_event(inner, src, tail)
                 }
                 Ok(Err(_)) => {
                     done(inner, src, op, ST_CMA_REFUSED, 0);
@@ -201,22 +224,32 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
             }
         }
         K_PUT_CHUNK => {
-            let ([op, key, base, total, chunk_off, has_imm, imm], data) = parse::<7>(payload)?;
+            let ([op, key, base, total, chunk_off, tail_kind, tail_value], data) =
+                parse::<7>(payload)?;
+            let tail = PutTail::from_words(tail_kind, tail_value);
             let end = chunk_off
                 .checked_add(data.len() as u64)
                 .filter(|&e| e <= total);
-            let result = match end {
-                None => Err(TransportError::Protocol {
+            let result = match (end, tail) {
+                (Some(end), Some(tail)) => {
+                    let span = total.saturating_add(tail.extra() as u64);
+                    target_region(inner, key, base, span).and_then(|(region, o, _)| {
+                        region.write(o + chunk_off as usize, data)?;
+                        if let (true, PutTail::Flag(v)) = (end == total, tail) {
+                            region.store_flag(o + total as usize, v)?;
+                        }
+                        Ok(())
+                    })
+                }
+                _ => Err(TransportError::Protocol {
                     rank: src,
-                    what: "put chunk outside its range".into(),
+                    what: "put chunk outside its range, or a bad tail".into(),
                 }),
-                Some(_) => target_region(inner, key, base, total)
-                    .and_then(|(region, o, _)| region.write(o + chunk_off as usize, data)),
             };
             match result {
                 Ok(()) if end == Some(total) => {
                     done(inner, src, op, ST_OK, 0);
-                    (has_imm == 1).then_some(Event::Immediate { src, imm })
+                    tail_event(inner, src, tail.unwrap_or(PutTail::None))
                 }
                 Ok(()) => None,
                 Err(e) => {
@@ -330,13 +363,13 @@ fn finish(inner: &Inner, src: Rank, op: u64, status: u64, region_len: u64) -> Op
 /// exactly once.
 fn resend_as_chunks(inner: &Inner, src: Rank, op: u64) -> Option<Event> {
     inner.cma_ok[src as usize].store(false, Ordering::Release);
-    let (dst, region, src_off, len, imm) = {
+    let (dst, region, src_off, len, tail) = {
         let pending = inner.pending.lock();
         let p = pending.get(&op).filter(|p| p.peer == src)?;
         let PendingKind::Put {
             src: region,
             src_off,
-            imm,
+            tail,
         } = &p.kind
         else {
             return None;
@@ -346,9 +379,9 @@ fn resend_as_chunks(inner: &Inner, src: Rank, op: u64) -> Option<Event> {
             key: p.key,
             offset: p.offset,
         };
-        (dst, region.clone(), *src_off, p.len, *imm)
+        (dst, region.clone(), *src_off, p.len, *tail)
     };
-    let err = send_put_chunks(inner, op, dst, &region, src_off, len, imm).err()?;
+    let err = send_put_chunks(inner, op, dst, &region, src_off, len, tail).err()?;
     inner.pending.lock().remove(&op)?;
     Some(Event::Completed {
         op: OpId(op),
@@ -364,7 +397,7 @@ pub(super) fn send_put_chunks(
     src: &Region,
     src_off: usize,
     len: usize,
-    imm: Option<u64>,
+    tail: PutTail,
 ) -> Result<()> {
     let mut at = 0;
     loop {
@@ -375,8 +408,8 @@ pub(super) fn send_put_chunks(
             dst.offset as u64,
             len as u64,
             at as u64,
-            imm.is_some() as u64,
-            imm.unwrap_or(0),
+            tail.words()[0],
+            tail.words()[1],
         ];
         let mut chunk = header(words);
         let start = chunk.len();

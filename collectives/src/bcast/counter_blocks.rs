@@ -1,0 +1,184 @@
+//! Small broadcasts by RDMA writes with counter bytes (paper 004, Sections 3 and 4.1).
+//!
+//! Each rank owns a broadcast buffer of `BLOCKS` fixed blocks of `BLOCK` bytes and a
+//! notification buffer of one byte per rank, registered once and known to every rank. A
+//! message is cut into chunks of `BLOCK - 1` bytes; each chunk is written bottom-filled into a
+//! block, with the communicator's broadcast counter in the block's last byte, down a binomial
+//! tree: the counter byte lands after the data (`Fabric::put_flag`), so a receiver that sees
+//! the current counter in the last byte of the block it expects knows the block is valid.
+//! Blocks are used in order by every rank alike (the same cursor everywhere), and a node
+//! forwards each block as soon as it is valid (the paper forwards whole messages; per block
+//! keeps the pipeline of a multi-block message going).
+//!
+//! Reuse (Section 3.3, 4.1.4): the buffer is split into `WINDOWS` epochs of blocks. A rank
+//! that has consumed every block of an epoch (copied it out, forwarded it, its writes from it
+//! completed) resets their counter bytes, and then writes the number of epochs it has
+//! finished into its byte of every other rank's notification buffer. A sender writes into a
+//! block of epoch `e` of a receiver only once that receiver has finished epoch `e - WINDOWS`,
+//! the last one to use the same blocks. As blocks are reset before they are released, a
+//! receiver never finds an old counter in a block it expects, whatever the counter's value,
+//! also after it wraps (255 values, never 0: 0 is "empty"). A nonzero counter that is not
+//! the current one means the ranks are out of step (different lengths or roots): an error.
+
+use rdcoll_offload::p2p::Context;
+use rdcoll_offload::p2p::Engine;
+use rdcoll_transport::Rank;
+
+use crate::area::Area;
+use crate::error::{CollError, Result};
+use crate::progress::Waiter;
+use crate::tree;
+use crate::Puts;
+
+/// Bytes per block (the last is the counter byte).
+pub(crate) const BLOCK: usize = 4096;
+/// Blocks in the broadcast buffer.
+pub(crate) const BLOCKS: usize = 32;
+/// Epochs the buffer is split into.
+const WINDOWS: usize = 2;
+/// Blocks per epoch.
+const EPOCH: usize = BLOCKS / WINDOWS;
+
+/// One communicator's counter-byte broadcast state.
+pub(crate) struct CounterBcast {
+    area: Area,
+    /// Offset of the notification bytes (after the blocks).
+    notify: usize,
+    /// Blocks used so far (the same on every rank).
+    cursor: u64,
+    /// Broadcasts so far.
+    seq: u64,
+    /// Epochs this rank has finished.
+    epochs_done: u64,
+}
+
+impl CounterBcast {
+    /// Registers the buffers and exchanges their addresses. Collective.
+    pub(crate) fn new(engine: &Engine, context: Context) -> Result<CounterBcast> {
+        let notify = BLOCKS * BLOCK;
+        let area = Area::new(engine, context, notify + engine.size())?;
+        Ok(CounterBcast {
+            area,
+            notify,
+            cursor: 0,
+            seq: 0,
+            epochs_done: 0,
+        })
+    }
+
+    /// Broadcasts `buf` from `root` (every rank passes a buffer of the same length).
+    pub(crate) fn bcast(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        buf: &mut [u8],
+        root: Rank,
+    ) -> Result<()> {
+        let fabric = w.fabric();
+        let (me, n) = (fabric.rank() as usize, fabric.size());
+        self.seq += 1;
+        let counter = ((self.seq - 1) % 255) as u8 + 1;
+        let chunk = BLOCK - 1;
+        let blocks = buf.len().div_ceil(chunk).max(1);
+        let rel = tree::relative(me, root as usize, n);
+        let children: Vec<Rank> = tree::children(rel, n)
+            .map(|c| tree::absolute(c, root as usize, n) as Rank)
+            .collect();
+        for i in 0..blocks {
+            let at = self.cursor + i as u64;
+            let (slot, epoch) = ((at % BLOCKS as u64) as usize, at / EPOCH as u64);
+            let lo = i * chunk;
+            let len = chunk.min(buf.len() - lo);
+            let base = slot * BLOCK;
+            let (data, flag) = (base + BLOCK - 1 - len, base + BLOCK - 1);
+            let local = self.area.local();
+            if rel == 0 {
+                local.write(data, &buf[lo..lo + len])?;
+            } else {
+                let byte = self.area.flag(flag);
+                let parent =
+                    tree::parent(rel).map_or(root, |p| tree::absolute(p, root as usize, n) as Rank);
+                w.until(parent, &|| {
+                    byte.load(std::sync::atomic::Ordering::Acquire) != 0
+                })?;
+                let got = byte.load(std::sync::atomic::Ordering::Acquire);
+                if got != counter {
+                    return Err(CollError::Mismatch(format!(
+                        "broadcast block {slot} carries counter {got}, expected {counter}: the \
+                         ranks' broadcasts are out of step (different lengths or roots)"
+                    )));
+                }
+            }
+            for &child in &children {
+                self.wait_released(w, child, epoch)?;
+                w.engine().ni().rdma_put(
+                    local,
+                    data,
+                    len,
+                    self.area.at(child, data),
+                    Some(counter),
+                    puts.ct,
+                )?;
+                puts.issued += 1;
+            }
+            if rel != 0 {
+                local.read(data, &mut buf[lo..lo + len])?;
+            }
+            if (at + 1).is_multiple_of(EPOCH as u64) {
+                self.finish_epoch(w, puts, epoch)?;
+            }
+        }
+        self.cursor += blocks as u64;
+        Ok(())
+    }
+
+    /// Waits until `peer` has released the blocks that epoch `epoch` reuses.
+    fn wait_released(&self, w: &Waiter, peer: Rank, epoch: u64) -> Result<()> {
+        let Some(need) = (epoch + 1).checked_sub(WINDOWS as u64) else {
+            return Ok(());
+        };
+        let byte = self.area.flag(self.notify + peer as usize);
+        // Epoch counts travel as bytes; ranks are never 128 epochs apart (a rank waits for
+        // its children within `WINDOWS` epochs, and the trees span every rank).
+        w.until(peer, &|| {
+            let done = byte.load(std::sync::atomic::Ordering::Acquire);
+            done.wrapping_sub(need as u8) as i8 >= 0
+        })
+    }
+
+    /// Resets the counter bytes of epoch `epoch`'s blocks and tells every rank they may be
+    /// written again, once this rank's own writes from them have completed.
+    fn finish_epoch(&mut self, w: &Waiter, puts: &mut Puts, epoch: u64) -> Result<()> {
+        w.puts_done(puts.ct, puts.issued)?;
+        let first = (epoch * EPOCH as u64 % BLOCKS as u64) as usize;
+        for slot in first..first + EPOCH {
+            self.area
+                .flag(slot * BLOCK + BLOCK - 1)
+                .store(0, std::sync::atomic::Ordering::Release);
+        }
+        self.epochs_done += 1;
+        let fabric = w.fabric();
+        let me = fabric.rank();
+        let done = self.epochs_done as u8;
+        for peer in (0..fabric.size() as Rank).filter(|&p| p != me) {
+            let sent = w.engine().ni().rdma_put(
+                self.area.local(),
+                0,
+                0,
+                self.area.at(peer, self.notify + me as usize),
+                Some(done),
+                puts.ct,
+            );
+            match sent {
+                Ok(()) => puts.issued += 1,
+                // A rank that has left needs no notification; if it was still needed, the
+                // ranks waiting for it find out.
+                Err(rdcoll_offload::OffloadError::Transport(
+                    rdcoll_transport::TransportError::PeerFailed(_),
+                )) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! Settings of the collectives, from `RDCOLL_BCAST_SMALL_MAX`, `RDCOLL_BCAST_BLOCK`,
+//! `RDCOLL_BCAST_ALGORITHM` and `RDCOLL_CLUSTER`.
+
+use crate::error::{CollError, Result};
+use crate::schedule::Algorithm;
+
+/// Default largest broadcast sent through counter-byte blocks (docs/PERFORMANCE.md,
+/// "Broadcast", for the measurement behind it).
+pub const DEFAULT_BCAST_SMALL_MAX: usize = 16 << 10;
+/// Largest RDMC block unless `RDCOLL_BCAST_BLOCK` says otherwise.
+pub const DEFAULT_MAX_BLOCK: usize = 1 << 20;
+/// Smallest RDMC block chosen automatically.
+pub const MIN_AUTO_BLOCK: usize = 32 << 10;
+/// Largest `RDCOLL_BCAST_BLOCK`.
+pub const MAX_BLOCK: usize = 64 << 20;
+
+/// How a broadcast travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BcastAlgorithm {
+    /// Counter-byte blocks up to the small limit, then the binomial pipeline (or hybrid when
+    /// the ranks span several hosts or clusters).
+    Auto,
+    /// Counter-byte RDMA-write blocks down a binomial tree (paper 004), whatever the size.
+    Counter,
+    /// One of the RDMC family, whatever the size.
+    Rdmc(Algorithm),
+}
+
+impl BcastAlgorithm {
+    /// Parses `auto`, `counter`, or an RDMC algorithm's name.
+    pub fn from_name(s: &str) -> Option<BcastAlgorithm> {
+        match s {
+            "auto" => Some(BcastAlgorithm::Auto),
+            "counter" | "small" => Some(BcastAlgorithm::Counter),
+            other => Algorithm::from_name(other).map(BcastAlgorithm::Rdmc),
+        }
+    }
+
+    /// The name, as parsed.
+    pub fn name(self) -> &'static str {
+        match self {
+            BcastAlgorithm::Auto => "auto",
+            BcastAlgorithm::Counter => "counter",
+            BcastAlgorithm::Rdmc(a) => a.name(),
+        }
+    }
+}
+
+/// The collectives' settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CollConfig {
+    /// Broadcasts up to this many bytes use counter-byte blocks (with `Auto`).
+    pub bcast_small_max: usize,
+    /// RDMC block size; `None`: chosen by message size.
+    pub bcast_block: Option<usize>,
+    /// Which broadcast algorithm.
+    pub bcast_algorithm: BcastAlgorithm,
+    /// This rank's cluster for the hybrid broadcast; `None`: its host.
+    pub cluster: Option<String>,
+}
+
+impl Default for CollConfig {
+    fn default() -> Self {
+        CollConfig {
+            bcast_small_max: DEFAULT_BCAST_SMALL_MAX,
+            bcast_block: None,
+            bcast_algorithm: BcastAlgorithm::Auto,
+            cluster: None,
+        }
+    }
+}
+
+impl CollConfig {
+    /// Defaults, overridden by the environment; a malformed value is an error.
+    pub fn from_env() -> Result<CollConfig> {
+        let mut c = CollConfig::default();
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let size = |k: &str, v: String| {
+            rdcoll_offload::p2p::parse_size(&v)
+                .ok_or_else(|| CollError::InvalidArgument(format!("{k}={v:?} is not a size")))
+        };
+        if let Some(v) = var("RDCOLL_BCAST_SMALL_MAX") {
+            c.bcast_small_max = size("RDCOLL_BCAST_SMALL_MAX", v)?;
+        }
+        if let Some(v) = var("RDCOLL_BCAST_BLOCK") {
+            let b = size("RDCOLL_BCAST_BLOCK", v)?;
+            if b == 0 || b > MAX_BLOCK {
+                return Err(CollError::InvalidArgument(format!(
+                    "RDCOLL_BCAST_BLOCK={b} is outside 1..={MAX_BLOCK}"
+                )));
+            }
+            c.bcast_block = Some(b);
+        }
+        if let Some(v) = var("RDCOLL_BCAST_ALGORITHM") {
+            c.bcast_algorithm = BcastAlgorithm::from_name(&v).ok_or_else(|| {
+                CollError::InvalidArgument(format!(
+                    "RDCOLL_BCAST_ALGORITHM={v:?}: expected auto, counter, sequential, chain, \
+                     binomial_tree, binomial_pipeline or hybrid"
+                ))
+            })?;
+        }
+        c.cluster = var("RDCOLL_CLUSTER");
+        Ok(c)
+    }
+
+    /// The RDMC block size for a message of `len` bytes: the setting, or about a sixteenth of
+    /// the message (many blocks keep the pipeline full) between 32 KiB and 1 MiB (big enough
+    /// for each transfer to run at full speed), rounded to a power of two.
+    pub fn block_for(&self, len: usize) -> usize {
+        match self.bcast_block {
+            Some(b) => b,
+            None => (len / 16)
+                .next_power_of_two()
+                .clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK),
+        }
+    }
+
+    /// The largest block any message may use (the size of a staging slot).
+    pub fn max_block(&self) -> usize {
+        self.bcast_block.unwrap_or(DEFAULT_MAX_BLOCK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_blocks() {
+        for n in ["auto", "counter", "chain", "binomial_pipeline", "hybrid"] {
+            assert_eq!(BcastAlgorithm::from_name(n).map(|a| a.name()), Some(n));
+        }
+        assert_eq!(BcastAlgorithm::from_name("bogus"), None);
+        let c = CollConfig::default();
+        assert_eq!(c.block_for(0), MIN_AUTO_BLOCK);
+        assert_eq!(c.block_for(4 << 20), 256 << 10);
+        assert_eq!(c.block_for(1 << 30), DEFAULT_MAX_BLOCK);
+        let fixed = CollConfig {
+            bcast_block: Some(5000),
+            ..CollConfig::default()
+        };
+        assert_eq!((fixed.block_for(1 << 30), fixed.max_block()), (5000, 5000));
+    }
+}

@@ -1,0 +1,167 @@
+//! Waiting for a flag that a peer's RDMA write sets: spin briefly, then yield, then sleep on
+//! the fabric until woken (so more ranks than cores stay usable), driving the offload agent
+//! meanwhile in inline mode (peers may need this rank to serve their gets, and the completions
+//! of this rank's own puts are counted there), and failing, not hanging, once a rank of the
+//! communicator has failed.
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use rdcoll_offload::p2p::Engine;
+use rdcoll_offload::{CtHandle, Mode};
+use rdcoll_transport::{Fabric, Rank, TransportError};
+
+use crate::area::Area;
+use crate::error::{CollError, Result};
+use crate::Puts;
+
+/// How long a wait spins before it yields.
+const SPIN: Duration = Duration::from_micros(50);
+/// How long a wait polls before it sleeps.
+const POLL: Duration = Duration::from_millis(2);
+/// Longest single sleep (failures are looked for between sleeps).
+const SLEEP: Duration = Duration::from_millis(1);
+/// Polls between looks at the peers' liveness while spinning.
+const LIVENESS_EVERY: u32 = 256;
+
+/// Waits on behalf of one communicator's collectives.
+pub(crate) struct Waiter {
+    engine: Arc<Engine>,
+    fabric: Arc<dyn Fabric>,
+    inline: bool,
+    /// One byte per rank, set by a rank whose collective failed (so that ranks waiting for
+    /// something it will now never send stop waiting); known once set up.
+    aborts: OnceLock<Area>,
+}
+
+impl Waiter {
+    pub(crate) fn new(engine: Arc<Engine>) -> Waiter {
+        let fabric = engine.ni().fabric().clone();
+        let inline = engine.ni().mode() == Mode::Inline;
+        Waiter {
+            engine,
+            fabric,
+            inline,
+            aborts: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    pub(crate) fn fabric(&self) -> &dyn Fabric {
+        self.fabric.as_ref()
+    }
+
+    /// Sets up the abort bytes (collective; done by the first collective).
+    pub(crate) fn set_up(&self, context: rdcoll_offload::p2p::Context) -> Result<()> {
+        if self.aborts.get().is_none() {
+            let area = Area::new(&self.engine, context, self.fabric.size())?;
+            let _ = self.aborts.set(area);
+        }
+        Ok(())
+    }
+
+    /// Tells every other rank that this rank's collective failed (best effort: a rank that
+    /// cannot be reached has failed itself).
+    pub(crate) fn abort(&self, puts: &mut Puts) {
+        let Some(area) = self.aborts.get() else {
+            return;
+        };
+        let me = self.fabric.rank();
+        for peer in (0..self.fabric.size() as Rank).filter(|&p| p != me) {
+            let dst = area.at(peer, me as usize);
+            if self
+                .engine
+                .ni()
+                .rdma_put(area.local(), 0, 0, dst, Some(1), puts.ct)
+                .is_ok()
+            {
+                puts.issued += 1;
+            }
+        }
+    }
+
+    /// Returns once the flag test `ready` holds (it may only read memory: it is also asked
+    /// under the fabric's own lock, see `Fabric::block_unless`). `from` is the rank that makes
+    /// it hold: once it has failed (and `ready` still does not hold), or another rank's
+    /// collective has failed, the wait fails instead of hanging.
+    pub(crate) fn until(&self, from: Rank, ready: &dyn Fn() -> bool) -> Result<()> {
+        self.wait(from, ready, true)
+    }
+
+    fn wait(&self, from: Rank, ready: &dyn Fn() -> bool, flag: bool) -> Result<()> {
+        let mut polls = 0u32;
+        let mut since: Option<Instant> = None;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            polls = polls.wrapping_add(1);
+            if self.inline && self.fabric.pending() && self.engine.ni().progress() > 0 {
+                // Something happened: look again before backing off.
+                since = None;
+                continue;
+            }
+            if polls.is_multiple_of(LIVENESS_EVERY) {
+                self.check(from, ready)?;
+            }
+            if !polls.is_multiple_of(32) {
+                std::hint::spin_loop();
+                continue;
+            }
+            let waited = since.get_or_insert_with(Instant::now).elapsed();
+            if waited < SPIN {
+                std::hint::spin_loop();
+            } else if waited < POLL {
+                std::thread::yield_now();
+            } else {
+                self.check(from, ready)?;
+                if flag {
+                    self.fabric.block_unless(SLEEP, ready);
+                } else {
+                    self.fabric.block(SLEEP);
+                }
+            }
+        }
+    }
+
+    /// Waits until every put counted on `ct` has completed (`issued` of them), successfully
+    /// or not: a put into a rank that has gone fails, and whether that matters is for the
+    /// ranks that wait for that rank to say.
+    pub(crate) fn puts_done(&self, ct: CtHandle, issued: u64) -> Result<()> {
+        let ni = self.engine.ni();
+        // Takes the interface's lock: not a flag test (the loop drives the agent).
+        let done = || {
+            ni.ct_peek(ct)
+                .map(|v| v.success + v.failure >= issued)
+                .unwrap_or(true)
+        };
+        // Completions come from this rank's own fabric: no peer to watch.
+        self.wait(self.fabric.rank(), &done, false)
+    }
+
+    fn check(&self, from: Rank, ready: &dyn Fn() -> bool) -> Result<()> {
+        let failed = from != self.fabric.rank() && self.fabric.is_failed(from);
+        let aborted = self.aborted_by();
+        if (failed || aborted.is_some()) && !ready() {
+            // What a peer wrote before it failed counts: `ready` was looked at last.
+            return Err(match aborted {
+                Some(r) if !failed => {
+                    CollError::Broken(format!("the collective failed on rank {r}"))
+                }
+                _ => TransportError::PeerFailed(from).into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A rank that said its collective failed.
+    fn aborted_by(&self) -> Option<Rank> {
+        let area = self.aborts.get()?;
+        (0..self.fabric.size()).find_map(|r| {
+            (area.flag(r).load(std::sync::atomic::Ordering::Acquire) != 0).then_some(r as Rank)
+        })
+    }
+}

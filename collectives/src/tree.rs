@@ -1,0 +1,67 @@
+//! The binomial tree over ranks relative to a root (paper 004 Figure 1): the node at relative
+//! rank `r > 0` hears from `r` with its lowest set bit cleared, and passes on to `r + 2^j` for
+//! every `2^j` below that bit (the root: every `2^j < n`), largest subtree first.
+
+/// The parent of relative rank `rel`.
+pub(crate) fn parent(rel: usize) -> Option<usize> {
+    (rel != 0).then(|| rel & (rel - 1))
+}
+
+/// The children of relative rank `rel` in a tree of `n`, largest subtree first.
+pub(crate) fn children(rel: usize, n: usize) -> impl Iterator<Item = usize> {
+    let limit = if rel == 0 {
+        n.next_power_of_two()
+    } else {
+        1 << rel.trailing_zeros()
+    };
+    (0..usize::BITS)
+        .rev()
+        .map(|j| 1usize << j)
+        .filter(move |&step| step < limit)
+        .map(move |step| rel + step)
+        .filter(move |&c| c < n)
+}
+
+/// `rank` relative to `root` in a group of `n`.
+pub(crate) fn relative(rank: usize, root: usize, n: usize) -> usize {
+    (rank + n - root) % n
+}
+
+/// The rank at relative rank `rel`.
+pub(crate) fn absolute(rel: usize, root: usize, n: usize) -> usize {
+    (rel + root) % n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_node_has_one_parent_that_lists_it() {
+        for n in 1..=70 {
+            for rel in 1..n {
+                let p = parent(rel).unwrap();
+                assert!(p < rel);
+                assert!(children(p, n).any(|c| c == rel), "n={n} rel={rel}");
+            }
+            let mut reached = vec![false; n];
+            let mut stack = vec![0];
+            while let Some(x) = stack.pop() {
+                assert!(!reached[x]);
+                reached[x] = true;
+                stack.extend(children(x, n));
+            }
+            assert!(reached.iter().all(|&r| r), "n={n}");
+        }
+    }
+
+    /// Paper 004 Figure 1, 8 nodes: the root sends to 4, 2, 1; node 4 to 6 and 5; 2 to 3; 6 to 7.
+    #[test]
+    fn matches_the_papers_eight_node_tree() {
+        assert_eq!(children(0, 8).collect::<Vec<_>>(), vec![4, 2, 1]);
+        assert_eq!(children(4, 8).collect::<Vec<_>>(), vec![6, 5]);
+        assert_eq!(children(2, 8).collect::<Vec<_>>(), vec![3]);
+        assert_eq!(children(6, 8).collect::<Vec<_>>(), vec![7]);
+        assert_eq!(children(7, 8).count(), 0);
+    }
+}

@@ -1,0 +1,176 @@
+//! Broadcast cases run on every rank of a job, in-process and across processes. Each returns
+//! `Err` with what went wrong instead of panicking, so that a process-based run can report it.
+
+use rdcoll::{BcastSchedule, Comm};
+
+/// Sizes from nothing to well past the small-message limit.
+pub const SIZES: &[usize] = &[0, 1, 7, 4095, 4096, 4097, 20_000, 100_000, 1 << 20];
+
+/// The byte at `i` of the message broadcast from `root` in round `round`.
+pub fn byte(root: u32, round: usize, i: usize) -> u8 {
+    (i.wrapping_mul(31) ^ (root as usize * 7) ^ round.wrapping_mul(13)) as u8
+}
+
+fn check(buf: &[u8], root: u32, round: usize, what: &str) -> Result<(), String> {
+    match (0..buf.len()).find(|&i| buf[i] != byte(root, round, i)) {
+        None => Ok(()),
+        Some(i) => Err(format!(
+            "{what}: byte {i} of {} from root {root} is {}, expected {}",
+            buf.len(),
+            buf[i],
+            byte(root, round, i)
+        )),
+    }
+}
+
+fn one(world: &Comm, len: usize, root: u32, round: usize, what: &str) -> Result<(), String> {
+    let mut buf = if world.rank() == root {
+        (0..len).map(|i| byte(root, round, i)).collect()
+    } else {
+        vec![0xEEu8; len]
+    };
+    world
+        .bcast(&mut buf, root)
+        .map_err(|e| format!("{what}: {e}"))?;
+    check(&buf, root, round, what)
+}
+
+/// Every root, every size in `sizes`, checked byte for byte.
+pub fn every_root_and_size(world: &Comm, sizes: &[usize]) -> Result<(), String> {
+    let n = world.size() as u32;
+    for (round, &len) in sizes.iter().enumerate() {
+        for root in 0..n {
+            one(world, len, root, round, &format!("{len} bytes from {root}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Many small broadcasts back to back with rotating roots: every block of the counter-byte
+/// buffer is reused many times and the counter wraps (255 values) several times.
+pub fn back_to_back(world: &Comm, count: usize) -> Result<(), String> {
+    let n = world.size() as u32;
+    for round in 0..count {
+        let root = (round as u32 * 7) % n;
+        let len = [0, 3, 64, 4095, 9000][round % 5];
+        one(world, len, root, round, &format!("broadcast {round}"))?;
+    }
+    Ok(())
+}
+
+/// A rank that does not know the length learns it from the root.
+pub fn any_size(world: &Comm) -> Result<(), String> {
+    let n = world.size() as u32;
+    for (round, &len) in [0usize, 5, 10_000, 300_000].iter().enumerate() {
+        let root = round as u32 % n;
+        let mine: Vec<u8> = (0..len).map(|i| byte(root, round, i)).collect();
+        let data = (world.rank() == root).then_some(&mine[..]);
+        let got = world
+            .bcast_any_size(data, root)
+            .map_err(|e| format!("bcast_any_size of {len}: {e}"))?;
+        if got.len() != len {
+            return Err(format!(
+                "bcast_any_size gave {} bytes, sent {len}",
+                got.len()
+            ));
+        }
+        check(&got, root, round, "bcast_any_size")?;
+    }
+    Ok(())
+}
+
+/// A rank whose buffer is shorter than the root's large message gets an error, writes nothing
+/// past its buffer, and the communicator stays usable.
+pub fn length_mismatch(world: &Comm) -> Result<(), String> {
+    let len = 200_000;
+    let short = world.rank() == 1;
+    let mine = if short { len / 2 } else { len };
+    let mut buf: Vec<u8> = if world.rank() == 0 {
+        (0..mine).map(|i| byte(0, 99, i)).collect()
+    } else {
+        vec![0u8; mine]
+    };
+    let r = world.bcast(&mut buf, 0);
+    match (short, r) {
+        (true, Err(rdcoll::Error::Mismatch(_))) => check(&buf, 0, 99, "truncated part")?,
+        (true, other) => return Err(format!("a short buffer gave {other:?}")),
+        (false, Err(e)) => return Err(format!("a full buffer failed: {e}")),
+        (false, Ok(())) => check(&buf, 0, 99, "full buffer")?,
+    }
+    // Still usable.
+    one(world, 10, 0, 5, "after a mismatch")
+}
+
+/// The names of the RDMC algorithms, for forcing each in turn.
+pub fn algorithms() -> Vec<&'static str> {
+    BcastSchedule::ALL.iter().map(|a| a.name()).collect()
+}
+
+/// Each RDMC algorithm in turn (with 64 KiB blocks, so 1 MiB is 16 of them), and the hybrid
+/// with the ranks split into clusters of two.
+pub fn every_algorithm(world: &Comm) -> Result<(), String> {
+    for name in algorithms() {
+        let cfg = rdcoll::CollConfig {
+            bcast_algorithm: rdcoll::BcastAlgorithm::from_name(name).expect("known name"),
+            bcast_block: Some(64 << 10),
+            cluster: Some(format!("c{}", world.rank() / 2)),
+            ..rdcoll::CollConfig::default()
+        };
+        let c = world
+            .with_collectives_config(cfg)
+            .map_err(|e| e.to_string())?;
+        every_root_and_size(&c, &[0, 1, 65_536, 100_000, 1 << 20])
+            .map_err(|e| format!("{name}: {e}"))?;
+    }
+    Ok(())
+}
+
+/// One 64 MiB broadcast from the last rank.
+pub fn huge(world: &Comm) -> Result<(), String> {
+    let root = world.size() as u32 - 1;
+    one(world, 64 << 20, root, 3, "64 MiB")
+}
+
+/// The last rank dies: the survivors' broadcasts fail (with the failed rank, or with the
+/// communicator broken by a failure elsewhere) within a few attempts, none hangs, and once a
+/// broadcast has failed every later one fails too.
+pub fn peer_death(world: &Comm) -> Result<(), String> {
+    let n = world.size() as u32;
+    // A first broadcast sets everything up while everyone is alive.
+    one(world, 10, 0, 0, "before the death")?;
+    if world.rank() == n - 1 {
+        std::process::abort();
+    }
+    let failed = |r: &rdcoll::Result<()>| {
+        matches!(
+            r,
+            Err(rdcoll::Error::Transport(
+                rdcoll::TransportError::PeerFailed(_)
+            )) | Err(rdcoll::Error::CommunicatorBroken(_))
+        )
+    };
+    for attempt in 0..200 {
+        let len = if attempt % 2 == 0 { 100 } else { 200_000 };
+        let mut buf = vec![0u8; len];
+        let r = world.bcast(&mut buf, 0);
+        if failed(&r) {
+            let mut b = [0u8; 4];
+            let again = world.bcast(&mut b, 0);
+            return match again {
+                Err(rdcoll::Error::CommunicatorBroken(_)) => Ok(()),
+                other => Err(format!("after a failed broadcast the next gave {other:?}")),
+            };
+        }
+        if let Err(e) = r {
+            return Err(format!(
+                "a broadcast with rank {} dead failed with {e}",
+                n - 1
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    Err(format!(
+        "200 broadcasts never noticed that rank {} died",
+        n - 1
+    ))
+}

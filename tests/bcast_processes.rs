@@ -1,0 +1,249 @@
+//! Broadcast across processes: the test binary re-launches itself as the ranks of a job over
+//! shm (2-8 processes) and tcp, and across two network namespaces over tcp.
+
+mod bcast_cases;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use rdcoll_transport::launch::{describe, run_job, JobSpec};
+
+const CASES_VAR: &str = "RDCOLL_BCAST_CASES";
+
+/// Runs the cases named in `RDCOLL_BCAST_CASES` (comma-separated) when started as a rank.
+#[test]
+fn rank_entry() {
+    let Ok(cases) = std::env::var(CASES_VAR) else {
+        return;
+    };
+    let world = match rdcoll::init() {
+        Ok(w) => w,
+        Err(err) => {
+            eprintln!("init failed: {err}");
+            std::process::exit(3);
+        }
+    };
+    for case in cases.split(',') {
+        let r = match case {
+            "sizes" => bcast_cases::every_root_and_size(&world, bcast_cases::SIZES),
+            "back_to_back" => bcast_cases::back_to_back(&world, 600),
+            "any_size" => bcast_cases::any_size(&world),
+            "mismatch" => bcast_cases::length_mismatch(&world),
+            "algorithms" => bcast_cases::every_algorithm(&world),
+            "huge" => bcast_cases::huge(&world),
+            "peer_death" => bcast_cases::peer_death(&world),
+            other => Err(format!("no case {other:?}")),
+        };
+        if let Err(why) = r {
+            eprintln!(
+                "rank {} over {}: {case}: {why}",
+                world.rank(),
+                world.backend()
+            );
+            std::process::exit(1);
+        }
+    }
+    println!(
+        "bcast: rank {} passed {cases} over {}",
+        world.rank(),
+        world.backend()
+    );
+    drop(world);
+    std::process::exit(0);
+}
+
+fn rank_command() -> Vec<std::ffi::OsString> {
+    let exe = std::env::current_exe().unwrap();
+    vec![
+        exe.into(),
+        "rank_entry".into(),
+        "--exact".into(),
+        "--nocapture".into(),
+        "--test-threads=1".into(),
+    ]
+}
+
+fn job(ranks: usize, transport: &str, cases: &str) {
+    let mut spec = JobSpec::new(ranks, rank_command());
+    spec.transport = Some(transport.into());
+    spec.prefix_output = true;
+    spec.env.push((CASES_VAR.into(), cases.into()));
+    let report = run_job(&spec).unwrap();
+    for e in &report.exits {
+        assert!(
+            e.status.success(),
+            "{transport}, {ranks} ranks: rank {} {}",
+            e.rank,
+            describe(e.status)
+        );
+    }
+}
+
+#[test]
+fn every_size_and_root_over_shm_for_2_to_8_processes() {
+    for n in 2..=8 {
+        job(n, "shm", "sizes");
+    }
+}
+
+#[test]
+fn reuse_any_size_and_mismatch_over_shm() {
+    job(3, "shm", "back_to_back,any_size,mismatch");
+    job(8, "shm", "back_to_back");
+}
+
+#[test]
+fn every_algorithm_over_shm() {
+    job(5, "shm", "algorithms");
+}
+
+#[test]
+fn sixty_four_mib_over_shm() {
+    job(4, "shm", "huge");
+}
+
+#[test]
+fn over_tcp() {
+    job(3, "tcp", "sizes,back_to_back,any_size,mismatch,huge");
+    job(4, "tcp", "algorithms");
+}
+
+/// The last rank dies; the survivors must fail their broadcasts, not hang.
+fn death(transport: &str) {
+    let mut spec = JobSpec::new(4, rank_command());
+    spec.transport = Some(transport.into());
+    spec.prefix_output = true;
+    spec.stop_on_failure = false;
+    spec.env.push((CASES_VAR.into(), "peer_death".into()));
+    spec.env
+        .push(("RDCOLL_PEER_TIMEOUT_MS".into(), "1000".into()));
+    let report = run_job(&spec).unwrap();
+    for e in &report.exits {
+        if e.rank == 3 {
+            assert!(!e.status.success(), "rank 3 was meant to die");
+        } else {
+            assert!(
+                e.status.success(),
+                "{transport}: rank {} {}",
+                e.rank,
+                describe(e.status)
+            );
+        }
+    }
+}
+
+#[test]
+fn a_dead_rank_fails_the_broadcast_over_shm() {
+    death("shm");
+}
+
+#[test]
+fn a_dead_rank_fails_the_broadcast_over_tcp() {
+    death("tcp");
+}
+
+/// Ranks in two network namespaces joined by a veth pair (tcp chosen automatically, as for
+/// two hosts); the hybrid broadcast groups them by namespace. Needs root and iproute2, else
+/// skips with a note.
+#[test]
+fn tcp_across_network_namespaces() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: creating network namespaces needs root");
+        return;
+    }
+    let Some(hosts) = Hosts::create() else {
+        println!("skipped: cannot create network namespaces here");
+        return;
+    };
+    let port = 24_000 + (std::process::id() % 20_000) as u16;
+    let n = 4;
+    let mut children: Vec<_> = (0..n)
+        .map(|rank| {
+            Command::new("ip")
+                .args(["netns", "exec", &hosts.ns[rank % 2]])
+                .args(rank_command())
+                .env("RDCOLL_RANK", rank.to_string())
+                .env("RDCOLL_SIZE", n.to_string())
+                .env("RDCOLL_STORE", format!("{}:{port}", ADDR[0]))
+                .env(CASES_VAR, "sizes,any_size,algorithms")
+                .env("RDCOLL_BCAST_SMALL_MAX", "4096")
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn a rank")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let mut failures = Vec::new();
+    for c in children.iter_mut() {
+        while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = c.kill();
+    }
+    for (rank, c) in children.into_iter().enumerate() {
+        let out = c.wait_with_output().expect("rank output");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if !out.status.success() || !text.contains(&format!("bcast: rank {rank} passed")) {
+            failures.push(format!("rank {rank} ({}): {text}", out.status));
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+const ADDR: [&str; 2] = ["10.250.9.1", "10.250.9.2"];
+
+struct Hosts {
+    ns: [String; 2],
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+impl Hosts {
+    fn create() -> Option<Hosts> {
+        let id = std::process::id() % 100_000;
+        let h = Hosts {
+            ns: [format!("rdb{id}a"), format!("rdb{id}b")],
+        };
+        let veth = [format!("rdw{id}a"), format!("rdw{id}b")];
+        let mut ok = ip(&["netns", "add", &h.ns[0]]) && ip(&["netns", "add", &h.ns[1]]);
+        ok = ok
+            && ip(&[
+                "link", "add", &veth[0], "type", "veth", "peer", "name", &veth[1],
+            ]);
+        for i in 0..2 {
+            ok = ok
+                && ip(&["link", "set", &veth[i], "netns", &h.ns[i]])
+                && ip(&[
+                    "-n",
+                    &h.ns[i],
+                    "addr",
+                    "add",
+                    &format!("{}/24", ADDR[i]),
+                    "dev",
+                    &veth[i],
+                ])
+                && ip(&["-n", &h.ns[i], "link", "set", &veth[i], "up"])
+                && ip(&["-n", &h.ns[i], "link", "set", "lo", "up"]);
+        }
+        ok.then_some(h)
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for ns in &self.ns {
+            let _ = ip(&["netns", "del", ns]);
+        }
+    }
+}
