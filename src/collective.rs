@@ -26,6 +26,12 @@ impl Comm {
         Ok(comm)
     }
 
+    /// Returns once every rank of this communicator has called `barrier` (dissemination over
+    /// one-byte RDMA writes).
+    pub fn barrier(&self) -> Result<()> {
+        Ok(self.collectives()?.barrier()?)
+    }
+
     /// Broadcasts `buf` from `root`: afterwards every rank's `buf` holds the root's. Every
     /// rank passes a buffer of the same length (use [`bcast_any_size`](Comm::bcast_any_size)
     /// when only the root knows it). Small messages travel as RDMA writes with counter bytes

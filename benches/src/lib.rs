@@ -2,4 +2,5 @@
 //! (latency, bandwidth, bidirectional bandwidth) written once against [`Messenger`], their
 //! options, and their output in the osu_latency / osu_bw / osu_bibw 6.x layout.
 
+pub mod coll;
 pub mod osu;

@@ -302,7 +302,8 @@ pub fn parse_table(text: &str) -> Vec<Row> {
             let mut f = l.split_whitespace();
             let size = f.next()?.parse().ok()?;
             let v = f.next()?.parse().ok()?;
-            f.next().is_none().then_some((size, v))
+            // Further columns (the RDMC bandwidth of `bcast --rdmc`) are not compared.
+            f.all(|x| x.parse::<f64>().is_ok()).then_some((size, v))
         })
         .collect()
 }

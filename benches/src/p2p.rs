@@ -10,11 +10,12 @@
 //! - `--vs-single-get` runs rdcoll twice, as configured and with a single-get rendezvous
 //!   (one chunk as large as the message, one credit), and prints both with their ratio.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 use rdcoll::{Comm, Rank};
-use rdcoll_bench::osu::{self, Kind, Messenger, Options, Row};
+use rdcoll_bench::osu::{self, Kind, Messenger, Options};
+
+use crate::compare::{self, Column};
 use rdcoll_transport::launch::{run_job, JobSpec};
 
 struct RdcollMessenger(Comm);
@@ -172,19 +173,6 @@ fn launch(
     }
 }
 
-/// Runs `cmd` and returns the table it printed.
-fn capture(mut cmd: Command) -> Result<Vec<Row>, String> {
-    let out = cmd.output().map_err(|e| format!("starting {cmd:?}: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "{cmd:?} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(osu::parse_table(&String::from_utf8_lossy(&out.stdout)))
-}
-
 fn self_command(kind: Kind, opts: &Options, transport: Option<&str>) -> Result<Command, String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut c = Command::new(exe);
@@ -195,65 +183,16 @@ fn self_command(kind: Kind, opts: &Options, transport: Option<&str>) -> Result<C
     Ok(c)
 }
 
-/// Where `scripts/build-mpi-bench` put the benchmark built against `mpi` (`openmpi`, `mpich`).
-fn mpi_binary(mpi: &str) -> Option<PathBuf> {
-    if let Ok(dir) = std::env::var("RDCOLL_BENCH_MPI_DIR") {
-        let p = PathBuf::from(dir)
-            .join(mpi)
-            .join("release/rdcoll-bench-mpi");
-        return p.exists().then_some(p);
-    }
-    let exe = std::env::current_exe().ok()?;
-    let target = exe.parent()?.parent()?;
-    let p = target
-        .join("mpi")
-        .join(mpi)
-        .join("release/rdcoll-bench-mpi");
-    p.exists().then_some(p)
-}
-
-fn installed(program: &str) -> bool {
-    Command::new(program)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn mpi_command(mpi: &str, kind: Kind, opts: &Options, ranks: usize) -> Option<Command> {
-    let bin = mpi_binary(mpi)?;
-    let mut c = match mpi {
-        "openmpi" if installed("mpirun.openmpi") => {
-            let mut c = Command::new("mpirun.openmpi");
-            c.args(["-n", &ranks.to_string(), "--oversubscribe"])
-                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-            c
-        }
-        "mpich" if installed("mpiexec.mpich") => {
-            let mut c = Command::new("mpiexec.mpich");
-            c.args(["-n", &ranks.to_string()]);
-            c
-        }
-        _ => return None,
-    };
-    c.arg(bin).arg(kind.name()).args(opts.to_args());
-    Some(c)
-}
-
 fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
     let transport = extra.transport.as_deref();
-    // Each column is a way to build its command; all are run once per round, interleaved,
-    // so that a change of where the hypervisor puts the two vCPUs hits every column alike.
-    type Build<'a> = Box<dyn Fn() -> Result<Command, String> + 'a>;
-    let mut columns: Vec<(String, Build)> = Vec::new();
-    columns.push((
-        format!("rdcoll/{}", transport.unwrap_or("shm")),
-        Box::new(move || self_command(kind, opts, transport)),
-    ));
+    let mut columns = vec![Column {
+        label: format!("rdcoll/{}", transport.unwrap_or("shm")),
+        build: Box::new(move || self_command(kind, opts, transport)),
+    }];
     if extra.vs_single_get {
-        columns.push((
-            "single-get".into(),
-            Box::new(move || {
+        columns.push(Column {
+            label: "single-get".into(),
+            build: Box::new(move || {
                 let mut c = self_command(kind, opts, transport)?;
                 // One chunk as large as any message the header can describe, one get in flight.
                 c.env(
@@ -263,98 +202,28 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
                 c.env("RDCOLL_RNDV_CREDITS", "1");
                 Ok(c)
             }),
-        ));
+        });
     }
     if extra.vs_mpi {
-        let mut any = false;
-        for (mpi, label) in [("openmpi", "Open MPI"), ("mpich", "MPICH")] {
-            if mpi_command(mpi, kind, opts, 2).is_some() {
-                columns.push((
-                    label.into(),
-                    Box::new(move || {
-                        mpi_command(mpi, kind, opts, 2).ok_or(format!("{label} went away"))
-                    }),
-                ));
-                any = true;
-            } else {
-                eprintln!("# {label}: not compared (install it and run scripts/build-mpi-bench)");
-            }
-        }
-        if !any {
-            return Err("no MPI to compare with: run scripts/build-mpi-bench first".into());
-        }
+        let mut args = vec![kind.name().to_string()];
+        args.extend(opts.to_args());
+        columns.extend(compare::mpi_columns(args, 2)?);
     }
-    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
-    for _ in 0..extra.rounds {
-        for (i, (_, build)) in columns.iter().enumerate() {
-            runs[i].push(capture(build()?)?);
-        }
-    }
-    let merged: Vec<(String, Vec<Row>)> = columns
-        .iter()
-        .zip(&runs)
-        .map(|((label, _), r)| (label.clone(), osu::median_rows(r)))
-        .collect();
-    print!("{}", side_by_side(kind, &merged, extra.rounds));
-    Ok(())
-}
-
-/// The tables side by side; the last column is rdcoll's value over the best of the others.
-fn side_by_side(kind: Kind, columns: &[(String, Vec<Row>)], rounds: usize) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
-    let _ = writeln!(
-        out,
-        "# OSU MPI {} v6.1 layout, {}; same run, {rounds} interleaved rounds, median per size",
-        kind.title(),
-        names.join(" vs ")
-    );
-    let _ = write!(out, "{:<10}", "# Size");
-    for n in &names {
-        let _ = write!(out, "{:>18}", format!("{n} {}", short_unit(kind)));
-    }
-    let better = if kind.higher_is_better() {
-        "higher"
-    } else {
-        "lower"
-    };
-    let _ = writeln!(out, "{:>26}", format!("rdcoll/best ({better} wins)"));
-    for (i, &(size, ours)) in columns[0].1.iter().enumerate() {
-        let _ = write!(out, "{size:<10}{ours:>18.2}");
-        let mut best: Option<f64> = None;
-        for (_, rows) in &columns[1..] {
-            let v = rows.get(i).filter(|r| r.0 == size).map(|r| r.1);
-            match v {
-                Some(v) => {
-                    let _ = write!(out, "{v:>18.2}");
-                    best = Some(match best {
-                        None => v,
-                        Some(b) if kind.higher_is_better() => b.max(v),
-                        Some(b) => b.min(v),
-                    });
-                }
-                None => {
-                    let _ = write!(out, "{:>18}", "-");
-                }
-            }
-        }
-        match best {
-            Some(b) if b > 0.0 => {
-                let _ = writeln!(out, "{:>26.2}", ours / b);
-            }
-            _ => {
-                let _ = writeln!(out, "{:>26}", "-");
-            }
-        }
-    }
-    out
-}
-
-fn short_unit(kind: Kind) -> &'static str {
-    if kind.higher_is_better() {
+    let merged = compare::run_columns(&columns, extra.rounds)?;
+    let unit = if kind.higher_is_better() {
         "MB/s"
     } else {
         "us"
-    }
+    };
+    print!(
+        "{}",
+        compare::side_by_side(
+            kind.title(),
+            unit,
+            kind.higher_is_better(),
+            &merged,
+            extra.rounds
+        )
+    );
+    Ok(())
 }

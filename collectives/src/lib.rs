@@ -10,6 +10,7 @@
 //! every later collective on the communicator fails with [`CollError::Broken`].
 
 mod area;
+mod barrier;
 pub mod bcast;
 pub mod config;
 mod error;
@@ -33,7 +34,30 @@ use progress::Waiter;
 /// The one-sided writes a communicator's collectives issued, counted on one counter.
 pub(crate) struct Puts {
     pub(crate) ct: CtHandle,
+    /// Writes that did not complete at once (counted on `ct` as they do).
     pub(crate) issued: u64,
+}
+
+impl Puts {
+    /// One RDMA write (with the flag byte after the data, if `flag`); see `Ni::rdma_put`.
+    pub(crate) fn put(
+        &mut self,
+        w: &progress::Waiter,
+        src: &rdcoll_transport::Region,
+        src_offset: usize,
+        len: usize,
+        dst: rdcoll_transport::RemoteAddr,
+        flag: Option<u8>,
+    ) -> std::result::Result<(), rdcoll_offload::OffloadError> {
+        let how = w
+            .engine()
+            .ni()
+            .rdma_put(src, src_offset, len, dst, flag, self.ct)?;
+        if how == rdcoll_offload::RdmaPut::Counted {
+            self.issued += 1;
+        }
+        Ok(())
+    }
 }
 
 /// One communicator's collectives.
@@ -49,6 +73,7 @@ pub(crate) struct Inner {
     puts: Puts,
     counter: Option<CounterBcast>,
     rdmc: Option<Rdmc>,
+    barrier: Option<barrier::Barrier>,
     /// Each rank's group (host or `RDCOLL_CLUSTER`) for the hybrid broadcast.
     groups: Option<Vec<u64>>,
 }
@@ -77,6 +102,7 @@ impl Collectives {
                 puts: Puts { ct, issued: 0 },
                 counter: None,
                 rdmc: None,
+                barrier: None,
                 groups: None,
             }),
         })
@@ -118,6 +144,21 @@ impl Collectives {
                 Err(e)
             }
         }
+    }
+
+    /// Returns once every rank of the communicator has called `barrier`.
+    pub fn barrier(&self) -> Result<()> {
+        self.guarded(|inner| {
+            if inner.barrier.is_none() {
+                inner.barrier = Some(barrier::Barrier::new(self.waiter.engine(), self.context)?);
+            }
+            let Inner { barrier, puts, .. } = inner;
+            barrier
+                .as_mut()
+                .expect("set just above")
+                .wait(&self.waiter, puts)?;
+            Ok(Ok(()))
+        })
     }
 
     /// Each rank's group for the hybrid broadcast (exchanged once).

@@ -29,6 +29,9 @@ pub(crate) struct Waiter {
     engine: Arc<Engine>,
     fabric: Arc<dyn Fabric>,
     inline: bool,
+    /// More ranks on this host than cores: spinning only keeps the rank we wait for off its
+    /// core, so waits yield at once.
+    crowded: bool,
     /// One byte per rank, set by a rank whose collective failed (so that ranks waiting for
     /// something it will now never send stop waiting); known once set up.
     aborts: OnceLock<Area>,
@@ -38,10 +41,13 @@ impl Waiter {
     pub(crate) fn new(engine: Arc<Engine>) -> Waiter {
         let fabric = engine.ni().fabric().clone();
         let inline = engine.ni().mode() == Mode::Inline;
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let crowded = engine.ranks_here() > cores;
         Waiter {
             engine,
             fabric,
             inline,
+            crowded,
             aborts: OnceLock::new(),
         }
     }
@@ -72,14 +78,8 @@ impl Waiter {
         let me = self.fabric.rank();
         for peer in (0..self.fabric.size() as Rank).filter(|&p| p != me) {
             let dst = area.at(peer, me as usize);
-            if self
-                .engine
-                .ni()
-                .rdma_put(area.local(), 0, 0, dst, Some(1), puts.ct)
-                .is_ok()
-            {
-                puts.issued += 1;
-            }
+            // Best effort: a rank that cannot be reached has failed itself.
+            let _ = puts.put(self, area.local(), 0, 0, dst, Some(1));
         }
     }
 
@@ -107,12 +107,12 @@ impl Waiter {
             if polls.is_multiple_of(LIVENESS_EVERY) {
                 self.check(from, ready)?;
             }
-            if !polls.is_multiple_of(32) {
+            if !polls.is_multiple_of(32) && !self.crowded {
                 std::hint::spin_loop();
                 continue;
             }
             let waited = since.get_or_insert_with(Instant::now).elapsed();
-            if waited < SPIN {
+            if waited < SPIN && !self.crowded {
                 std::hint::spin_loop();
             } else if waited < POLL {
                 std::thread::yield_now();

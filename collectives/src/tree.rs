@@ -9,17 +9,23 @@ pub(crate) fn parent(rel: usize) -> Option<usize> {
 
 /// The children of relative rank `rel` in a tree of `n`, largest subtree first.
 pub(crate) fn children(rel: usize, n: usize) -> impl Iterator<Item = usize> {
-    let limit = if rel == 0 {
+    // Steps below the lowest set bit of `rel` (every step below `n` for the root).
+    let top = if rel == 0 {
         n.next_power_of_two()
     } else {
         1 << rel.trailing_zeros()
     };
-    (0..usize::BITS)
-        .rev()
-        .map(|j| 1usize << j)
-        .filter(move |&step| step < limit)
-        .map(move |step| rel + step)
-        .filter(move |&c| c < n)
+    let mut step = top >> 1;
+    std::iter::from_fn(move || {
+        while step > 0 {
+            let child = rel + step;
+            step >>= 1;
+            if child < n {
+                return Some(child);
+            }
+        }
+        None
+    })
 }
 
 /// `rank` relative to `root` in a group of `n`.

@@ -87,6 +87,8 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
                     NiFail::Undeliverable
                 };
                 crate::target::finish(st, t, fail);
+            } else {
+                st.early_completions.insert(op, result.is_ok());
             }
         }
         FabricEvent::PeerFailed { rank } => {

@@ -33,7 +33,7 @@ use parking_lot::{Condvar, Mutex};
 
 pub use error::{OffloadError, Result};
 pub use event::{Event, EventKind, Location};
-pub use ni::{Mode, Ni, NiConfig};
+pub use ni::{Mode, Ni, NiConfig, RdmaPut};
 pub use rdcoll_transport::Fabric;
 pub use types::{
     AckReq, CtHandle, CtValue, EqHandle, GetArgs, List, MatchId, MdHandle, MdOptions, MeCounting,

@@ -90,6 +90,15 @@ impl NiConfig {
 }
 
 /// One rank's network interface.
+/// What [`Ni::rdma_put`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaPut {
+    /// Complete already: nothing was counted.
+    Done,
+    /// Started: its completion will be counted on the counter.
+    Counted,
+}
+
 /// Longest payload an unsignalled inline put encodes on the stack.
 const QUIET_STACK_BYTES: usize = 256;
 
@@ -539,9 +548,10 @@ impl Ni {
 
     /// An RDMA write straight into a peer's region, with no matching and no work for the
     /// target's agent (the one-sided puts of the collectives): the fabric's `put`, or with
-    /// `flag` its `put_flag` (the data, then the flag byte after it). Its completion, success
-    /// or failure, is counted on `ct`; `src` must stay untouched until then. An argument the
-    /// fabric refuses at once is returned as an error and counted nowhere.
+    /// `flag` its `put_flag` (the data, then the flag byte after it). Returns
+    /// [`RdmaPut::Done`] when the backend completed it at once (a direct copy: nothing to
+    /// count, no lock taken), else [`RdmaPut::Counted`]: its completion, success or failure,
+    /// will be counted on `ct`, and `src` must stay untouched until then.
     pub fn rdma_put(
         &self,
         src: &Region,
@@ -550,16 +560,29 @@ impl Ni {
         dst: RemoteAddr,
         flag: Option<u8>,
         ct: CtHandle,
-    ) -> Result<()> {
+    ) -> Result<RdmaPut> {
+        let op = match self.fabric.put_now(src, src_offset, len, dst, flag)? {
+            rdcoll_transport::PutStatus::Done => return Ok(RdmaPut::Done),
+            rdcoll_transport::PutStatus::Pending(op) => op,
+        };
         let mut st = self.shared.state.lock();
         st.cts.must(ct.0)?;
-        // Under the state lock, so the agent cannot see the completion before the record.
-        let op = match flag {
-            Some(v) => self.fabric.put_flag(src, src_offset, len, dst, v)?,
-            None => self.fabric.put(src, src_offset, len, dst, None)?,
-        };
-        st.raw_puts.insert(op, ct);
-        Ok(())
+        // The agent may have seen the completion before this record existed.
+        match st.early_completions.remove(&op) {
+            Some(ok) => {
+                st.count(Some(ct), ok, 1);
+                let fired = st.fire_ready();
+                drop(st);
+                if self.shared.mode == Mode::Thread {
+                    self.shared.changed.notify_all();
+                }
+                fired?;
+            }
+            None => {
+                st.raw_puts.insert(op, ct);
+            }
+        }
+        Ok(RdmaPut::Counted)
     }
 
     /// Moves every queued event of `eq` to `out` without running the agent.

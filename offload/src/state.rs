@@ -94,6 +94,9 @@ pub(crate) struct State {
     /// RDMA puts issued with `Ni::rdma_put`, by fabric operation: the counter their
     /// completion bumps.
     pub(crate) raw_puts: HashMap<OpId, CtHandle>,
+    /// Completions of fabric operations nobody had recorded yet (an `rdma_put` whose event
+    /// the agent handled before the put was recorded), with their success.
+    pub(crate) early_completions: HashMap<OpId, bool>,
     /// Peers whose failure the agent has handled: everything they sent before was handled
     /// first (the fabric reports a failure after the peer's last message).
     pub(crate) failed_peers: Vec<bool>,
@@ -117,6 +120,7 @@ impl State {
             wire_buf: Vec::new(),
             failed_peers: Vec::new(),
             raw_puts: HashMap::default(),
+            early_completions: HashMap::default(),
         }
     }
 

@@ -65,6 +65,26 @@ pub trait Fabric: Send + Sync {
         flag: u8,
     ) -> Result<OpId>;
 
+    /// [`put`](Fabric::put) (without an immediate) or, with `flag`,
+    /// [`put_flag`](Fabric::put_flag), for a caller that takes the result at once when the
+    /// backend has it: where the data (and the flag) are in place when the call returns (a
+    /// direct copy), `Done` and no completion event (a failure is returned as the error);
+    /// otherwise the put is started as usual and `Pending` names its completion event.
+    fn put_now(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: Option<u8>,
+    ) -> Result<crate::PutStatus> {
+        match flag {
+            Some(v) => self.put_flag(src, src_offset, len, dst, v),
+            None => self.put(src, src_offset, len, dst, None),
+        }
+        .map(crate::PutStatus::Pending)
+    }
+
     /// RDMA read: `len` bytes from `src` into `dst` at `dst_offset`.
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId>;
 

@@ -28,6 +28,6 @@ pub use error::{Result, TransportError};
 pub use fabric::Fabric;
 pub use region::{Region, REGION_ALIGN};
 pub use types::{
-    Event, EventRef, OpId, Payload, PeerCounters, Rank, RegionKey, RemoteAddr, RemoteRegion,
-    MAX_MESSAGE_SIZE, REMOTE_REGION_BYTES,
+    Event, EventRef, OpId, Payload, PeerCounters, PutStatus, Rank, RegionKey, RemoteAddr,
+    RemoteRegion, MAX_MESSAGE_SIZE, REMOTE_REGION_BYTES,
 };

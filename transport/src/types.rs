@@ -100,6 +100,15 @@ pub struct RemoteAddr {
     pub offset: usize,
 }
 
+/// What [`crate::Fabric::put_now`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PutStatus {
+    /// The data and the flag are in place; no completion event follows.
+    Done,
+    /// Started; its completion comes as [`Event::Completed`] with this id.
+    Pending(OpId),
+}
+
 /// Identifies a posted `put` or `get` in its [`Event::Completed`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OpId(pub u64);

@@ -2,8 +2,10 @@
 //! MPI through the `mpi` crate, for side-by-side runs (`rdcoll-bench ... --vs-mpi`). Build it
 //! against each installed MPI with `scripts/build-mpi-bench`; start it with `mpirun -n 2`.
 
+use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator;
+use rdcoll_bench::coll::{self, CollKind, Collective};
 use rdcoll_bench::osu::{self, Kind, Messenger, Options};
 
 struct MpiMessenger {
@@ -82,10 +84,80 @@ impl Messenger for MpiMessenger {
     }
 }
 
+impl Collective for MpiMessenger {
+    fn rank(&self) -> u32 {
+        self.world.rank() as u32
+    }
+    fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+    fn bcast(&self, buf: &mut [u8], root: u32) -> Result<(), String> {
+        self.world.process_at_rank(root as i32).broadcast_into(buf);
+        Ok(())
+    }
+    fn barrier(&self) -> Result<(), String> {
+        self.world.barrier();
+        Ok(())
+    }
+    fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String> {
+        Messenger::send(self, buf, peer, tag)
+    }
+    fn recv(&self, buf: &mut [u8], peer: u32, tag: u32) -> Result<(), String> {
+        Messenger::recv(self, buf, peer, tag)
+    }
+    fn wtime(&self) -> f64 {
+        mpi::time()
+    }
+}
+
+/// `rdcoll-bench-mpi bcast|barrier [-m ..] [--rdmc]`.
+fn collective(kind: CollKind, args: &[String]) {
+    let (opts, rest) = match Options::parse(args) {
+        Ok(x) => x,
+        Err(e) => {
+            eprintln!("rdcoll-bench-mpi: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rdmc = rest.iter().any(|a| a == "--rdmc");
+    if let Some(bad) = rest.iter().find(|a| *a != "--rdmc") {
+        eprintln!("rdcoll-bench-mpi: unknown option {bad}");
+        std::process::exit(2);
+    }
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("rdcoll-bench-mpi: MPI was already initialised");
+        std::process::exit(1);
+    };
+    let m = MpiMessenger {
+        world: universe.world(),
+    };
+    let what = mpi::environment::library_version()
+        .ok()
+        .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
+        .unwrap_or_else(|| "MPI".into());
+    match coll::run(&m, kind, &opts, rdmc) {
+        Ok(rows) => {
+            if Collective::rank(&m) == 0 {
+                print!("{}", coll::format(kind, &what, &rows));
+            }
+        }
+        Err(e) => {
+            eprintln!("rdcoll-bench-mpi: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if let Some(kind) = args.first().and_then(|a| CollKind::from_name(a)) {
+        collective(kind, &args[1..]);
+        return;
+    }
     let Some(kind) = args.first().and_then(|a| Kind::from_name(a)) else {
-        eprintln!("usage: rdcoll-bench-mpi <latency|bw|bibw> [-m [MIN:]MAX] [-i N] [-x N]");
+        eprintln!(
+            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|barrier> [-m [MIN:]MAX] [-i N] [-x N]"
+        );
         std::process::exit(2);
     };
     let opts = match Options::parse(&args[1..]) {
@@ -111,7 +183,7 @@ fn main() {
     };
     match osu::run(&m, kind, &opts) {
         Ok(rows) => {
-            if m.rank() == 0 {
+            if Messenger::rank(&m) == 0 {
                 let first_line = version.lines().next().unwrap_or("MPI").trim().to_string();
                 print!("{}", osu::format_table(kind, &first_line, &rows));
             }

@@ -39,6 +39,20 @@ const WINDOWS: usize = 2;
 /// Blocks per epoch.
 const EPOCH: usize = BLOCKS / WINDOWS;
 
+/// Blocks a message of `len` bytes takes: chunks of `block - 1` bytes, at least one.
+pub(crate) fn blocks_for(len: usize, block: usize) -> usize {
+    len.div_ceil(block - 1).max(1)
+}
+
+/// Chunk `i` of a message of `len` bytes in blocks of `block` bytes: where it starts in the
+/// message, its length, and where it starts in its block (bottom-filled: it ends right before
+/// the counter byte, the block's last).
+pub(crate) fn chunk(len: usize, block: usize, i: usize) -> (usize, usize, usize) {
+    let lo = i * (block - 1);
+    let n = (block - 1).min(len.saturating_sub(lo));
+    (lo, n, block - 1 - n)
+}
+
 /// One communicator's counter-byte broadcast state.
 pub(crate) struct CounterBcast {
     area: Area,
@@ -78,19 +92,22 @@ impl CounterBcast {
         let (me, n) = (fabric.rank() as usize, fabric.size());
         self.seq += 1;
         let counter = ((self.seq - 1) % 255) as u8 + 1;
-        let chunk = BLOCK - 1;
-        let blocks = buf.len().div_ceil(chunk).max(1);
+        let blocks = blocks_for(buf.len(), BLOCK);
         let rel = tree::relative(me, root as usize, n);
-        let children: Vec<Rank> = tree::children(rel, n)
-            .map(|c| tree::absolute(c, root as usize, n) as Rank)
-            .collect();
+        // At most 64 children (a binomial tree's degree is below 64 for any size).
+        let mut children = [0 as Rank; 64];
+        let mut degree = 0;
+        for c in tree::children(rel, n) {
+            children[degree] = tree::absolute(c, root as usize, n) as Rank;
+            degree += 1;
+        }
+        let children = &children[..degree];
         for i in 0..blocks {
             let at = self.cursor + i as u64;
             let (slot, epoch) = ((at % BLOCKS as u64) as usize, at / EPOCH as u64);
-            let lo = i * chunk;
-            let len = chunk.min(buf.len() - lo);
+            let (lo, len, in_block) = chunk(buf.len(), BLOCK, i);
             let base = slot * BLOCK;
-            let (data, flag) = (base + BLOCK - 1 - len, base + BLOCK - 1);
+            let (data, flag) = (base + in_block, base + BLOCK - 1);
             let local = self.area.local();
             if rel == 0 {
                 local.write(data, &buf[lo..lo + len])?;
@@ -109,17 +126,16 @@ impl CounterBcast {
                     )));
                 }
             }
-            for &child in &children {
+            for &child in children {
                 self.wait_released(w, child, epoch)?;
-                w.engine().ni().rdma_put(
+                puts.put(
+                    w,
                     local,
                     data,
                     len,
                     self.area.at(child, data),
                     Some(counter),
-                    puts.ct,
                 )?;
-                puts.issued += 1;
             }
             if rel != 0 {
                 local.read(data, &mut buf[lo..lo + len])?;
@@ -161,16 +177,9 @@ impl CounterBcast {
         let me = fabric.rank();
         let done = self.epochs_done as u8;
         for peer in (0..fabric.size() as Rank).filter(|&p| p != me) {
-            let sent = w.engine().ni().rdma_put(
-                self.area.local(),
-                0,
-                0,
-                self.area.at(peer, self.notify + me as usize),
-                Some(done),
-                puts.ct,
-            );
-            match sent {
-                Ok(()) => puts.issued += 1,
+            let at = self.area.at(peer, self.notify + me as usize);
+            match puts.put(w, self.area.local(), 0, 0, at, Some(done)) {
+                Ok(()) => {}
                 // A rank that has left needs no notification; if it was still needed, the
                 // ranks waiting for it find out.
                 Err(rdcoll_offload::OffloadError::Transport(
@@ -180,5 +189,33 @@ impl CounterBcast {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Paper 004 Section 4.1.3: "to write 8 bytes in a 10-byte block in a bottom-fill manner,
+    /// we start writing these 8 bytes from the 2nd byte onward" (the counter is the 10th).
+    #[test]
+    fn bottom_fill_matches_the_paper() {
+        assert_eq!(blocks_for(8, 10), 1);
+        assert_eq!(chunk(8, 10, 0), (0, 8, 1));
+        // A message of half a block sits at the bottom, right before the counter byte.
+        assert_eq!(chunk(5, 10, 0), (0, 5, 4));
+        // An empty message still takes a block: just the counter byte.
+        assert_eq!((blocks_for(0, 10), chunk(0, 10, 0)), (1, (0, 0, 9)));
+    }
+
+    /// Paper 004 Figure 2: a broadcast of 2 * block_size bytes is split into blocks of
+    /// block_size - 1, block_size - 1 and 2 bytes, each with the counter appended.
+    #[test]
+    fn splitting_matches_the_papers_second_broadcast() {
+        let b = BLOCK;
+        assert_eq!(blocks_for(2 * b, b), 3);
+        let sizes: Vec<usize> = (0..3).map(|i| chunk(2 * b, b, i).1).collect();
+        assert_eq!(sizes, vec![b - 1, b - 1, 2]);
+        assert_eq!(chunk(2 * b, b, 2), (2 * b - 2, 2, b - 3));
     }
 }

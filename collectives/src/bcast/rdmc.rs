@@ -205,15 +205,15 @@ impl Rdmc {
             let (from, _, nth) = incoming[*announced];
             let slot = *announced % SLOTS;
             let flag = (nth % 255) as u8 + 1;
-            w.engine().ni().rdma_put(
+            let at = self.area.at(from, self.mailbox(me, nth));
+            puts.put(
+                w,
                 self.area.local(),
                 self.slot_ids + slot,
                 1,
-                self.area.at(from, self.mailbox(me, nth)),
+                at,
                 Some(flag),
-                puts.ct,
             )?;
-            puts.issued += 1;
             *announced += 1;
         }
         Ok(())
@@ -251,16 +251,14 @@ impl Rdmc {
                 "rank {to} announced slot {slot} of {SLOTS}"
             )));
         }
-        let ni = w.engine().ni();
-        ni.rdma_put(
+        puts.put(
+            w,
             mine,
             b.offset,
             b.len,
             self.area.at(to, self.slot_data(slot)),
             None,
-            puts.ct,
         )?;
-        puts.issued += 1;
         // The header goes from one of a few buffers, reused once its last write completed.
         let h = self.next_header;
         self.next_header = (h + 1) % HEADERS;
@@ -272,15 +270,8 @@ impl Rdmc {
         header[12..].copy_from_slice(&(b.len as u32).to_le_bytes());
         self.area.local().write(at, &header)?;
         // The flag lands after the header, and after the block put before it.
-        ni.rdma_put(
-            self.area.local(),
-            at,
-            HEADER,
-            self.area.at(to, self.slot_header(slot)),
-            Some(flag),
-            puts.ct,
-        )?;
-        puts.issued += 1;
+        let hdr = self.area.at(to, self.slot_header(slot));
+        puts.put(w, self.area.local(), at, HEADER, hdr, Some(flag))?;
         self.header_used[h] = puts.issued;
         Ok(())
     }

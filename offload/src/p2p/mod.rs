@@ -147,6 +147,11 @@ pub struct Engine {
     delivery_failed: std::sync::atomic::AtomicBool,
     /// Whether a fast receive is in progress (`fast::FAST_*`; see `fast::FastRecv`).
     fast_state: std::sync::atomic::AtomicU8,
+    /// Ranks of the job on this host.
+    ranks_here: usize,
+    /// More of them than cores: waits yield at once instead of spinning (a spinning rank
+    /// only keeps the one it waits for off its core).
+    crowded: bool,
 }
 
 impl Engine {
@@ -206,6 +211,8 @@ impl Engine {
             activity: std::sync::atomic::AtomicU64::new(0),
             delivery_failed: std::sync::atomic::AtomicBool::new(false),
             fast_state: std::sync::atomic::AtomicU8::new(fast::FAST_NONE),
+            ranks_here: fabric.size(),
+            crowded: fabric.size() > cores(),
             inner: Mutex::new(Inner {
                 next_id: 0,
                 reqs: HashMap::default(),
@@ -222,11 +229,19 @@ impl Engine {
     /// An engine configured from the environment (`RDCOLL_OFFLOAD`, `RDCOLL_EAGER_LIMIT`,
     /// `RDCOLL_RNDV_CHUNK`, `RDCOLL_RNDV_CREDITS`) for a job with `ranks_here` ranks on this host.
     pub fn from_env(fabric: Arc<dyn Fabric>, ranks_here: usize) -> Result<Engine> {
-        Engine::new(
+        let mut e = Engine::new(
             fabric,
             NiConfig::from_env(ranks_here)?,
             P2pConfig::from_env()?,
-        )
+        )?;
+        e.ranks_here = ranks_here.max(1);
+        e.crowded = e.ranks_here > cores();
+        Ok(e)
+    }
+
+    /// Ranks of the job on this host (as the launcher said; all of them by default).
+    pub fn ranks_here(&self) -> usize {
+        self.ranks_here
     }
 
     /// This rank.
@@ -385,6 +400,7 @@ impl Engine {
             };
         }
         match backoff.step() {
+            Step::Spin if self.crowded => std::thread::yield_now(),
             Step::Spin => std::hint::spin_loop(),
             Step::Yield => std::thread::yield_now(),
             Step::Block => self.ni.wait_activity(Duration::from_millis(1)),
@@ -475,6 +491,11 @@ impl std::fmt::Debug for Engine {
             .field("config", &self.cfg)
             .finish_non_exhaustive()
     }
+}
+
+/// Cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// A truncated receive: the message was longer than the buffer.

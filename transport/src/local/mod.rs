@@ -154,6 +154,26 @@ impl Fabric for LocalFabric {
         Ok(self.complete(result))
     }
 
+    fn put_now(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: Option<u8>,
+    ) -> Result<crate::PutStatus> {
+        src.check_range(src_offset, len)?;
+        let target = self.peer(dst.rank)?;
+        match flag {
+            Some(v) => target.table.put_flag_from(src, src_offset, len, dst, v)?,
+            None => target.table.put_from(src, src_offset, len, dst)?,
+        }
+        if flag.is_some() {
+            target.events.wake_all();
+        }
+        Ok(crate::PutStatus::Done)
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;

@@ -467,6 +467,18 @@ impl Fabric for ShmFabric {
         rma::put(&self.inner, src, src_offset, len, dst, PutTail::Flag(flag))
     }
 
+    fn put_now(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: Option<u8>,
+    ) -> Result<crate::PutStatus> {
+        let tail = flag.map_or(PutTail::None, PutTail::Flag);
+        rma::put_now(&self.inner, src, src_offset, len, dst, tail, true)
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         rma::get(&self.inner, dst, dst_offset, len, src)
     }

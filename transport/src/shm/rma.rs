@@ -8,7 +8,7 @@ use super::table::KIND_HEAP;
 use super::{os, service, Inner, Pending, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
-use crate::types::{Event, OpId, RemoteAddr};
+use crate::types::{Event, OpId, PutStatus, RemoteAddr};
 
 /// One-sided write of `len` bytes of `src` at `src_offset` to `dst`, followed by `tail` (see
 /// `Fabric::put` and `Fabric::put_flag`): a direct copy into a peer's heap (then the
@@ -22,6 +22,23 @@ pub(super) fn put(
     dst: RemoteAddr,
     tail: PutTail,
 ) -> Result<OpId> {
+    match put_now(inner, src, src_offset, len, dst, tail, false)? {
+        PutStatus::Pending(op) => Ok(op),
+        PutStatus::Done => unreachable!("put_now always reports when asked to"),
+    }
+}
+
+/// [`put`], or with `now` a put that, when it is a direct copy, returns `Done` (or its
+/// failure) instead of raising a completion event (see `Fabric::put_now`).
+pub(super) fn put_now(
+    inner: &Inner,
+    src: &Region,
+    src_offset: usize,
+    len: usize,
+    dst: RemoteAddr,
+    tail: PutTail,
+    now: bool,
+) -> Result<PutStatus> {
     src.check_range(src_offset, len)?;
     inner.check_peer(dst.rank)?;
     let op = inner.new_op();
@@ -40,18 +57,22 @@ pub(super) fn put(
                 imm,
             });
         }
+        if now {
+            return result.map(|()| PutStatus::Done);
+        }
         inner.push_local(Event::Completed { op, result });
-        return Ok(op);
+        return Ok(PutStatus::Pending(op));
     }
     let span = len.saturating_add(tail.extra());
     let e = match inner.entry_for(dst.rank, dst.key, dst.offset, span) {
         Ok(e) => e,
+        Err(err) if now => return Err(err),
         Err(err) => {
             inner.push_local(Event::Completed {
                 op,
                 result: Err(err),
             });
-            return Ok(op);
+            return Ok(PutStatus::Pending(op));
         }
     };
     if e.kind == KIND_HEAP {
@@ -83,8 +104,11 @@ pub(super) fn put(
             }
             (result, _) => result,
         };
+        if now {
+            return result.map(|()| PutStatus::Done);
+        }
         inner.push_local(Event::Completed { op, result });
-        return Ok(op);
+        return Ok(PutStatus::Pending(op));
     }
     let kind = PendingKind::Put {
         src: src.clone(),
@@ -116,8 +140,8 @@ pub(super) fn put(
         service::send_put_chunks(inner, op.0, dst, src, src_offset, len, tail)
     };
     match sent {
-        Ok(()) => Ok(op),
-        Err(e) => inner.abandon(op, e),
+        Ok(()) => Ok(PutStatus::Pending(op)),
+        Err(e) => inner.abandon(op, e).map(PutStatus::Pending),
     }
 }
 

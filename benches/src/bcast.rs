@@ -1,0 +1,226 @@
+//! `rdcoll-bench bcast|barrier`: osu_bcast and osu_barrier on rdcoll, in OSU's output layout
+//! and with OSU's options (`-m [MIN:]MAX`, `-i`, `-x`).
+//!
+//! - Under `rdcoll-run` (or `srun`, `mpirun`, `mpiexec`) each process is a rank; `--ranks N
+//!   [--transport shm|tcp]` starts its own.
+//! - `--algorithm NAME` picks the broadcast (`counter`, `sequential`, `chain`,
+//!   `binomial_tree`, `binomial_pipeline`, `hybrid`; default `auto`), as
+//!   `RDCOLL_BCAST_ALGORITHM` does.
+//! - `--large` measures 16-256 MiB (the RDMC range); `--rdmc` adds paper 001's metric
+//!   (message size / time from the root's call until the last rank has it).
+//! - `--vs-mpi` runs the same loops built on the `mpi` crate under Open MPI and MPICH in the
+//!   same run (`--rounds N` interleaved rounds, median per size) and prints them side by side;
+//!   `--vs-algorithms` does the same for every broadcast algorithm of rdcoll.
+
+use std::process::Command;
+
+use rdcoll::Comm;
+use rdcoll_bench::coll::{self, CollKind, Collective};
+use rdcoll_bench::osu::Options;
+use rdcoll_transport::launch::{run_job, JobSpec};
+
+use crate::compare::{self, Column};
+
+struct RdcollCollective(Comm);
+
+fn s(e: rdcoll::Error) -> String {
+    e.to_string()
+}
+
+impl Collective for RdcollCollective {
+    fn rank(&self) -> u32 {
+        self.0.rank()
+    }
+    fn size(&self) -> usize {
+        self.0.size()
+    }
+    fn bcast(&self, buf: &mut [u8], root: u32) -> Result<(), String> {
+        self.0.bcast(buf, root).map_err(s)
+    }
+    fn barrier(&self) -> Result<(), String> {
+        self.0.barrier().map_err(s)
+    }
+    fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String> {
+        self.0.send(buf, peer, tag).map_err(s)
+    }
+    fn recv(&self, buf: &mut [u8], peer: u32, tag: u32) -> Result<(), String> {
+        self.0.recv(buf, peer, tag).map(drop).map_err(s)
+    }
+    fn wtime(&self) -> f64 {
+        self.0.wtime()
+    }
+}
+
+struct Extra {
+    ranks: Option<usize>,
+    transport: Option<String>,
+    algorithm: Option<String>,
+    large: bool,
+    rdmc: bool,
+    vs_mpi: bool,
+    vs_algorithms: bool,
+    rounds: usize,
+}
+
+fn parse_extra(rest: &[String]) -> Result<Extra, String> {
+    let mut e = Extra {
+        ranks: None,
+        transport: None,
+        algorithm: None,
+        large: false,
+        rdmc: false,
+        vs_mpi: false,
+        vs_algorithms: false,
+        rounds: 3,
+    };
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        match a.as_str() {
+            "--ranks" => {
+                let n = value()?.parse().ok().filter(|&n| n >= 1);
+                e.ranks = Some(n.ok_or("--ranks needs a number >= 1")?);
+            }
+            "--transport" => e.transport = Some(value()?),
+            "--algorithm" => {
+                let v = value()?;
+                rdcoll::BcastAlgorithm::from_name(&v)
+                    .ok_or(format!("unknown broadcast algorithm {v:?}"))?;
+                e.algorithm = Some(v);
+            }
+            "--large" => e.large = true,
+            "--rdmc" => e.rdmc = true,
+            "--vs-mpi" => e.vs_mpi = true,
+            "--vs-algorithms" => e.vs_algorithms = true,
+            "--rounds" => {
+                let n = value()?.parse().ok().filter(|&n| n >= 1);
+                e.rounds = n.ok_or("--rounds needs a number >= 1")?;
+            }
+            other => return Err(format!("unknown option {other}")),
+        }
+    }
+    Ok(e)
+}
+
+/// Runs `rdcoll-bench bcast|barrier ...`; returns the exit code.
+pub fn run(kind: CollKind, args: &[String]) -> i32 {
+    match run_inner(kind, args) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rdcoll-bench {}: {e}", kind.name());
+            1
+        }
+    }
+}
+
+fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
+    let (mut opts, rest) = Options::parse(args)?;
+    let extra = parse_extra(&rest)?;
+    if !args.iter().any(|a| a == "-m" || a == "--message-size") {
+        // osu_bcast walks 1 B .. 1 MiB; the issue asks for 4 MiB, and --large for 16-256 MiB.
+        (opts.min, opts.max) = if extra.large {
+            (16 << 20, 256 << 20)
+        } else {
+            (1, 4 << 20)
+        };
+    }
+    if extra.vs_mpi || extra.vs_algorithms {
+        return compare(kind, &opts, &extra);
+    }
+    if let Some(n) = extra.ranks {
+        return launch(kind, &opts, &extra, n);
+    }
+    let world = rdcoll::init().map_err(s)?;
+    let what = format!(
+        "rdcoll over {}, {} ranks, algorithm {}",
+        world.backend(),
+        world.size(),
+        std::env::var("RDCOLL_BCAST_ALGORITHM").unwrap_or_else(|_| "auto".into())
+    );
+    let c = RdcollCollective(world);
+    let rows = coll::run(&c, kind, &opts, extra.rdmc)?;
+    if c.rank() == 0 {
+        print!("{}", coll::format(kind, &what, &rows));
+    }
+    Ok(())
+}
+
+/// The arguments that reproduce `opts` and the per-run parts of `extra`.
+fn pass_on(kind: CollKind, opts: &Options, extra: &Extra) -> Vec<String> {
+    let mut v = vec![kind.name().to_string()];
+    v.extend(opts.to_args());
+    if extra.rdmc {
+        v.push("--rdmc".into());
+    }
+    v
+}
+
+/// Starts `n` ranks of this benchmark on this host.
+fn launch(kind: CollKind, opts: &Options, extra: &Extra, n: usize) -> Result<(), String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut command = vec![exe.into_os_string()];
+    command.extend(pass_on(kind, opts, extra).into_iter().map(Into::into));
+    let mut spec = JobSpec::new(n, command);
+    spec.transport = Some(extra.transport.clone().unwrap_or_else(|| "shm".into()));
+    if let Some(a) = &extra.algorithm {
+        spec.env
+            .push(("RDCOLL_BCAST_ALGORITHM".into(), a.clone().into()));
+    }
+    let report = run_job(&spec).map_err(|e| e.to_string())?;
+    match report.exits.iter().find(|e| !e.status.success()) {
+        Some(e) => Err(format!(
+            "rank {} {}",
+            e.rank,
+            rdcoll_transport::launch::describe(e.status)
+        )),
+        None => Ok(()),
+    }
+}
+
+fn self_command(
+    kind: CollKind,
+    opts: &Options,
+    extra: &Extra,
+    n: usize,
+    algorithm: Option<&str>,
+) -> Result<Command, String> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let mut c = Command::new(exe);
+    c.args(pass_on(kind, opts, extra))
+        .args(["--ranks", &n.to_string()])
+        .args(["--transport", extra.transport.as_deref().unwrap_or("shm")]);
+    if let Some(a) = algorithm {
+        c.args(["--algorithm", a]);
+    }
+    Ok(c)
+}
+
+fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> {
+    let n = extra.ranks.unwrap_or(4);
+    let mut columns: Vec<Column> = Vec::new();
+    if extra.vs_algorithms {
+        let mut names = vec!["counter"];
+        names.extend(rdcoll::BcastSchedule::ALL.iter().map(|a| a.name()));
+        for name in names {
+            columns.push(Column {
+                label: name.into(),
+                build: Box::new(move || self_command(kind, opts, extra, n, Some(name))),
+            });
+        }
+    } else {
+        columns.push(Column {
+            label: format!("rdcoll/{}", extra.transport.as_deref().unwrap_or("shm")),
+            build: Box::new(move || self_command(kind, opts, extra, n, extra.algorithm.as_deref())),
+        });
+    }
+    if extra.vs_mpi {
+        columns.extend(compare::mpi_columns(pass_on(kind, opts, extra), n)?);
+    }
+    let merged = compare::run_columns(&columns, extra.rounds)?;
+    println!("# {n} ranks");
+    print!(
+        "{}",
+        compare::side_by_side(kind.title(), "us", false, &merged, extra.rounds)
+    );
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! The OSU collective loops (osu_bcast, osu_barrier 6.x), written once for any library that
+//! offers the [`Collective`] calls, with OSU's options and output layout, plus the RDMC
+//! broadcast metric (paper 001: bandwidth = message size / time from the root's call until
+//! the last rank has the message).
+
+use std::fmt::Write as _;
+
+use crate::osu::Options;
+
+/// What the loops need from a library.
+pub trait Collective {
+    /// This rank.
+    fn rank(&self) -> u32;
+    /// Ranks in the job.
+    fn size(&self) -> usize;
+    /// Broadcast of `buf` from `root`.
+    fn bcast(&self, buf: &mut [u8], root: u32) -> Result<(), String>;
+    /// Barrier.
+    fn barrier(&self) -> Result<(), String>;
+    /// Blocking send (for collecting timings).
+    fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String>;
+    /// Blocking receive (for collecting timings).
+    fn recv(&self, buf: &mut [u8], peer: u32, tag: u32) -> Result<(), String>;
+    /// Seconds on a monotonic clock.
+    fn wtime(&self) -> f64;
+}
+
+/// Which collective benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollKind {
+    /// osu_bcast.
+    Bcast,
+    /// osu_barrier.
+    Barrier,
+}
+
+impl CollKind {
+    /// From the subcommand name.
+    pub fn from_name(s: &str) -> Option<CollKind> {
+        Some(match s {
+            "bcast" => CollKind::Bcast,
+            "barrier" => CollKind::Barrier,
+            _ => return None,
+        })
+    }
+
+    /// The subcommand name.
+    pub fn name(self) -> &'static str {
+        match self {
+            CollKind::Bcast => "bcast",
+            CollKind::Barrier => "barrier",
+        }
+    }
+
+    /// OSU's title.
+    pub fn title(self) -> &'static str {
+        match self {
+            CollKind::Bcast => "Broadcast Latency Test",
+            CollKind::Barrier => "Barrier Latency Test",
+        }
+    }
+}
+
+/// One row: the average over ranks of each rank's mean latency, the smallest and largest of
+/// those means, and (with `--rdmc`) the RDMC bandwidth in MB/s.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CollRow {
+    /// Message size in bytes (0 for the barrier).
+    pub size: usize,
+    /// Average latency, µs.
+    pub avg: f64,
+    /// Smallest rank mean, µs.
+    pub min: f64,
+    /// Largest rank mean, µs.
+    pub max: f64,
+    /// Bytes per second from the root's call to the last rank's completion, MB/s.
+    pub rdmc_mbs: Option<f64>,
+}
+
+/// OSU's iteration counts for a collective of `size` bytes, fewer for the very large sizes.
+fn counts(o: &Options, size: usize) -> (usize, usize) {
+    let (iters, skip) = match size {
+        s if s <= 8192 => (1000, 200),
+        s if s <= 1 << 20 => (100, 10),
+        s => (((100 << 20) / s).max(3), 1),
+    };
+    (o.iterations.unwrap_or(iters), o.warmup.unwrap_or(skip))
+}
+
+/// Tag of the timing messages.
+const TAG_TIMES: u32 = 0x7117;
+
+/// Every rank's `value` at rank 0: (average, min, max); meaningless elsewhere.
+fn over_ranks(c: &dyn Collective, value: f64) -> Result<(f64, f64, f64), String> {
+    if c.rank() != 0 {
+        c.send(&value.to_le_bytes(), 0, TAG_TIMES)?;
+        return Ok((value, value, value));
+    }
+    let (mut sum, mut min, mut max) = (value, value, value);
+    for r in 1..c.size() as u32 {
+        let mut b = [0u8; 8];
+        c.recv(&mut b, r, TAG_TIMES)?;
+        let v = f64::from_le_bytes(b);
+        sum += v;
+        min = min.min(v);
+        max = max.max(v);
+    }
+    Ok((sum / c.size() as f64, min, max))
+}
+
+/// Runs `kind` over sizes of `o` (the barrier once); `rdmc` adds the RDMC metric to each
+/// broadcast size. Only rank 0's rows mean anything.
+pub fn run(
+    c: &dyn Collective,
+    kind: CollKind,
+    o: &Options,
+    rdmc: bool,
+) -> Result<Vec<CollRow>, String> {
+    let sizes = match kind {
+        CollKind::Bcast => o.sizes(),
+        CollKind::Barrier => vec![0],
+    };
+    let mut buf = vec![0u8; o.max.max(1)];
+    let mut rows = Vec::new();
+    for size in sizes {
+        let (iters, skip) = counts(o, size);
+        c.barrier()?;
+        let mut timer = 0.0;
+        for i in 0..iters + skip {
+            let t0 = c.wtime();
+            match kind {
+                CollKind::Bcast => c.bcast(&mut buf[..size], 0)?,
+                CollKind::Barrier => c.barrier()?,
+            }
+            if i >= skip {
+                timer += c.wtime() - t0;
+            }
+            if kind == CollKind::Bcast {
+                c.barrier()?;
+            }
+        }
+        let (avg, min, max) = over_ranks(c, timer * 1e6 / iters as f64)?;
+        let rdmc_mbs = match (rdmc, kind) {
+            (true, CollKind::Bcast) => Some(rdmc_metric(c, &mut buf[..size], iters.min(50))?),
+            _ => None,
+        };
+        rows.push(CollRow {
+            size,
+            avg,
+            min,
+            max,
+            rdmc_mbs,
+        });
+    }
+    Ok(rows)
+}
+
+/// Paper 001's measure: the root starts the clock at its call and stops it when every rank
+/// has told it (one small message each) that its broadcast returned; MB/s of the mean time.
+fn rdmc_metric(c: &dyn Collective, buf: &mut [u8], iters: usize) -> Result<f64, String> {
+    let mut total = 0.0;
+    for _ in 0..iters {
+        c.barrier()?;
+        let t0 = c.wtime();
+        c.bcast(buf, 0)?;
+        if c.rank() == 0 {
+            for r in 1..c.size() as u32 {
+                c.recv(&mut [0u8], r, TAG_TIMES + 1)?;
+            }
+            total += c.wtime() - t0;
+        } else {
+            c.send(&[1u8], 0, TAG_TIMES + 1)?;
+        }
+    }
+    let mean = total / iters as f64;
+    Ok(if mean > 0.0 {
+        buf.len() as f64 / mean / 1e6
+    } else {
+        0.0
+    })
+}
+
+/// The table in OSU's layout (`# Size  Avg Latency(us)`, and the RDMC column if measured).
+pub fn format(kind: CollKind, what: &str, rows: &[CollRow]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# OSU MPI {} v6.1 ({what})", kind.title());
+    let rdmc = rows.iter().any(|r| r.rdmc_mbs.is_some());
+    match (kind, rdmc) {
+        (CollKind::Barrier, _) => {
+            let _ = writeln!(s, "{:<10}{:>18}", "# Size", "Avg Latency(us)");
+        }
+        (_, false) => {
+            let _ = writeln!(s, "{:<10}{:>18}", "# Size", "Avg Latency(us)");
+        }
+        (_, true) => {
+            let _ = writeln!(
+                s,
+                "{:<10}{:>18}{:>18}",
+                "# Size", "Avg Latency(us)", "RDMC MB/s"
+            );
+        }
+    }
+    for r in rows {
+        let _ = write!(s, "{:<10}{:>18.2}", r.size, r.avg);
+        if let Some(bw) = r.rdmc_mbs {
+            let _ = write!(s, "{bw:>18.2}");
+        }
+        let _ = writeln!(s);
+    }
+    s
+}

@@ -1,0 +1,174 @@
+//! Side-by-side runs: rdcoll and the same benchmark built on the `mpi` crate under Open MPI's
+//! `mpirun` and MPICH's `mpiexec` (whichever `scripts/build-mpi-bench` built), each column run
+//! once per round, interleaved, and each size reported as the median of the rounds, so that a
+//! change of where the hypervisor puts the vCPUs hits every column alike.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use rdcoll_bench::osu::{self, Row};
+
+/// Builds one column's command (anew for every round).
+pub type Build<'a> = Box<dyn Fn() -> Result<Command, String> + 'a>;
+
+/// A column of the comparison.
+pub struct Column<'a> {
+    /// Its heading.
+    pub label: String,
+    /// Its command.
+    pub build: Build<'a>,
+}
+
+/// Runs `cmd` and returns the table it printed (its first value column).
+pub fn capture(mut cmd: Command) -> Result<Vec<Row>, String> {
+    let out = cmd.output().map_err(|e| format!("starting {cmd:?}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(osu::parse_table(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// Where `scripts/build-mpi-bench` put the benchmark built against `mpi` (`openmpi`, `mpich`).
+fn mpi_binary(mpi: &str) -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("RDCOLL_BENCH_MPI_DIR") {
+        let p = PathBuf::from(dir)
+            .join(mpi)
+            .join("release/rdcoll-bench-mpi");
+        return p.exists().then_some(p);
+    }
+    let exe = std::env::current_exe().ok()?;
+    let target = exe.parent()?.parent()?;
+    let p = target
+        .join("mpi")
+        .join(mpi)
+        .join("release/rdcoll-bench-mpi");
+    p.exists().then_some(p)
+}
+
+fn installed(program: &str) -> bool {
+    Command::new(program)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `rdcoll-bench-mpi ARGS` on `ranks` ranks under `mpi` (`openmpi` or `mpich`), if built and
+/// installed.
+pub fn mpi_command(mpi: &str, args: &[String], ranks: usize) -> Option<Command> {
+    let bin = mpi_binary(mpi)?;
+    let mut c = match mpi {
+        "openmpi" if installed("mpirun.openmpi") => {
+            let mut c = Command::new("mpirun.openmpi");
+            c.args(["-n", &ranks.to_string(), "--oversubscribe"])
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            c
+        }
+        "mpich" if installed("mpiexec.mpich") => {
+            let mut c = Command::new("mpiexec.mpich");
+            c.args(["-n", &ranks.to_string()]);
+            c
+        }
+        _ => return None,
+    };
+    c.arg(bin).args(args);
+    Some(c)
+}
+
+/// The Open MPI and MPICH columns for `rdcoll-bench-mpi ARGS` on `ranks` ranks; an error if
+/// neither is there.
+pub fn mpi_columns<'a>(args: Vec<String>, ranks: usize) -> Result<Vec<Column<'a>>, String> {
+    let mut out = Vec::new();
+    for (mpi, label) in [("openmpi", "Open MPI"), ("mpich", "MPICH")] {
+        if mpi_command(mpi, &args, ranks).is_some() {
+            let args = args.clone();
+            out.push(Column {
+                label: label.into(),
+                build: Box::new(move || {
+                    mpi_command(mpi, &args, ranks).ok_or(format!("{label} went away"))
+                }),
+            });
+        } else {
+            eprintln!("# {label}: not compared (install it and run scripts/build-mpi-bench)");
+        }
+    }
+    if out.is_empty() {
+        return Err("no MPI to compare with: run scripts/build-mpi-bench first".into());
+    }
+    Ok(out)
+}
+
+/// Runs every column `rounds` times, interleaved; each size's value is the median.
+pub fn run_columns(columns: &[Column], rounds: usize) -> Result<Vec<(String, Vec<Row>)>, String> {
+    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
+    for _ in 0..rounds.max(1) {
+        for (i, c) in columns.iter().enumerate() {
+            runs[i].push(capture((c.build)()?)?);
+        }
+    }
+    Ok(columns
+        .iter()
+        .zip(&runs)
+        .map(|(c, r)| (c.label.clone(), osu::median_rows(r)))
+        .collect())
+}
+
+/// The tables side by side; the last column is the first column's value over the best of
+/// the others.
+pub fn side_by_side(
+    title: &str,
+    unit: &str,
+    higher_is_better: bool,
+    columns: &[(String, Vec<Row>)],
+    rounds: usize,
+) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let names: Vec<&str> = columns.iter().map(|(n, _)| n.as_str()).collect();
+    let _ = writeln!(
+        out,
+        "# OSU MPI {title} v6.1 layout, {}; same run, {rounds} interleaved rounds, median per size",
+        names.join(" vs ")
+    );
+    let _ = write!(out, "{:<10}", "# Size");
+    for n in &names {
+        let _ = write!(out, "{:>18}", format!("{n} {unit}"));
+    }
+    let better = if higher_is_better { "higher" } else { "lower" };
+    let _ = writeln!(out, "{:>26}", format!("rdcoll/best ({better} wins)"));
+    let Some((_, first)) = columns.first() else {
+        return out;
+    };
+    for (i, &(size, ours)) in first.iter().enumerate() {
+        let _ = write!(out, "{size:<10}{ours:>18.2}");
+        let mut best: Option<f64> = None;
+        for (_, rows) in &columns[1..] {
+            match rows.get(i).filter(|r| r.0 == size).map(|r| r.1) {
+                Some(v) => {
+                    let _ = write!(out, "{v:>18.2}");
+                    best = Some(match best {
+                        None => v,
+                        Some(b) if higher_is_better => b.max(v),
+                        Some(b) => b.min(v),
+                    });
+                }
+                None => {
+                    let _ = write!(out, "{:>18}", "-");
+                }
+            }
+        }
+        match best {
+            Some(b) if b > 0.0 => {
+                let _ = writeln!(out, "{:>26.2}", ours / b);
+            }
+            _ => {
+                let _ = writeln!(out, "{:>26}", "-");
+            }
+        }
+    }
+    out
+}
