@@ -2,7 +2,8 @@
 //! Every rank calls them in the same order; see `rdcoll_collectives` for the algorithms.
 
 use bytemuck::Pod;
-use rdcoll_collectives::Collectives;
+use rdcoll_collectives::reduce::op::{check, op_reducer, reducer};
+use rdcoll_collectives::{Collectives, Element, Op};
 
 use crate::{Comm, Error, Rank, Result};
 
@@ -81,4 +82,154 @@ impl Comm {
         bytemuck::cast_slice_mut::<T, u8>(&mut out).copy_from_slice(&got);
         Ok(out)
     }
+
+    /// Combines every rank's `send` element-wise with `op` into every rank's `recv` (same
+    /// length everywhere). The result is bitwise identical on every rank and in every run:
+    /// contributions are combined in an order fixed by the ranks' ids, never by arrival, for
+    /// floating-point types too. Small vectors use the degree-k tree of RDMA writes (the
+    /// model in `RDCOLL_ALLREDUCE_*` settings picks `k`), large ones reduce-scatter and
+    /// allgather.
+    ///
+    /// ```
+    /// use rdcoll::Op;
+    /// let sums = rdcoll::local::run(3, |comm| {
+    ///     let mine = [comm.rank() as f64, 1.0];
+    ///     let mut total = [0.0; 2];
+    ///     comm.allreduce(&mine, &mut total, Op::Sum).unwrap();
+    ///     total
+    /// })
+    /// .unwrap();
+    /// assert!(sums.iter().all(|t| *t == [3.0, 3.0]));
+    /// ```
+    pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
+        check::<T>(op)?;
+        same_len(send.len(), recv.len())?;
+        recv.copy_from_slice(send);
+        self.allreduce_in_place_unchecked(recv, &op_reducer::<T>(op))
+    }
+
+    /// [`allreduce`](Comm::allreduce) with `buf` as both this rank's contribution and the
+    /// result.
+    pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
+        check::<T>(op)?;
+        self.allreduce_in_place_unchecked(buf, &op_reducer::<T>(op))
+    }
+
+    /// [`allreduce`](Comm::allreduce) with a reduction of the caller's: `f(acc, x)` folds `x`
+    /// into `acc` (called in the fixed rank order, so `f` need not be commutative).
+    ///
+    /// ```
+    /// // The largest value with the rank that holds it.
+    /// let best = rdcoll::local::run(4, |comm| {
+    ///     let mine = [[(comm.rank() as u32 * 7) % 4, comm.rank() as u32]];
+    ///     let mut out = [[0u32; 2]];
+    ///     comm.allreduce_with(&mine, &mut out, |a: &mut [u32; 2], b: &[u32; 2]| {
+    ///         if b[0] > a[0] {
+    ///             *a = *b;
+    ///         }
+    ///     })
+    ///     .unwrap();
+    ///     out[0]
+    /// })
+    /// .unwrap();
+    /// assert_eq!(best[0], [3, 1]);
+    /// ```
+    pub fn allreduce_with<T: Pod, F: Fn(&mut T, &T) + Sync>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        f: F,
+    ) -> Result<()> {
+        same_len(send.len(), recv.len())?;
+        recv.copy_from_slice(send);
+        self.allreduce_in_place_unchecked(recv, &reducer(f))
+    }
+
+    fn allreduce_in_place_unchecked<T: Pod>(
+        &self,
+        buf: &mut [T],
+        f: &(dyn Fn(&mut [u8], &[u8]) + Sync),
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        Ok(self
+            .collectives()?
+            .allreduce(bytemuck::cast_slice_mut(buf), size, f)?)
+    }
+
+    /// Combines every rank's `send` element-wise with `op` into `root`'s `recv` (same length
+    /// as `send` there; ignored elsewhere), in the same fixed order as
+    /// [`allreduce`](Comm::allreduce).
+    pub fn reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op, root: Rank) -> Result<()> {
+        check::<T>(op)?;
+        self.reduce_into(send, recv, &op_reducer::<T>(op), root)
+    }
+
+    /// [`reduce`](Comm::reduce) with a reduction of the caller's (see
+    /// [`allreduce_with`](Comm::allreduce_with)).
+    pub fn reduce_with<T: Pod, F: Fn(&mut T, &T) + Sync>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        f: F,
+        root: Rank,
+    ) -> Result<()> {
+        self.reduce_into(send, recv, &reducer(f), root)
+    }
+
+    /// [`reduce`](Comm::reduce) with `buf` as this rank's contribution and, at the root, the
+    /// result (elsewhere `buf` is left as it was).
+    pub fn reduce_in_place<T: Element>(&self, buf: &mut [T], op: Op, root: Rank) -> Result<()> {
+        check::<T>(op)?;
+        if self.rank() == root {
+            let f = op_reducer::<T>(op);
+            let size = std::mem::size_of::<T>();
+            return Ok(self.collectives()?.reduce(
+                bytemuck::cast_slice_mut(buf),
+                size,
+                &f,
+                root,
+            )?);
+        }
+        self.reduce_into(buf, &mut [], &op_reducer::<T>(op), root)
+    }
+
+    fn reduce_into<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        f: &(dyn Fn(&mut [u8], &[u8]) + Sync),
+        root: Rank,
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        if self.rank() == root {
+            same_len(send.len(), recv.len())?;
+            recv.copy_from_slice(send);
+            return Ok(self.collectives()?.reduce(
+                bytemuck::cast_slice_mut(recv),
+                size,
+                f,
+                root,
+            )?);
+        }
+        // Not the root: the tree combines into this rank's own copy.
+        let mut scratch = send.to_vec();
+        Ok(self
+            .collectives()?
+            .reduce(bytemuck::cast_slice_mut(&mut scratch), size, f, root)?)
+    }
+
+    /// The degree of the reduce tree an allreduce of `bytes` bytes uses on this communicator
+    /// (the model's choice, or `RDCOLL_ALLREDUCE_DEGREE`). Collective the first time.
+    pub fn allreduce_degree(&self, bytes: usize) -> Result<usize> {
+        Ok(self.collectives()?.allreduce_degree(bytes)?)
+    }
+}
+
+fn same_len(send: usize, recv: usize) -> Result<()> {
+    if send != recv {
+        return Err(Error::InvalidArgument(format!(
+            "send has {send} elements, recv {recv}"
+        )));
+    }
+    Ok(())
 }

@@ -58,8 +58,11 @@ mod request;
 
 use std::sync::{Arc, OnceLock};
 
+pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
-pub use rdcoll_collectives::{BcastAlgorithm, CollConfig, CollError};
+pub use rdcoll_collectives::{
+    BcastAlgorithm, CollConfig, CollError, Element, Model, Op, ReduceDegree,
+};
 pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag};
 pub use rdcoll_offload::OffloadError;
 pub use rdcoll_transport as transport;

@@ -216,11 +216,17 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
     if extra.vs_mpi {
         columns.extend(compare::mpi_columns(pass_on(kind, opts, extra), n)?);
     }
-    let merged = compare::run_columns(&columns, extra.rounds)?;
+    // With --rdmc the comparison is of paper 001's bandwidth (the second value column).
+    let (value, unit, higher) = if extra.rdmc && kind == CollKind::Bcast {
+        (1, "MB/s", true)
+    } else {
+        (0, "us", false)
+    };
+    let merged = compare::run_columns(&columns, extra.rounds, value)?;
     println!("# {n} ranks");
     print!(
         "{}",
-        compare::side_by_side(kind.title(), "us", false, &merged, extra.rounds)
+        compare::side_by_side(kind.title(), unit, higher, &merged, extra.rounds)
     );
     Ok(())
 }

@@ -19,8 +19,8 @@ pub struct Column<'a> {
     pub build: Build<'a>,
 }
 
-/// Runs `cmd` and returns the table it printed (its first value column).
-pub fn capture(mut cmd: Command) -> Result<Vec<Row>, String> {
+/// Runs `cmd` and returns the table it printed (value column `column`).
+pub fn capture(mut cmd: Command, column: usize) -> Result<Vec<Row>, String> {
     let out = cmd.output().map_err(|e| format!("starting {cmd:?}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -29,7 +29,10 @@ pub fn capture(mut cmd: Command) -> Result<Vec<Row>, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    Ok(osu::parse_table(&String::from_utf8_lossy(&out.stdout)))
+    Ok(osu::parse_table_column(
+        &String::from_utf8_lossy(&out.stdout),
+        column,
+    ))
 }
 
 /// Where `scripts/build-mpi-bench` put the benchmark built against `mpi` (`openmpi`, `mpich`).
@@ -102,12 +105,17 @@ pub fn mpi_columns<'a>(args: Vec<String>, ranks: usize) -> Result<Vec<Column<'a>
     Ok(out)
 }
 
-/// Runs every column `rounds` times, interleaved; each size's value is the median.
-pub fn run_columns(columns: &[Column], rounds: usize) -> Result<Vec<(String, Vec<Row>)>, String> {
+/// Runs every column `rounds` times, interleaved; each size's value (value column `value`
+/// of the tables) is the median.
+pub fn run_columns(
+    columns: &[Column],
+    rounds: usize,
+    value: usize,
+) -> Result<Vec<(String, Vec<Row>)>, String> {
     let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
     for _ in 0..rounds.max(1) {
         for (i, c) in columns.iter().enumerate() {
-            runs[i].push(capture((c.build)()?)?);
+            runs[i].push(capture((c.build)()?, value)?);
         }
     }
     Ok(columns
@@ -135,8 +143,15 @@ pub fn side_by_side(
         names.join(" vs ")
     );
     let _ = write!(out, "{:<10}", "# Size");
-    for n in &names {
-        let _ = write!(out, "{:>18}", format!("{n} {unit}"));
+    let heads: Vec<String> = names.iter().map(|n| format!("{n} {unit}")).collect();
+    let width = heads
+        .iter()
+        .map(|h| h.len() + 2)
+        .max()
+        .unwrap_or(18)
+        .max(18);
+    for h in &heads {
+        let _ = write!(out, "{h:>width$}");
     }
     let better = if higher_is_better { "higher" } else { "lower" };
     let _ = writeln!(out, "{:>26}", format!("rdcoll/best ({better} wins)"));
@@ -144,12 +159,12 @@ pub fn side_by_side(
         return out;
     };
     for (i, &(size, ours)) in first.iter().enumerate() {
-        let _ = write!(out, "{size:<10}{ours:>18.2}");
+        let _ = write!(out, "{size:<10}{ours:>width$.2}");
         let mut best: Option<f64> = None;
         for (_, rows) in &columns[1..] {
             match rows.get(i).filter(|r| r.0 == size).map(|r| r.1) {
                 Some(v) => {
-                    let _ = write!(out, "{v:>18.2}");
+                    let _ = write!(out, "{v:>width$.2}");
                     best = Some(match best {
                         None => v,
                         Some(b) if higher_is_better => b.max(v),
@@ -157,7 +172,7 @@ pub fn side_by_side(
                     });
                 }
                 None => {
-                    let _ = write!(out, "{:>18}", "-");
+                    let _ = write!(out, "{:>width$}", "-");
                 }
             }
         }

@@ -296,14 +296,18 @@ pub fn median_rows(runs: &[Vec<Row>]) -> Vec<Row> {
 
 /// Reads the rows back from a table in OSU's layout (lines that are not rows are skipped).
 pub fn parse_table(text: &str) -> Vec<Row> {
+    parse_table_column(text, 0)
+}
+
+/// Like [`parse_table`], taking value column `column` (0: the first after the size).
+pub fn parse_table_column(text: &str, column: usize) -> Vec<Row> {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {
             let mut f = l.split_whitespace();
             let size = f.next()?.parse().ok()?;
-            let v = f.next()?.parse().ok()?;
-            // Further columns (the RDMC bandwidth of `bcast --rdmc`) are not compared.
-            f.all(|x| x.parse::<f64>().is_ok()).then_some((size, v))
+            let values: Vec<f64> = f.map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            Some((size, *values.get(column)?))
         })
         .collect()
 }

@@ -14,6 +14,21 @@ pub const MIN_AUTO_BLOCK: usize = 32 << 10;
 /// Largest `RDCOLL_BCAST_BLOCK`.
 pub const MAX_BLOCK: usize = 64 << 20;
 
+/// Default largest allreduce (and reduce) sent through the degree-k tree of RDMA writes;
+/// larger ones reduce-scatter and allgather (docs/PERFORMANCE.md, "Allreduce").
+pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = 16 << 10;
+/// Largest `RDCOLL_ALLREDUCE_SMALL_MAX` (each rank registers one slot of it per rank).
+pub const MAX_ALLREDUCE_SMALL_MAX: usize = 1 << 20;
+
+/// How the degree of the reduce tree is chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReduceDegree {
+    /// By the paper's model (see `reduce::model`).
+    Model,
+    /// Always this one (clamped to `1..=n-1`).
+    Fixed(usize),
+}
+
 /// How a broadcast travels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BcastAlgorithm {
@@ -57,6 +72,10 @@ pub struct CollConfig {
     pub bcast_algorithm: BcastAlgorithm,
     /// This rank's cluster for the hybrid broadcast; `None`: its host.
     pub cluster: Option<String>,
+    /// Reductions up to this many bytes use the degree-k tree.
+    pub allreduce_small_max: usize,
+    /// The reduce tree's degree.
+    pub allreduce_degree: ReduceDegree,
 }
 
 impl Default for CollConfig {
@@ -66,11 +85,16 @@ impl Default for CollConfig {
             bcast_block: None,
             bcast_algorithm: BcastAlgorithm::Auto,
             cluster: None,
+            allreduce_small_max: DEFAULT_ALLREDUCE_SMALL_MAX,
+            allreduce_degree: ReduceDegree::Model,
         }
     }
 }
 
 impl CollConfig {
+    /// See [`DEFAULT_ALLREDUCE_SMALL_MAX`].
+    pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = DEFAULT_ALLREDUCE_SMALL_MAX;
+
     /// Defaults, overridden by the environment; a malformed value is an error.
     pub fn from_env() -> Result<CollConfig> {
         let mut c = CollConfig::default();
@@ -100,6 +124,25 @@ impl CollConfig {
             })?;
         }
         c.cluster = var("RDCOLL_CLUSTER");
+        if let Some(v) = var("RDCOLL_ALLREDUCE_SMALL_MAX") {
+            let b = size("RDCOLL_ALLREDUCE_SMALL_MAX", v)?;
+            if b > MAX_ALLREDUCE_SMALL_MAX {
+                return Err(CollError::InvalidArgument(format!(
+                    "RDCOLL_ALLREDUCE_SMALL_MAX={b} exceeds {MAX_ALLREDUCE_SMALL_MAX}"
+                )));
+            }
+            c.allreduce_small_max = b;
+        }
+        if let Some(v) = var("RDCOLL_ALLREDUCE_DEGREE") {
+            c.allreduce_degree = match v.as_str() {
+                "model" | "auto" => ReduceDegree::Model,
+                n => ReduceDegree::Fixed(n.parse().ok().filter(|&k| k >= 1).ok_or_else(|| {
+                    CollError::InvalidArgument(format!(
+                        "RDCOLL_ALLREDUCE_DEGREE={v:?}: expected a number >= 1 or model"
+                    ))
+                })?),
+            };
+        }
         Ok(c)
     }
 

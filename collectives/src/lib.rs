@@ -15,6 +15,7 @@ pub mod bcast;
 pub mod config;
 mod error;
 mod progress;
+pub mod reduce;
 pub mod schedule;
 mod tree;
 
@@ -25,8 +26,10 @@ use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::Rank;
 
-pub use config::{BcastAlgorithm, CollConfig};
+pub use config::{BcastAlgorithm, CollConfig, ReduceDegree};
 pub use error::{CollError, Result};
+pub use reduce::model::Model;
+pub use reduce::op::{Element, Op};
 
 use bcast::{CounterBcast, Rdmc};
 use progress::Waiter;
@@ -74,6 +77,7 @@ pub(crate) struct Inner {
     counter: Option<CounterBcast>,
     rdmc: Option<Rdmc>,
     barrier: Option<barrier::Barrier>,
+    reduction: Option<reduce::ReduceState>,
     /// Each rank's group (host or `RDCOLL_CLUSTER`) for the hybrid broadcast.
     groups: Option<Vec<u64>>,
 }
@@ -103,6 +107,7 @@ impl Collectives {
                 counter: None,
                 rdmc: None,
                 barrier: None,
+                reduction: None,
                 groups: None,
             }),
         })

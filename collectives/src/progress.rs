@@ -147,11 +147,10 @@ impl Waiter {
         let aborted = self.aborted_by();
         if (failed || aborted.is_some()) && !ready() {
             // What a peer wrote before it failed counts: `ready` was looked at last.
+            // A rank that said its collective failed is the cause even if it has gone since.
             return Err(match aborted {
-                Some(r) if !failed => {
-                    CollError::Broken(format!("the collective failed on rank {r}"))
-                }
-                _ => TransportError::PeerFailed(from).into(),
+                Some(r) => CollError::Broken(format!("the collective failed on rank {r}")),
+                None => TransportError::PeerFailed(from).into(),
             });
         }
         Ok(())

@@ -106,7 +106,7 @@ impl Collectives {
     }
 
     /// The counter-byte broadcast (its buffers set up on first use).
-    fn small(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
+    pub(crate) fn small(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
         if inner.counter.is_none() {
             inner.counter = Some(CounterBcast::new(self.waiter.engine(), self.context)?);
         }

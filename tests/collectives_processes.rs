@@ -1,14 +1,16 @@
-//! Broadcast across processes: the test binary re-launches itself as the ranks of a job over
+//! Collectives across processes: the test binary re-launches itself as the ranks of a job over
 //! shm (2-8 processes) and tcp, and across two network namespaces over tcp.
 
 mod bcast_cases;
+#[allow(dead_code)]
+mod reduce_cases;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rdcoll_transport::launch::{describe, run_job, JobSpec};
 
-const CASES_VAR: &str = "RDCOLL_BCAST_CASES";
+const CASES_VAR: &str = "RDCOLL_COLL_CASES";
 
 /// Runs the cases named in `RDCOLL_BCAST_CASES` (comma-separated) when started as a rank.
 #[test]
@@ -32,6 +34,13 @@ fn rank_entry() {
             "algorithms" => bcast_cases::every_algorithm(&world),
             "huge" => bcast_cases::huge(&world),
             "peer_death" => bcast_cases::peer_death(&world),
+            "reduce" => {
+                let last = world.size() as u32 - 1;
+                reduce_cases::every_type(&world, &[0, 1, 7, 1000], &[0, last])
+            }
+            "million" => reduce_cases::million(&world),
+            "reproducible" => reproducible(&world),
+            "reduce_mismatch" => reduce_cases::length_mismatch(&world),
             other => Err(format!("no case {other:?}")),
         };
         if let Err(why) = r {
@@ -44,12 +53,35 @@ fn rank_entry() {
         }
     }
     println!(
-        "bcast: rank {} passed {cases} over {}",
+        "collectives: rank {} passed {cases} over {}",
         world.rank(),
         world.backend()
     );
     drop(world);
     std::process::exit(0);
+}
+
+/// Fifty f32 sums with random delays: the same bits in every run and on every rank (ranks
+/// compare a hash of their results with the largest and smallest over all ranks).
+fn reproducible(world: &rdcoll::Comm) -> Result<(), String> {
+    let runs = reduce_cases::reproducible(world, 50, 1000)?;
+    if runs.iter().any(|r| r != &runs[0]) {
+        return Err("runs differ on this rank".into());
+    }
+    let hash = runs[0]
+        .iter()
+        .fold(0u64, |h, &x| reduce_cases::mix(h ^ x as u64));
+    let (mut lo, mut hi) = ([0u64], [0u64]);
+    world
+        .allreduce(&[hash], &mut lo, rdcoll::Op::Min)
+        .map_err(|e| e.to_string())?;
+    world
+        .allreduce(&[hash], &mut hi, rdcoll::Op::Max)
+        .map_err(|e| e.to_string())?;
+    if lo != hi {
+        return Err("ranks got different results".into());
+    }
+    Ok(())
 }
 
 fn rank_command() -> Vec<std::ffi::OsString> {
@@ -106,6 +138,20 @@ fn sixty_four_mib_over_shm() {
 fn over_tcp() {
     job(3, "tcp", "sizes,back_to_back,any_size,mismatch,huge");
     job(4, "tcp", "algorithms");
+}
+
+#[test]
+fn reductions_over_shm_for_2_to_8_processes() {
+    for n in 2..=8 {
+        job(n, "shm", "reduce,million");
+    }
+    job(8, "shm", "reproducible");
+    job(3, "shm", "reduce_mismatch");
+}
+
+#[test]
+fn reductions_over_tcp() {
+    job(3, "tcp", "reduce,million,reproducible");
 }
 
 /// The last rank dies; the survivors must fail their broadcasts, not hang.
@@ -166,7 +212,7 @@ fn tcp_across_network_namespaces() {
                 .env("RDCOLL_RANK", rank.to_string())
                 .env("RDCOLL_SIZE", n.to_string())
                 .env("RDCOLL_STORE", format!("{}:{port}", ADDR[0]))
-                .env(CASES_VAR, "sizes,any_size,algorithms")
+                .env(CASES_VAR, "sizes,any_size,algorithms,reduce,million")
                 .env("RDCOLL_BCAST_SMALL_MAX", "4096")
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -189,7 +235,7 @@ fn tcp_across_network_namespaces() {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        if !out.status.success() || !text.contains(&format!("bcast: rank {rank} passed")) {
+        if !out.status.success() || !text.contains(&format!("collectives: rank {rank} passed")) {
             failures.push(format!("rank {rank} ({}): {text}", out.status));
         }
     }

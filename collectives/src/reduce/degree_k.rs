@@ -1,0 +1,366 @@
+//! Degree-k tree reduce with RDMA writes (paper 004, Section 4.2).
+//!
+//! The tree: in step `s` the nodes still holding a partial result (ids that are multiples of
+//! `(k+1)^s`, ids relative to the root) form groups of `k + 1` consecutive ones; the first of
+//! each group receives from the other (at most `k`) and combines them in ascending id order
+//! after its own; the others are done. `k = 1` is the binomial tree; `k = n - 1` is one step.
+//!
+//! The transfer: every rank registers one slot per rank; a sender RDMA-writes its partial
+//! result into the slot named by its own id at the receiver, bottom-filled, followed by an
+//! 8-byte trailer (its length, and last the operation's counter byte, written after the data).
+//! The receiver waits for the counter, checks the length (ranks that passed different lengths
+//! are told so), combines, resets the counter byte, and acknowledges with one byte in the
+//! sender's acknowledgement area: a sender writes to a receiver again only after its previous
+//! write there was consumed (the paper relies on the allreduce's broadcast for this; a reduce
+//! has no broadcast to wait for).
+//!
+//! Because the combination order is fixed by the ids and the tree, never by arrival, a
+//! floating-point result is bitwise the same in every run and on every rank.
+
+use std::sync::atomic::Ordering;
+
+use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_transport::Rank;
+
+use crate::area::Area;
+use crate::error::{CollError, Result};
+use crate::progress::Waiter;
+use crate::reduce::op::Reducer;
+use crate::tree;
+use crate::Puts;
+
+/// Bytes after a slot's data: its length (4), padding (3), the counter byte (1).
+const TRAILER: usize = 8;
+
+/// What a node does at one step of the degree-k tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Role {
+    /// Combines what these nodes send, in this (ascending) order.
+    Receive(Vec<usize>),
+    /// Sends its partial result to this node; it is then done.
+    Send(usize),
+}
+
+/// The degree-`k` reduce tree over `n` nodes (node 0 ends with the result).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DegreeK {
+    n: usize,
+    k: usize,
+}
+
+impl DegreeK {
+    /// For `n` nodes (at least 1) and degree `k` (at least 1).
+    pub fn new(n: usize, k: usize) -> DegreeK {
+        DegreeK {
+            n: n.max(1),
+            k: k.max(1),
+        }
+    }
+
+    /// The degree.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
+    /// Steps until node 0 has everything: the least `s` with `(k+1)^s >= n`.
+    pub fn steps(&self) -> usize {
+        let mut span = 1usize;
+        let mut s = 0;
+        while span < self.n {
+            span = span.saturating_mul(self.k + 1);
+            s += 1;
+        }
+        s
+    }
+
+    /// What `node` does at `step`; `None` when it has nothing to do (already sent, or a
+    /// receiver whose group is empty).
+    pub fn role(&self, node: usize, step: usize) -> Option<Role> {
+        let stride = (self.k + 1).checked_pow(step as u32)?;
+        let group = stride.saturating_mul(self.k + 1);
+        if node >= self.n || !node.is_multiple_of(stride) {
+            return None;
+        }
+        if !node.is_multiple_of(group) {
+            return Some(Role::Send(node - node % group));
+        }
+        let from: Vec<usize> = (1..=self.k)
+            .map_while(|j| node.checked_add(j * stride))
+            .filter(|&f| f < self.n)
+            .collect();
+        (!from.is_empty()).then_some(Role::Receive(from))
+    }
+}
+
+/// The degrees the model may choose for `n` ranks: `2^j - 1` up to `n - 1`, and `n - 1`.
+pub fn degrees(n: usize) -> Vec<usize> {
+    let top = n.saturating_sub(1).max(1);
+    let mut v: Vec<usize> = (1..usize::BITS)
+        .map(|j| (1usize << j) - 1)
+        .take_while(|&k| k <= top)
+        .collect();
+    if v.last() != Some(&top) {
+        v.push(top);
+    }
+    v
+}
+
+/// One communicator's degree-k slots.
+pub(crate) struct DegreeKSlots {
+    area: Area,
+    /// Bytes per slot (the largest vector plus the trailer, rounded to 64).
+    stride: usize,
+    /// Offset of the acknowledgement bytes (one per rank).
+    acks: usize,
+    /// Writes this rank made to each rank, and their consumptions it acknowledged for each.
+    written: Vec<u8>,
+    consumed: Vec<u8>,
+    /// Operations so far (the counter byte is derived from it).
+    count: u64,
+}
+
+impl DegreeKSlots {
+    /// Registers `n` slots of `cap` bytes of data. Collective.
+    pub(crate) fn new(engine: &Engine, context: Context, cap: usize) -> Result<DegreeKSlots> {
+        let n = engine.size();
+        let stride = (cap + TRAILER).next_multiple_of(64);
+        let acks = n * stride;
+        let area = Area::new(engine, context, acks + n)?;
+        Ok(DegreeKSlots {
+            area,
+            stride,
+            acks,
+            written: vec![0; n],
+            consumed: vec![0; n],
+            count: 0,
+        })
+    }
+
+    /// The largest vector, in bytes, the slots take.
+    pub(crate) fn capacity(&self) -> usize {
+        self.stride - TRAILER
+    }
+
+    /// Reduces `acc` (this rank's contribution, aligned for the element type) over the
+    /// degree-`k` tree rooted at `root`: afterwards the root's `acc` holds the result.
+    pub(crate) fn reduce(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        acc: &mut [u8],
+        reduce: &Reducer<'_>,
+        k: usize,
+        root: Rank,
+    ) -> Result<()> {
+        let fabric = w.fabric();
+        let (me, n) = (fabric.rank() as usize, fabric.size());
+        let m = acc.len();
+        if m > self.capacity() {
+            return Err(CollError::InvalidArgument(format!(
+                "{m} bytes exceed the {}-byte reduction slots",
+                self.capacity()
+            )));
+        }
+        self.count += 1;
+        let counter = ((self.count - 1) % 255) as u8 + 1;
+        let tree = DegreeK::new(n, k);
+        let rel = tree::relative(me, root as usize, n);
+        let abs = |r: usize| tree::absolute(r, root as usize, n) as Rank;
+        let mut incoming = vec![0u8; m];
+        for step in 0..tree.steps() {
+            match tree.role(rel, step) {
+                None => {}
+                Some(Role::Receive(from)) => {
+                    for f in from {
+                        self.take(w, puts, abs(f), counter, &mut incoming)?;
+                        reduce(acc, &incoming);
+                    }
+                }
+                Some(Role::Send(to)) => {
+                    self.give(w, puts, abs(to), counter, acc)?;
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Where `sender`'s data of `m` bytes sits in a slot, and where its trailer starts.
+    fn place(&self, sender: Rank, m: usize) -> (usize, usize) {
+        let trailer = sender as usize * self.stride + self.stride - TRAILER;
+        (trailer - m, trailer)
+    }
+
+    /// Waits for `from`'s partial result (operation `counter`) and copies it into `out`.
+    fn take(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        from: Rank,
+        counter: u8,
+        out: &mut [u8],
+    ) -> Result<()> {
+        let (data, trailer) = self.place(from, out.len());
+        let flag = self.area.flag(trailer + TRAILER - 1);
+        w.until(from, &|| flag.load(Ordering::Acquire) != 0)?;
+        let got = flag.load(Ordering::Acquire);
+        if got != counter {
+            return Err(CollError::Mismatch(format!(
+                "rank {from}'s contribution carries operation {got}, expected {counter}: the \
+                 ranks' reductions are out of step"
+            )));
+        }
+        let mut len = [0u8; 4];
+        self.area.local().read(trailer, &mut len)?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len != out.len() {
+            return Err(CollError::Mismatch(format!(
+                "rank {from} contributed {len} bytes, this rank {}",
+                out.len()
+            )));
+        }
+        self.area.local().read(data, out)?;
+        flag.store(0, Ordering::Release);
+        // Tell the sender its slot is free again (the count of consumed writes, mod 256).
+        let c = &mut self.consumed[from as usize];
+        *c = c.wrapping_add(1);
+        let me = w.fabric().rank() as usize;
+        let at = self.area.at(from, self.acks + me);
+        match puts.put(w, self.area.local(), 0, 0, at, Some(*c)) {
+            // A sender that has left writes no more: it needs no acknowledgement.
+            Err(rdcoll_offload::OffloadError::Transport(
+                rdcoll_transport::TransportError::PeerFailed(_),
+            )) => Ok(()),
+            other => Ok(other?),
+        }
+    }
+
+    /// Writes this rank's partial result to `to` (operation `counter`), once `to` has
+    /// consumed the previous one.
+    fn give(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        to: Rank,
+        counter: u8,
+        acc: &[u8],
+    ) -> Result<()> {
+        let before = self.written[to as usize];
+        let ack = self.area.flag(self.acks + to as usize);
+        // At most one write is ever unacknowledged, so the byte comparison is exact.
+        w.until(to, &|| ack.load(Ordering::Acquire) == before)?;
+        let me = w.fabric().rank();
+        // The source: this rank's own slot (nobody else writes it), laid out as the target's.
+        let (data, trailer) = self.place(me, acc.len());
+        let local = self.area.local();
+        local.write(data, acc)?;
+        local.write(trailer, &(acc.len() as u32).to_le_bytes())?;
+        let span = acc.len() + TRAILER - 1;
+        puts.put(w, local, data, span, self.area.at(to, data), Some(counter))?;
+        self.written[to as usize] = before.wrapping_add(1);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roles(t: &DegreeK, step: usize) -> Vec<(usize, Role)> {
+        (0..t.n)
+            .filter_map(|node| t.role(node, step).map(|r| (node, r)))
+            .collect()
+    }
+
+    /// Paper 004 Figure 3 (a): degree-1 on 4 nodes. "In the first step P1 and P3 send data to
+    /// P0 and P2 respectively ... The computed result is forwarded by P2 to P0."
+    #[test]
+    fn degree_one_on_four_nodes_is_the_papers() {
+        let t = DegreeK::new(4, 1);
+        assert_eq!(t.steps(), 2);
+        assert_eq!(
+            roles(&t, 0),
+            vec![
+                (0, Role::Receive(vec![1])),
+                (1, Role::Send(0)),
+                (2, Role::Receive(vec![3])),
+                (3, Role::Send(2)),
+            ]
+        );
+        assert_eq!(
+            roles(&t, 1),
+            vec![(0, Role::Receive(vec![2])), (2, Role::Send(0))]
+        );
+    }
+
+    /// Figure 3 (b): degree-3 on 4 nodes, one step: "P0 waits for P1, P2 and P3".
+    #[test]
+    fn degree_three_on_four_nodes_is_one_step() {
+        let t = DegreeK::new(4, 3);
+        assert_eq!(t.steps(), 1);
+        assert_eq!(roles(&t, 0)[0], (0, Role::Receive(vec![1, 2, 3])));
+    }
+
+    /// Figure 4: degree-3 on 32 nodes takes three steps; nobody receives from more than 3.
+    #[test]
+    fn degree_three_on_thirty_two_nodes() {
+        let t = DegreeK::new(32, 3);
+        assert_eq!(t.steps(), 3);
+        assert_eq!(roles(&t, 1)[0], (0, Role::Receive(vec![4, 8, 12])));
+        assert!(roles(&t, 1).contains(&(16, Role::Receive(vec![20, 24, 28]))));
+        assert_eq!(
+            roles(&t, 2),
+            vec![(0, Role::Receive(vec![16])), (16, Role::Send(0))]
+        );
+    }
+
+    /// Every node's contribution reaches node 0 exactly once, through receivers that are
+    /// still live, for every size and degree (non-powers of two included).
+    #[test]
+    #[allow(clippy::needless_range_loop)]
+    fn every_tree_is_sound() {
+        for n in 1..=70 {
+            for k in degrees(n) {
+                let t = DegreeK::new(n, k);
+                // covered[x] = nodes whose data x holds; done[x] = x has sent.
+                let mut covered: Vec<Vec<usize>> = (0..n).map(|x| vec![x]).collect();
+                let mut done = vec![false; n];
+                for step in 0..t.steps() {
+                    let mut moves = Vec::new();
+                    for node in 0..n {
+                        match t.role(node, step) {
+                            Some(Role::Receive(from)) => {
+                                assert!(from.len() <= k, "n={n} k={k}: too many senders");
+                                assert!(from.windows(2).all(|w| w[0] < w[1]));
+                                for f in from {
+                                    assert_eq!(t.role(f, step), Some(Role::Send(node)));
+                                    moves.push((f, node));
+                                }
+                            }
+                            Some(Role::Send(to)) => assert!(!done[node] && to < node),
+                            None => {}
+                        }
+                    }
+                    for (f, to) in moves {
+                        assert!(!done[f]);
+                        done[f] = true;
+                        let got = std::mem::take(&mut covered[f]);
+                        covered[to].extend(got);
+                    }
+                }
+                let mut all = covered[0].clone();
+                all.sort();
+                assert_eq!(all, (0..n).collect::<Vec<_>>(), "n={n} k={k}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_degrees_on_offer() {
+        assert_eq!(degrees(1), vec![1]);
+        assert_eq!(degrees(2), vec![1]);
+        assert_eq!(degrees(8), vec![1, 3, 7]);
+        assert_eq!(degrees(9), vec![1, 3, 7, 8]);
+        assert_eq!(degrees(16), vec![1, 3, 7, 15]);
+    }
+}

@@ -1,0 +1,129 @@
+//! Reduce and allreduce (issue 7, after paper 004 Section 4.2): small vectors by the degree-k
+//! tree of RDMA writes into per-sender slots (then, for an allreduce, the counter-byte
+//! broadcast of the result), large ones by reduce-scatter and allgather. Every path combines
+//! in an order fixed by the ranks' ids, never by arrival: results are bitwise reproducible.
+
+pub mod degree_k;
+pub mod model;
+pub mod op;
+mod scatter_gather;
+
+use rdcoll_transport::Rank;
+
+use crate::config::ReduceDegree;
+use crate::error::{CollError, Result};
+use crate::{Collectives, Inner};
+
+use degree_k::DegreeKSlots;
+use model::Model;
+use op::Reducer;
+
+/// One communicator's reduction state.
+pub(crate) struct ReduceState {
+    slots: DegreeKSlots,
+    /// Rank 0's model parameters (the same on every rank).
+    model: Model,
+}
+
+impl Collectives {
+    /// Reduces `acc` (this rank's contribution, whole `elem`-byte elements aligned for their
+    /// type) over every rank with `reduce`: afterwards every rank's `acc` holds the result.
+    /// Every rank passes the same length.
+    pub fn allreduce(&self, acc: &mut [u8], elem: usize, reduce: &Reducer<'_>) -> Result<()> {
+        self.reduction(acc, elem, reduce, None)
+    }
+
+    /// Like [`allreduce`](Collectives::allreduce), but only `root`'s `acc` ends with the
+    /// result (the others' are used as scratch).
+    pub fn reduce(
+        &self,
+        acc: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+        root: Rank,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        self.reduction(acc, elem, reduce, Some(root))
+    }
+
+    /// The degree the model picks for `bytes` bytes on this communicator (what an allreduce
+    /// of that size uses below the small limit; `RDCOLL_ALLREDUCE_DEGREE` overrides it).
+    /// Collective the first time (it sets the reductions up).
+    pub fn allreduce_degree(&self, bytes: usize) -> Result<usize> {
+        self.guarded(|inner| {
+            let n = self.waiter.fabric().size();
+            let model = self.reduce_state(inner)?.model;
+            Ok(Ok(self.degree(n, &model, bytes)))
+        })
+    }
+
+    fn degree(&self, n: usize, model: &Model, bytes: usize) -> usize {
+        match self.cfg.allreduce_degree {
+            ReduceDegree::Fixed(k) => k.clamp(1, n.saturating_sub(1).max(1)),
+            ReduceDegree::Model => model.choose(n, bytes),
+        }
+    }
+
+    fn reduction(
+        &self,
+        acc: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+        root: Option<Rank>,
+    ) -> Result<()> {
+        if elem == 0 || !acc.len().is_multiple_of(elem) {
+            return Err(CollError::InvalidArgument(format!(
+                "{} bytes are not whole {elem}-byte elements",
+                acc.len()
+            )));
+        }
+        self.guarded(|inner| {
+            let n = self.waiter.fabric().size();
+            if n == 1 {
+                return Ok(Ok(()));
+            }
+            let small = acc.len() <= self.cfg.allreduce_small_max;
+            if !small {
+                let engine = self.waiter.engine();
+                scatter_gather::reduce(engine, self.context, acc, elem, reduce, root)?;
+                return Ok(Ok(()));
+            }
+            let model = self.reduce_state(inner)?.model;
+            let k = self.degree(n, &model, acc.len());
+            let tree_root = root.unwrap_or(0);
+            {
+                let Inner {
+                    reduction, puts, ..
+                } = inner;
+                let state = reduction.as_mut().expect("set up by reduce_state");
+                state
+                    .slots
+                    .reduce(&self.waiter, puts, acc, reduce, k, tree_root)?;
+            }
+            if root.is_none() {
+                // The result, from the tree's root to everyone (counter-byte blocks).
+                self.small(inner, acc, tree_root)?;
+            }
+            Ok(Ok(()))
+        })
+    }
+
+    /// Sets up the slots and agrees on rank 0's model (collective, once).
+    fn reduce_state<'a>(&self, inner: &'a mut Inner) -> Result<&'a mut ReduceState> {
+        if inner.reduction.is_none() {
+            let cap = self.cfg.allreduce_small_max;
+            let slots = DegreeKSlots::new(self.waiter.engine(), self.context, cap)?;
+            let mut bytes = if self.waiter.fabric().rank() == 0 {
+                Model::load()?.to_bytes()
+            } else {
+                [0u8; 24]
+            };
+            self.small(inner, &mut bytes, 0)?;
+            inner.reduction = Some(ReduceState {
+                slots,
+                model: Model::from_bytes(&bytes),
+            });
+        }
+        Ok(inner.reduction.as_mut().expect("set just above"))
+    }
+}

@@ -1,0 +1,199 @@
+//! Reduction operations and the element types they apply to: sum, product, min, max, the
+//! logical and bitwise and/or/xor, on `i8`-`i64`, `u8`-`u64`, `f32` and `f64` (integers wrap
+//! on overflow instead of panicking; logical and bitwise operations are for integers), plus a
+//! caller's own closure.
+
+use bytemuck::Pod;
+
+use crate::error::{CollError, Result};
+
+/// A predefined reduction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `a + b` (integers wrap).
+    Sum,
+    /// `a * b` (integers wrap).
+    Prod,
+    /// The smaller.
+    Min,
+    /// The larger.
+    Max,
+    /// 1 if both are nonzero, else 0.
+    LogicalAnd,
+    /// 1 if either is nonzero, else 0.
+    LogicalOr,
+    /// 1 if exactly one is nonzero, else 0.
+    LogicalXor,
+    /// `a & b`.
+    BitAnd,
+    /// `a | b`.
+    BitOr,
+    /// `a ^ b`.
+    BitXor,
+}
+
+impl Op {
+    /// Every operation.
+    pub const ALL: [Op; 10] = [
+        Op::Sum,
+        Op::Prod,
+        Op::Min,
+        Op::Max,
+        Op::LogicalAnd,
+        Op::LogicalOr,
+        Op::LogicalXor,
+        Op::BitAnd,
+        Op::BitOr,
+        Op::BitXor,
+    ];
+
+    /// Whether the operation is only for integers.
+    pub fn integers_only(self) -> bool {
+        matches!(
+            self,
+            Op::LogicalAnd | Op::LogicalOr | Op::LogicalXor | Op::BitAnd | Op::BitOr | Op::BitXor
+        )
+    }
+}
+
+/// An element type the predefined operations apply to.
+pub trait Element: Pod + Send + Sync {
+    /// Whether it is a floating-point type (no logical or bitwise operations).
+    const FLOAT: bool;
+    /// `acc[i] = acc[i] op b[i]` for every `i`.
+    fn combine(op: Op, acc: &mut [Self], b: &[Self]);
+}
+
+macro_rules! integer {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            const FLOAT: bool = false;
+            fn combine(op: Op, acc: &mut [Self], b: &[Self]) {
+                let f: fn($t, $t) -> $t = match op {
+                    Op::Sum => |a, b| a.wrapping_add(b),
+                    Op::Prod => |a, b| a.wrapping_mul(b),
+                    Op::Min => |a, b| a.min(b),
+                    Op::Max => |a, b| a.max(b),
+                    Op::LogicalAnd => |a, b| ((a != 0) && (b != 0)) as $t,
+                    Op::LogicalOr => |a, b| ((a != 0) || (b != 0)) as $t,
+                    Op::LogicalXor => |a, b| ((a != 0) != (b != 0)) as $t,
+                    Op::BitAnd => |a, b| a & b,
+                    Op::BitOr => |a, b| a | b,
+                    Op::BitXor => |a, b| a ^ b,
+                };
+                for (x, &y) in acc.iter_mut().zip(b) {
+                    *x = f(*x, y);
+                }
+            }
+        }
+    )*};
+}
+integer!(i8, i16, i32, i64, u8, u16, u32, u64);
+
+macro_rules! float {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            const FLOAT: bool = true;
+            fn combine(op: Op, acc: &mut [Self], b: &[Self]) {
+                let f: fn($t, $t) -> $t = match op {
+                    Op::Sum => |a, b| a + b,
+                    Op::Prod => |a, b| a * b,
+                    Op::Min => |a, b| a.min(b),
+                    Op::Max => |a, b| a.max(b),
+                    // Refused before any data moves (see `check`).
+                    _ => |a, _| a,
+                };
+                for (x, &y) in acc.iter_mut().zip(b) {
+                    *x = f(*x, y);
+                }
+            }
+        }
+    )*};
+}
+float!(f32, f64);
+
+/// Refuses an operation the element type does not have.
+pub fn check<T: Element>(op: Op) -> Result<()> {
+    if T::FLOAT && op.integers_only() {
+        return Err(CollError::InvalidArgument(format!(
+            "{op:?} is not defined on floating-point elements"
+        )));
+    }
+    Ok(())
+}
+
+/// How the algorithms combine two byte buffers of whole elements: `acc op= b`. `acc` is
+/// aligned for the element type; `b` may not be.
+pub type Reducer<'a> = dyn Fn(&mut [u8], &[u8]) + Sync + 'a;
+
+/// `b`'s elements in a buffer aligned for `T`.
+fn aligned_copy<T: Pod>(b: &[u8]) -> Vec<T> {
+    let count = b.len() / std::mem::size_of::<T>().max(1);
+    let mut v = vec![T::zeroed(); count];
+    let bytes = count * std::mem::size_of::<T>();
+    bytemuck::cast_slice_mut::<T, u8>(&mut v).copy_from_slice(&b[..bytes]);
+    v
+}
+
+/// The byte-level reducer of element-wise `f` on `T`.
+pub fn reducer<T: Pod, F: Fn(&mut T, &T) + Sync>(f: F) -> impl Fn(&mut [u8], &[u8]) + Sync {
+    move |acc: &mut [u8], b: &[u8]| {
+        let acc: &mut [T] = bytemuck::cast_slice_mut(acc);
+        match bytemuck::try_cast_slice::<u8, T>(b) {
+            Ok(b) => acc.iter_mut().zip(b).for_each(|(x, y)| f(x, y)),
+            Err(_) => {
+                // Data bottom-filled at an odd place: one aligned copy.
+                let b: Vec<T> = aligned_copy(b);
+                acc.iter_mut().zip(&b).for_each(|(x, y)| f(x, y));
+            }
+        }
+    }
+}
+
+/// The byte-level reducer of predefined `op` on `T`.
+pub fn op_reducer<T: Element>(op: Op) -> impl Fn(&mut [u8], &[u8]) + Sync {
+    move |acc: &mut [u8], b: &[u8]| {
+        let acc: &mut [T] = bytemuck::cast_slice_mut(acc);
+        match bytemuck::try_cast_slice::<u8, T>(b) {
+            Ok(b) => T::combine(op, acc, b),
+            Err(_) => {
+                let b: Vec<T> = aligned_copy(b);
+                T::combine(op, acc, &b);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integer_ops() {
+        let mut a = [5i32, -3, 0, i32::MAX];
+        i32::combine(Op::Sum, &mut a, &[1, 1, 0, 1]);
+        assert_eq!(a, [6, -2, 0, i32::MIN]);
+        let mut l = [0u8, 1, 2, 0];
+        u8::combine(Op::LogicalXor, &mut l, &[0, 0, 3, 7]);
+        assert_eq!(l, [0, 1, 0, 1]);
+        let mut b = [0b1100u16];
+        u16::combine(Op::BitAnd, &mut b, &[0b1010]);
+        assert_eq!(b, [0b1000]);
+        assert!(check::<f64>(Op::BitOr).is_err());
+        assert!(check::<f64>(Op::Max).is_ok());
+    }
+
+    #[test]
+    fn unaligned_operands_are_copied_not_misread() {
+        let r = op_reducer::<u64>(Op::Sum);
+        let mut acc = vec![0u64; 2];
+        let raw: Vec<u8> = [0u8]
+            .iter()
+            .copied()
+            .chain(3u64.to_le_bytes())
+            .chain(4u64.to_le_bytes())
+            .collect();
+        r(bytemuck::cast_slice_mut(&mut acc), &raw[1..]);
+        assert_eq!(acc, [3, 4]);
+    }
+}

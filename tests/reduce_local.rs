@@ -1,0 +1,74 @@
+//! Reduce and allreduce on ranks that are threads of this process: every op and type, group
+//! sizes 1-9 and 16, counts 0, 1, 7, 1000 and 1,000,000, in place and not, reproducibility,
+//! and the degree-k trees for k = 1, 3, 7 and n - 1.
+
+#[allow(dead_code)]
+mod reduce_cases;
+
+use rdcoll::{CollConfig, ReduceDegree};
+
+fn run<R: Send>(n: usize, case: impl Fn(&rdcoll::Comm) -> Result<R, String> + Sync) -> Vec<R> {
+    rdcoll::local::run(n, |c| case(&c))
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .map(|(rank, r)| r.unwrap_or_else(|why| panic!("{n} ranks, rank {rank}: {why}")))
+        .collect()
+}
+
+#[test]
+fn every_op_type_and_group_size() {
+    for n in (1..=9).chain([16]) {
+        run(n, |c| {
+            reduce_cases::every_type(c, &[0, 1, 7, 1000], &[0, (n as u32) / 2])
+        });
+    }
+}
+
+#[test]
+fn a_million_elements() {
+    for n in [1, 2, 3, 5, 8] {
+        run(n, reduce_cases::million);
+    }
+}
+
+#[test]
+fn every_degree() {
+    for n in [2, 4, 5, 8, 9] {
+        for k in [1, 3, 7, n - 1] {
+            let cfg = CollConfig {
+                allreduce_degree: ReduceDegree::Fixed(k),
+                ..CollConfig::default()
+            };
+            run(n, |c| {
+                let c = c
+                    .with_collectives_config(cfg.clone())
+                    .map_err(|e| e.to_string())?;
+                let got = c.allreduce_degree(64).map_err(|e| e.to_string())?;
+                if got != k.min(n - 1) {
+                    return Err(format!("degree {got}, asked for {k}"));
+                }
+                reduce_cases::every_op::<f64>(&c, &[1, 1000], &[0, 1])?;
+                reduce_cases::every_op::<i32>(&c, &[7], &[n as u32 - 1])
+            });
+        }
+    }
+}
+
+#[test]
+fn float_sums_are_bitwise_reproducible_under_random_delays() {
+    for count in [1000, 100_000] {
+        let results = run(8, |c| reduce_cases::reproducible(c, 50, count));
+        let first = &results[0][0];
+        for (rank, runs) in results.iter().enumerate() {
+            for (run, r) in runs.iter().enumerate() {
+                assert!(r == first, "count {count}: rank {rank}, run {run} differs");
+            }
+        }
+    }
+}
+
+#[test]
+fn lengths_that_differ_are_an_error() {
+    run(3, reduce_cases::length_mismatch);
+}
