@@ -17,6 +17,14 @@ impl Comm {
         Ok(self.collectives.get_or_init(|| c))
     }
 
+    /// The collectives' settings in use on this communicator.
+    pub fn collectives_config(&self) -> &rdcoll_collectives::CollConfig {
+        match self.collectives() {
+            Ok(c) => c.config(),
+            Err(_) => &DEFAULT_CONFIG,
+        }
+    }
+
     /// A duplicate of this communicator (see [`dup`](Comm::dup); collective) whose
     /// collectives use `cfg` instead of the `RDCOLL_*` settings: for choosing an algorithm per
     /// communicator, or for in-process ranks, which share one environment.
@@ -224,6 +232,10 @@ impl Comm {
         Ok(self.collectives()?.allreduce_degree(bytes)?)
     }
 }
+
+/// What `collectives_config` shows when the collectives cannot be set up.
+static DEFAULT_CONFIG: std::sync::LazyLock<rdcoll_collectives::CollConfig> =
+    std::sync::LazyLock::new(rdcoll_collectives::CollConfig::default);
 
 fn same_len(send: usize, recv: usize) -> Result<()> {
     if send != recv {

@@ -8,12 +8,14 @@ mod reduce_cases;
 use rdcoll::{CollConfig, ReduceDegree};
 
 fn run<R: Send>(n: usize, case: impl Fn(&rdcoll::Comm) -> Result<R, String> + Sync) -> Vec<R> {
-    rdcoll::local::run(n, |c| case(&c))
-        .unwrap()
-        .into_iter()
+    let results = rdcoll::local::run(n, |c| case(&c)).unwrap();
+    let failures: Vec<String> = results
+        .iter()
         .enumerate()
-        .map(|(rank, r)| r.unwrap_or_else(|why| panic!("{n} ranks, rank {rank}: {why}")))
-        .collect()
+        .filter_map(|(rank, r)| r.as_ref().err().map(|why| format!("rank {rank}: {why}")))
+        .collect();
+    assert!(failures.is_empty(), "{n} ranks: {failures:#?}");
+    results.into_iter().flatten().collect()
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! The OSU collective loops (osu_bcast, osu_barrier 6.x), written once for any library that
+//! The OSU collective loops (osu_bcast, osu_allreduce, osu_reduce, osu_barrier 6.x), written
+//! once for any library that
 //! offers the [`Collective`] calls, with OSU's options and output layout, plus the RDMC
 //! broadcast metric (paper 001: bandwidth = message size / time from the root's call until
 //! the last rank has the message).
@@ -17,6 +18,15 @@ pub trait Collective {
     fn bcast(&self, buf: &mut [u8], root: u32) -> Result<(), String>;
     /// Barrier.
     fn barrier(&self) -> Result<(), String>;
+    /// Sum of every rank's `send` into every rank's `recv`.
+    fn allreduce_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), String>;
+    /// Sum of every rank's `send` into `root`'s `recv`.
+    fn reduce_f32(&self, send: &[f32], recv: &mut [f32], root: u32) -> Result<(), String>;
+    /// A note on how a `bytes`-byte reduction is done (rdcoll: the degree `k` its model chose).
+    fn note(&self, bytes: usize) -> Option<String> {
+        let _ = bytes;
+        None
+    }
     /// Blocking send (for collecting timings).
     fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String>;
     /// Blocking receive (for collecting timings).
@@ -32,6 +42,10 @@ pub enum CollKind {
     Bcast,
     /// osu_barrier.
     Barrier,
+    /// osu_allreduce (float sums).
+    Allreduce,
+    /// osu_reduce (float sums to rank 0).
+    Reduce,
 }
 
 impl CollKind {
@@ -40,6 +54,8 @@ impl CollKind {
         Some(match s {
             "bcast" => CollKind::Bcast,
             "barrier" => CollKind::Barrier,
+            "allreduce" => CollKind::Allreduce,
+            "reduce" => CollKind::Reduce,
             _ => return None,
         })
     }
@@ -49,6 +65,8 @@ impl CollKind {
         match self {
             CollKind::Bcast => "bcast",
             CollKind::Barrier => "barrier",
+            CollKind::Allreduce => "allreduce",
+            CollKind::Reduce => "reduce",
         }
     }
 
@@ -57,6 +75,8 @@ impl CollKind {
         match self {
             CollKind::Bcast => "Broadcast Latency Test",
             CollKind::Barrier => "Barrier Latency Test",
+            CollKind::Allreduce => "Allreduce Latency Test",
+            CollKind::Reduce => "Reduce Latency Test",
         }
     }
 }
@@ -75,6 +95,18 @@ pub struct CollRow {
     pub max: f64,
     /// Bytes per second from the root's call to the last rank's completion, MB/s.
     pub rdmc_mbs: Option<f64>,
+}
+
+/// What the library says of how it does `kind` at each size (rdcoll: the model's `k`).
+pub fn notes(c: &dyn Collective, kind: CollKind, o: &Options) -> Vec<String> {
+    if !matches!(kind, CollKind::Allreduce | CollKind::Reduce) {
+        return Vec::new();
+    }
+    o.sizes()
+        .into_iter()
+        .filter(|&s| s >= 4)
+        .filter_map(|s| c.note(s).map(|n| format!("{s} B: {n}")))
+        .collect()
 }
 
 /// OSU's iteration counts for a collective of `size` bytes, fewer for the very large sizes.
@@ -119,8 +151,15 @@ pub fn run(
     let sizes = match kind {
         CollKind::Bcast => o.sizes(),
         CollKind::Barrier => vec![0],
+        // Whole floats, as osu_allreduce: 4 B and up.
+        CollKind::Allreduce | CollKind::Reduce => {
+            o.sizes().into_iter().filter(|&s| s >= 4).collect()
+        }
     };
     let mut buf = vec![0u8; o.max.max(1)];
+    let floats = o.max / 4;
+    let send: Vec<f32> = (0..floats).map(|i| (i % 100) as f32 * 0.5).collect();
+    let mut recv = vec![0f32; floats];
     let mut rows = Vec::new();
     for size in sizes {
         let (iters, skip) = counts(o, size);
@@ -131,11 +170,13 @@ pub fn run(
             match kind {
                 CollKind::Bcast => c.bcast(&mut buf[..size], 0)?,
                 CollKind::Barrier => c.barrier()?,
+                CollKind::Allreduce => c.allreduce_f32(&send[..size / 4], &mut recv[..size / 4])?,
+                CollKind::Reduce => c.reduce_f32(&send[..size / 4], &mut recv[..size / 4], 0)?,
             }
             if i >= skip {
                 timer += c.wtime() - t0;
             }
-            if kind == CollKind::Bcast {
+            if kind != CollKind::Barrier {
                 c.barrier()?;
             }
         }
@@ -180,9 +221,13 @@ fn rdmc_metric(c: &dyn Collective, buf: &mut [u8], iters: usize) -> Result<f64, 
     })
 }
 
-/// The table in OSU's layout (`# Size  Avg Latency(us)`, and the RDMC column if measured).
-pub fn format(kind: CollKind, what: &str, rows: &[CollRow]) -> String {
+/// The table in OSU's layout (`# Size  Avg Latency(us)`, and the RDMC column if measured),
+/// after `notes` as comment lines.
+pub fn format(kind: CollKind, what: &str, rows: &[CollRow], notes: &[String]) -> String {
     let mut s = String::new();
+    for n in notes {
+        let _ = writeln!(s, "# {n}");
+    }
     let _ = writeln!(s, "# OSU MPI {} v6.1 ({what})", kind.title());
     let rdmc = rows.iter().any(|r| r.rdmc_mbs.is_some());
     match (kind, rdmc) {

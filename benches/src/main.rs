@@ -10,7 +10,7 @@ mod p2p;
 mod transport;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|barrier|transport|match|offload> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|transport|match|offload> [options]");
     std::process::exit(2);
 }
 
@@ -23,10 +23,12 @@ fn main() {
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
-        "bcast" | "barrier" => match rdcoll_bench::coll::CollKind::from_name(cmd) {
-            Some(kind) => bcast::run(kind, rest),
-            None => usage(),
-        },
+        "bcast" | "barrier" | "allreduce" | "reduce" => {
+            match rdcoll_bench::coll::CollKind::from_name(cmd) {
+                Some(kind) => bcast::run(kind, rest),
+                None => usage(),
+            }
+        }
         _ => match rdcoll_bench::osu::Kind::from_name(cmd) {
             Some(kind) => p2p::run(kind, rest),
             None => usage(),

@@ -61,6 +61,24 @@ impl Puts {
         }
         Ok(())
     }
+
+    /// A write that only serves the target's future writes to this rank (a release, an
+    /// acknowledgement): best effort, as a target that has left or dropped its communicator
+    /// writes no more and needs none.
+    pub(crate) fn notify(
+        &mut self,
+        w: &progress::Waiter,
+        src: &rdcoll_transport::Region,
+        dst: rdcoll_transport::RemoteAddr,
+        flag: u8,
+    ) {
+        if let Err(e) = self.put(w, src, 0, 0, dst, Some(flag)) {
+            tracing::debug!(
+                "a collective's notification to rank {} was not delivered: {e}",
+                dst.rank
+            );
+        }
+    }
 }
 
 /// One communicator's collectives.

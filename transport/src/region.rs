@@ -47,6 +47,8 @@ pub(crate) struct RegionInner {
     /// can no longer name the region, even while a peer's copy still holds its memory.
     owners: std::sync::atomic::AtomicUsize,
     backing: Mutex<Option<Backing>>,
+    /// The memory is the caller's (`register_memory`), not the fabric's: no atomics on it.
+    external: bool,
     publisher: Weak<dyn Publisher>,
 }
 
@@ -162,6 +164,7 @@ impl Region {
                 alive: RwLock::new(true),
                 unpublished: AtomicBool::new(false),
                 owners: std::sync::atomic::AtomicUsize::new(1),
+                external: matches!(backing, Backing::External),
                 backing: Mutex::new(Some(backing)),
                 publisher,
             }),
@@ -257,6 +260,43 @@ impl Region {
         copy_between(src, src_offset, self, offset, len)
     }
 
+    /// Lends `len` bytes at `offset` to `f` as a slice (no copy), the region held alive
+    /// meanwhile.
+    ///
+    /// # Safety
+    /// Nothing may write that range while `f` runs: no peer (the caller's protocol must
+    /// ensure none does) and no other thread of this process.
+    pub unsafe fn with_bytes<R>(
+        &self,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Result<R> {
+        self.with_range(offset, len, |p| {
+            // SAFETY: `p` is valid for `len` bytes (checked range, region alive while the
+            // guard is held); the caller guarantees nobody writes them meanwhile.
+            f(unsafe { std::slice::from_raw_parts(p, len) })
+        })
+    }
+
+    /// Lends `len` bytes at `offset` to `f` as a mutable slice (no copy).
+    ///
+    /// # Safety
+    /// Nothing else may read or write that range while `f` runs: no peer (the caller's
+    /// protocol must ensure none does), no operation in flight, no other thread.
+    pub unsafe fn with_bytes_mut<R>(
+        &self,
+        offset: usize,
+        len: usize,
+        f: impl FnOnce(&mut [u8]) -> R,
+    ) -> Result<R> {
+        self.with_range(offset, len, |p| {
+            // SAFETY: `p` is valid for `len` bytes (checked range, region alive while the
+            // guard is held); the caller guarantees exclusive access meanwhile.
+            f(unsafe { std::slice::from_raw_parts_mut(p, len) })
+        })
+    }
+
     /// Fills `len` bytes at `offset` with `byte`.
     pub fn fill(&self, offset: usize, len: usize, byte: u8) -> Result<()> {
         self.with_range(offset, len, |dst| {
@@ -296,7 +336,7 @@ impl Region {
     }
 
     fn atomic_ptr(&self, offset: usize, size: usize) -> Result<*mut u8> {
-        if matches!(*self.inner.backing.lock(), Some(Backing::External)) {
+        if self.inner.external {
             return Err(TransportError::InvalidArgument(
                 "atomics are only offered on regions the fabric allocated".into(),
             ));

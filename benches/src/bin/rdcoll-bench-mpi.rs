@@ -99,6 +99,20 @@ impl Collective for MpiMessenger {
         self.world.barrier();
         Ok(())
     }
+    fn allreduce_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), String> {
+        self.world
+            .all_reduce_into(send, recv, mpi::collective::SystemOperation::sum());
+        Ok(())
+    }
+    fn reduce_f32(&self, send: &[f32], recv: &mut [f32], root: u32) -> Result<(), String> {
+        let p = self.world.process_at_rank(root as i32);
+        if Collective::rank(self) == root {
+            p.reduce_into_root(send, recv, mpi::collective::SystemOperation::sum());
+        } else {
+            p.reduce_into(send, mpi::collective::SystemOperation::sum());
+        }
+        Ok(())
+    }
     fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String> {
         Messenger::send(self, buf, peer, tag)
     }
@@ -138,7 +152,7 @@ fn collective(kind: CollKind, args: &[String]) {
     match coll::run(&m, kind, &opts, rdmc) {
         Ok(rows) => {
             if Collective::rank(&m) == 0 {
-                print!("{}", coll::format(kind, &what, &rows));
+                print!("{}", coll::format(kind, &what, &rows, &[]));
             }
         }
         Err(e) => {
@@ -156,7 +170,7 @@ fn main() {
     }
     let Some(kind) = args.first().and_then(|a| Kind::from_name(a)) else {
         eprintln!(
-            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|barrier> [-m [MIN:]MAX] [-i N] [-x N]"
+            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|allreduce|reduce|barrier> [-m [MIN:]MAX] [-i N] [-x N]"
         );
         std::process::exit(2);
     };

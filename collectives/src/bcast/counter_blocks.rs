@@ -178,15 +178,7 @@ impl CounterBcast {
         let done = self.epochs_done as u8;
         for peer in (0..fabric.size() as Rank).filter(|&p| p != me) {
             let at = self.area.at(peer, self.notify + me as usize);
-            match puts.put(w, self.area.local(), 0, 0, at, Some(done)) {
-                Ok(()) => {}
-                // A rank that has left needs no notification; if it was still needed, the
-                // ranks waiting for it find out.
-                Err(rdcoll_offload::OffloadError::Transport(
-                    rdcoll_transport::TransportError::PeerFailed(_),
-                )) => {}
-                Err(e) => return Err(e.into()),
-            }
+            puts.notify(w, self.area.local(), at, done);
         }
         Ok(())
     }

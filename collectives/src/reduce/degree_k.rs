@@ -93,16 +93,14 @@ impl DegreeK {
 }
 
 /// The degrees the model may choose for `n` ranks: `2^j - 1` up to `n - 1`, and `n - 1`.
-pub fn degrees(n: usize) -> Vec<usize> {
+pub fn degrees(n: usize) -> impl Iterator<Item = usize> {
     let top = n.saturating_sub(1).max(1);
-    let mut v: Vec<usize> = (1..usize::BITS)
+    let powers = (1..usize::BITS)
         .map(|j| (1usize << j) - 1)
-        .take_while(|&k| k <= top)
-        .collect();
-    if v.last() != Some(&top) {
-        v.push(top);
-    }
-    v
+        .take_while(move |&k| k <= top);
+    // `n - 1` itself unless it is already one of them.
+    let extra = (!(top + 1).is_power_of_two()).then_some(top);
+    powers.chain(extra)
 }
 
 /// One communicator's degree-k slots.
@@ -166,14 +164,20 @@ impl DegreeKSlots {
         let tree = DegreeK::new(n, k);
         let rel = tree::relative(me, root as usize, n);
         let abs = |r: usize| tree::absolute(r, root as usize, n) as Rank;
-        let mut incoming = vec![0u8; m];
         for step in 0..tree.steps() {
             match tree.role(rel, step) {
                 None => {}
                 Some(Role::Receive(from)) => {
                     for f in from {
-                        self.take(w, puts, abs(f), counter, &mut incoming)?;
-                        reduce(acc, &incoming);
+                        let data = self.take(w, abs(f), counter, m)?;
+                        // SAFETY: the sender writes this slot again only after the
+                        // acknowledgement `release` sends once the data has been used.
+                        unsafe {
+                            self.area
+                                .local()
+                                .with_bytes(data, m, |part| reduce(acc, part))
+                        }?;
+                        self.release(w, puts, abs(f), m);
                     }
                 }
                 Some(Role::Send(to)) => {
@@ -191,16 +195,10 @@ impl DegreeKSlots {
         (trailer - m, trailer)
     }
 
-    /// Waits for `from`'s partial result (operation `counter`) and copies it into `out`.
-    fn take(
-        &mut self,
-        w: &Waiter,
-        puts: &mut Puts,
-        from: Rank,
-        counter: u8,
-        out: &mut [u8],
-    ) -> Result<()> {
-        let (data, trailer) = self.place(from, out.len());
+    /// Waits for `from`'s partial result (operation `counter`) of `m` bytes; returns where
+    /// its data starts. [`release`](DegreeKSlots::release) the slot once it has been used.
+    fn take(&self, w: &Waiter, from: Rank, counter: u8, m: usize) -> Result<usize> {
+        let (data, trailer) = self.place(from, m);
         let flag = self.area.flag(trailer + TRAILER - 1);
         w.until(from, &|| flag.load(Ordering::Acquire) != 0)?;
         let got = flag.load(Ordering::Acquire);
@@ -213,26 +211,26 @@ impl DegreeKSlots {
         let mut len = [0u8; 4];
         self.area.local().read(trailer, &mut len)?;
         let len = u32::from_le_bytes(len) as usize;
-        if len != out.len() {
+        if len != m {
             return Err(CollError::Mismatch(format!(
-                "rank {from} contributed {len} bytes, this rank {}",
-                out.len()
+                "rank {from} contributed {len} bytes, this rank {m}"
             )));
         }
-        self.area.local().read(data, out)?;
-        flag.store(0, Ordering::Release);
-        // Tell the sender its slot is free again (the count of consumed writes, mod 256).
+        Ok(data)
+    }
+
+    /// Empties `from`'s slot and tells `from` it may write there again.
+    fn release(&mut self, w: &Waiter, puts: &mut Puts, from: Rank, m: usize) {
+        let (_, trailer) = self.place(from, m);
+        self.area
+            .flag(trailer + TRAILER - 1)
+            .store(0, Ordering::Release);
+        // The count of consumed writes, mod 256 (at most one is ever unacknowledged).
         let c = &mut self.consumed[from as usize];
         *c = c.wrapping_add(1);
         let me = w.fabric().rank() as usize;
         let at = self.area.at(from, self.acks + me);
-        match puts.put(w, self.area.local(), 0, 0, at, Some(*c)) {
-            // A sender that has left writes no more: it needs no acknowledgement.
-            Err(rdcoll_offload::OffloadError::Transport(
-                rdcoll_transport::TransportError::PeerFailed(_),
-            )) => Ok(()),
-            other => Ok(other?),
-        }
+        puts.notify(w, self.area.local(), at, *c);
     }
 
     /// Writes this rank's partial result to `to` (operation `counter`), once `to` has
@@ -320,7 +318,7 @@ mod tests {
     #[allow(clippy::needless_range_loop)]
     fn every_tree_is_sound() {
         for n in 1..=70 {
-            for k in degrees(n) {
+            for k in degrees(n).collect::<Vec<_>>() {
                 let t = DegreeK::new(n, k);
                 // covered[x] = nodes whose data x holds; done[x] = x has sent.
                 let mut covered: Vec<Vec<usize>> = (0..n).map(|x| vec![x]).collect();
@@ -357,10 +355,11 @@ mod tests {
 
     #[test]
     fn the_degrees_on_offer() {
-        assert_eq!(degrees(1), vec![1]);
-        assert_eq!(degrees(2), vec![1]);
-        assert_eq!(degrees(8), vec![1, 3, 7]);
-        assert_eq!(degrees(9), vec![1, 3, 7, 8]);
-        assert_eq!(degrees(16), vec![1, 3, 7, 15]);
+        let d = |n| degrees(n).collect::<Vec<_>>();
+        assert_eq!(d(1), vec![1]);
+        assert_eq!(d(2), vec![1]);
+        assert_eq!(d(8), vec![1, 3, 7]);
+        assert_eq!(d(9), vec![1, 3, 7, 8]);
+        assert_eq!(d(16), vec![1, 3, 7, 15]);
     }
 }

@@ -4,6 +4,7 @@
 //! in an order fixed by the ranks' ids, never by arrival: results are bitwise reproducible.
 
 pub mod degree_k;
+mod exchange;
 pub mod model;
 pub mod op;
 mod scatter_gather;
@@ -21,6 +22,10 @@ use op::Reducer;
 /// One communicator's reduction state.
 pub(crate) struct ReduceState {
     slots: DegreeKSlots,
+    /// The broadcast-free allreduce of degree `n - 1`.
+    exchange: exchange::Exchange,
+    /// Staging for large vectors, set up by the first one.
+    large: Option<scatter_gather::ScatterGather>,
     /// Rank 0's model parameters (the same on every rank).
     model: Model,
 }
@@ -83,14 +88,31 @@ impl Collectives {
                 return Ok(Ok(()));
             }
             let small = acc.len() <= self.cfg.allreduce_small_max;
+            let model = self.reduce_state(inner)?.model;
             if !small {
-                let engine = self.waiter.engine();
-                scatter_gather::reduce(engine, self.context, acc, elem, reduce, root)?;
+                let Inner {
+                    reduction, puts, ..
+                } = inner;
+                let state = reduction.as_mut().expect("set up by reduce_state");
+                if state.large.is_none() {
+                    let engine = self.waiter.engine();
+                    state.large = Some(scatter_gather::ScatterGather::new(engine, self.context)?);
+                }
+                let large = state.large.as_mut().expect("set just above");
+                large.reduce(&self.waiter, puts, acc, elem, reduce, root)?;
                 return Ok(Ok(()));
             }
-            let model = self.reduce_state(inner)?.model;
             let k = self.degree(n, &model, acc.len());
             let tree_root = root.unwrap_or(0);
+            if root.is_none() && k == n - 1 {
+                // One step: everyone combines everything, in the degree-(n-1) tree's order.
+                let Inner {
+                    reduction, puts, ..
+                } = inner;
+                let state = reduction.as_mut().expect("set up by reduce_state");
+                state.exchange.allreduce(&self.waiter, puts, acc, reduce)?;
+                return Ok(Ok(()));
+            }
             {
                 let Inner {
                     reduction, puts, ..
@@ -113,6 +135,7 @@ impl Collectives {
         if inner.reduction.is_none() {
             let cap = self.cfg.allreduce_small_max;
             let slots = DegreeKSlots::new(self.waiter.engine(), self.context, cap)?;
+            let exchange = exchange::Exchange::new(self.waiter.engine(), self.context, cap)?;
             let mut bytes = if self.waiter.fabric().rank() == 0 {
                 Model::load()?.to_bytes()
             } else {
@@ -121,6 +144,8 @@ impl Collectives {
             self.small(inner, &mut bytes, 0)?;
             inner.reduction = Some(ReduceState {
                 slots,
+                exchange,
+                large: None,
                 model: Model::from_bytes(&bytes),
             });
         }

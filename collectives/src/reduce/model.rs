@@ -45,20 +45,14 @@ impl Model {
 
     /// The degree with the least estimated time (the smaller on a tie).
     pub fn choose(&self, n: usize, m: usize) -> usize {
-        degrees(n)
-            .into_iter()
-            .map(|k| (k, self.time(n, k, m)))
-            .fold(
-                (1, f64::INFINITY),
-                |best, (k, t)| {
-                    if t < best.1 {
-                        (k, t)
-                    } else {
-                        best
-                    }
-                },
-            )
-            .0
+        let mut best = (1, f64::INFINITY);
+        for k in degrees(n) {
+            let t = self.time(n, k, m);
+            if t < best.1 {
+                best = (k, t);
+            }
+        }
+        best.0
     }
 
     /// The parameters as bytes (for broadcasting them).

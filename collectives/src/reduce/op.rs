@@ -64,25 +64,32 @@ pub trait Element: Pod + Send + Sync {
     fn combine(op: Op, acc: &mut [Self], b: &[Self]);
 }
 
+/// `acc[i] = f(acc[i], b[i])` in a loop the compiler can vectorise (one per operation).
+macro_rules! each {
+    ($acc:expr, $b:expr, |$x:ident, $y:ident| $e:expr) => {
+        for (a, &$y) in $acc.iter_mut().zip($b) {
+            let $x = *a;
+            *a = $e;
+        }
+    };
+}
+
 macro_rules! integer {
     ($($t:ty),*) => {$(
         impl Element for $t {
             const FLOAT: bool = false;
             fn combine(op: Op, acc: &mut [Self], b: &[Self]) {
-                let f: fn($t, $t) -> $t = match op {
-                    Op::Sum => |a, b| a.wrapping_add(b),
-                    Op::Prod => |a, b| a.wrapping_mul(b),
-                    Op::Min => |a, b| a.min(b),
-                    Op::Max => |a, b| a.max(b),
-                    Op::LogicalAnd => |a, b| ((a != 0) && (b != 0)) as $t,
-                    Op::LogicalOr => |a, b| ((a != 0) || (b != 0)) as $t,
-                    Op::LogicalXor => |a, b| ((a != 0) != (b != 0)) as $t,
-                    Op::BitAnd => |a, b| a & b,
-                    Op::BitOr => |a, b| a | b,
-                    Op::BitXor => |a, b| a ^ b,
-                };
-                for (x, &y) in acc.iter_mut().zip(b) {
-                    *x = f(*x, y);
+                match op {
+                    Op::Sum => each!(acc, b, |x, y| x.wrapping_add(y)),
+                    Op::Prod => each!(acc, b, |x, y| x.wrapping_mul(y)),
+                    Op::Min => each!(acc, b, |x, y| x.min(y)),
+                    Op::Max => each!(acc, b, |x, y| x.max(y)),
+                    Op::LogicalAnd => each!(acc, b, |x, y| ((x != 0) && (y != 0)) as $t),
+                    Op::LogicalOr => each!(acc, b, |x, y| ((x != 0) || (y != 0)) as $t),
+                    Op::LogicalXor => each!(acc, b, |x, y| ((x != 0) != (y != 0)) as $t),
+                    Op::BitAnd => each!(acc, b, |x, y| x & y),
+                    Op::BitOr => each!(acc, b, |x, y| x | y),
+                    Op::BitXor => each!(acc, b, |x, y| x ^ y),
                 }
             }
         }
@@ -95,16 +102,13 @@ macro_rules! float {
         impl Element for $t {
             const FLOAT: bool = true;
             fn combine(op: Op, acc: &mut [Self], b: &[Self]) {
-                let f: fn($t, $t) -> $t = match op {
-                    Op::Sum => |a, b| a + b,
-                    Op::Prod => |a, b| a * b,
-                    Op::Min => |a, b| a.min(b),
-                    Op::Max => |a, b| a.max(b),
+                match op {
+                    Op::Sum => each!(acc, b, |x, y| x + y),
+                    Op::Prod => each!(acc, b, |x, y| x * y),
+                    Op::Min => each!(acc, b, |x, y| x.min(y)),
+                    Op::Max => each!(acc, b, |x, y| x.max(y)),
                     // Refused before any data moves (see `check`).
-                    _ => |a, _| a,
-                };
-                for (x, &y) in acc.iter_mut().zip(b) {
-                    *x = f(*x, y);
+                    _ => {}
                 }
             }
         }

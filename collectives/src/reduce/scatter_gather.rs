@@ -1,27 +1,37 @@
 //! Large vectors: reduce-scatter, then allgather (or gather, for a reduce), both bandwidth
-//! optimal: each rank sends and receives `(n - 1) / n` of the vector in each phase.
+//! optimal: each rank sends and receives `(n - 1) / n` of the vector in each phase, by RDMA
+//! writes into registered staging slots, pipelined in chunks.
 //!
-//! Rank `r` owns segment `r` of the vector. In the reduce-scatter every rank sends each owner
-//! its part of the owner's segment, in chunks; the owner combines the `n` contributions of
-//! each chunk strictly as `v0 op v1 op ... op v(n-1)` (ascending rank order, whatever the
-//! arrival order, so results are reproducible bit for bit), while the next chunk is already
-//! on its way (two chunks in flight). Then every owner sends its reduced segment to every
-//! rank (allgather), or to the root (gather). Messages are the point-to-point engine's, on the
-//! collectives' own context: large chunks are fetched by their receivers (the rendezvous).
+//! Rank `o` owns segment `o` of the vector. Round `q` moves chunk `q` of every segment:
+//! 1. every rank writes its part of chunk `q` of each other owner's segment into that owner's
+//!    reduce-scatter slot for it;
+//! 2. each owner combines the `n` contributions strictly as `v0 op v1 op ... op v(n-1)`
+//!    (ascending ranks, whatever the arrival order: results are reproducible bit for bit),
+//!    into its own buffer, acknowledging each slot as it is consumed;
+//! 3. each owner writes the reduced chunk into every other rank's allgather slot for it (only
+//!    the root's, for a reduce);
+//! 4. each rank copies the chunks it receives into place and acknowledges them.
+//!
+//! Every slot has two windows (rounds alternate), so round `q + 1` is written while round `q`
+//! is combined; a window is written again only once its previous contents were acknowledged
+//! (one byte, the count of writes consumed, in the writer's area). No step waits for anything
+//! of a later step, so no cycle of waits can form.
 
-use rdcoll_offload::p2p::{Context, Engine, ReqId, Source, TagSel};
+use std::sync::atomic::Ordering;
+
+use rdcoll_offload::p2p::{Context, Engine};
 use rdcoll_transport::Rank;
 
+use crate::area::Area;
 use crate::error::{CollError, Result};
+use crate::progress::Waiter;
 use crate::reduce::op::Reducer;
+use crate::Puts;
 
-/// Tag of reduce-scatter chunks.
-const TAG_SCATTER: u32 = 0xC011_0100;
-/// Tag of allgather / gather segments.
-const TAG_GATHER: u32 = 0xC011_0101;
-
-/// Bytes per reduce-scatter chunk (rounded to whole elements).
-pub(crate) const CHUNK: usize = 128 << 10;
+/// Bytes per chunk (rounded down to whole elements).
+pub(crate) const CHUNK: usize = 64 << 10;
+/// Rounds in flight per slot.
+const WINDOWS: usize = 2;
 
 /// Elements `[start, start + len)` of the vector that rank `r` of `n` owns.
 pub(crate) fn segment(count: usize, n: usize, r: usize) -> (usize, usize) {
@@ -29,207 +39,276 @@ pub(crate) fn segment(count: usize, n: usize, r: usize) -> (usize, usize) {
     (r * base + r.min(extra), base + usize::from(r < extra))
 }
 
-/// Requests in flight, waited for (or abandoned) as a group.
-struct InFlight<'a> {
-    engine: &'a Engine,
-    ids: Vec<ReqId>,
+/// Which kind of slot.
+#[derive(Clone, Copy)]
+enum Phase {
+    Scatter = 0,
+    Gather = 1,
 }
 
-impl InFlight<'_> {
-    fn wait_all(&mut self) -> Result<()> {
-        let mut first = None;
-        for id in self.ids.drain(..) {
-            if let Err(e) = self.engine.wait(id) {
-                first.get_or_insert(e);
-            }
-        }
-        match first {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
-    }
+/// One communicator's staging slots for large reductions.
+pub(crate) struct ScatterGather {
+    area: Area,
+    /// Bytes per slot (a chunk plus the flag, rounded to 64).
+    stride: usize,
+    /// Offset of the acknowledgement bytes: `[phase][peer][window]`.
+    acks: usize,
+    n: usize,
+    /// Writes made to / consumed from each `[phase][peer][window]` slot, mod 256.
+    written: Vec<u8>,
+    consumed: Vec<u8>,
+    /// An aligned buffer for the running result of one chunk.
+    scratch: Vec<u64>,
 }
 
-impl Drop for InFlight<'_> {
-    /// Buffers lent to requests must not be released while transfers use them.
-    fn drop(&mut self) {
-        let _ = self.wait_all();
+impl ScatterGather {
+    /// Registers the slots (two phases, one per peer and window). Collective.
+    pub(crate) fn new(engine: &Engine, context: Context) -> Result<ScatterGather> {
+        let n = engine.size();
+        let stride = (CHUNK + 1).next_multiple_of(64);
+        let slots = 2 * n * WINDOWS;
+        let acks = slots * stride;
+        let area = Area::new(engine, context, acks + slots)?;
+        Ok(ScatterGather {
+            area,
+            stride,
+            acks,
+            n,
+            written: vec![0; slots],
+            consumed: vec![0; slots],
+            scratch: vec![0; CHUNK / 8],
+        })
     }
-}
 
-/// Reduces `acc` (this rank's contribution; `elem`-byte elements, aligned) across all ranks:
-/// afterwards every rank's `acc` holds the result (`root: None`), or the root's (`Some`).
-pub(crate) fn reduce(
-    engine: &Engine,
-    context: Context,
-    acc: &mut [u8],
-    elem: usize,
-    reduce: &Reducer<'_>,
-    root: Option<Rank>,
-) -> Result<()> {
-    let (me, n) = (engine.rank() as usize, engine.size());
-    if elem == 0 || !acc.len().is_multiple_of(elem) {
-        return Err(CollError::InvalidArgument(format!(
-            "{} bytes are not whole {elem}-byte elements",
-            acc.len()
-        )));
+    fn index(&self, phase: Phase, peer: usize, window: usize) -> usize {
+        ((phase as usize) * self.n + peer) * WINDOWS + window
     }
-    let count = acc.len() / elem;
-    let chunk = (CHUNK / elem).max(1);
-    let (my_start, my_len) = segment(count, n, me);
-    let my_chunks = my_len.div_ceil(chunk);
-    let most_chunks = (0..n)
-        .map(|r| segment(count, n, r).1.div_ceil(chunk))
-        .max()
-        .unwrap_or(0);
-    // Two chunks' worth of contributions from every other rank.
-    let mut staging = vec![vec![0u8; chunk * elem * n]; 2];
-    let mut partial = vec![0u64; (chunk * elem).div_ceil(8)];
-    let bytes = |start: usize, len: usize| (start * elem)..((start + len) * elem);
-    let base = acc.as_mut_ptr();
-    let mut window: [InFlight; 2] = [
-        InFlight {
-            engine,
-            ids: Vec::new(),
-        },
-        InFlight {
-            engine,
-            ids: Vec::new(),
-        },
-    ];
-    // Posts chunk `q`'s receives (into `staging[q % 2]`) and sends.
-    let post = |q: usize, stage: &mut [u8], flight: &mut InFlight| -> Result<()> {
-        if q < my_chunks {
-            let c = chunk.min(my_len - q * chunk);
-            for r in (0..n).filter(|&r| r != me) {
-                let at = r * chunk * elem;
-                let dst = &mut stage[at..at + c * elem];
-                // SAFETY: `stage` outlives the request (its `InFlight` is waited for before
-                // `staging` is dropped or reused) and nothing else touches that part of it.
-                let id = unsafe {
-                    engine.irecv(
-                        dst.as_mut_ptr(),
-                        dst.len(),
-                        Source::Rank(r as Rank),
-                        TagSel::Value(TAG_SCATTER),
-                        context,
-                    )?
-                };
-                flight.ids.push(id);
-            }
-        }
-        for r in (0..n).filter(|&r| r != me) {
-            let (start, len) = segment(count, n, r);
-            if q * chunk >= len {
-                continue;
-            }
-            let c = chunk.min(len - q * chunk);
-            let range = bytes(start + q * chunk, c);
-            // SAFETY: the range is inside `acc`, which stays borrowed for the whole call;
-            // other ranks' segments are only read until the reduce-scatter's sends are all
-            // complete (both windows are waited for before any segment is received).
-            let id = unsafe {
-                engine.isend(
-                    base.add(range.start),
-                    range.len(),
-                    r as Rank,
-                    TAG_SCATTER,
-                    context,
-                )?
-            };
-            flight.ids.push(id);
-        }
+
+    /// The slot at a rank's area for `peer`'s writes in `phase`, `window`.
+    fn slot(&self, phase: Phase, peer: usize, window: usize) -> usize {
+        self.index(phase, peer, window) * self.stride
+    }
+
+    /// Writes `len` bytes of `src` at `offset` into `to`'s `phase` slot for this rank, once
+    /// the window's previous contents were consumed; the flag follows the data.
+    #[allow(clippy::too_many_arguments)]
+    fn give(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        phase: Phase,
+        to: usize,
+        window: usize,
+        src: &rdcoll_transport::Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let me = w.fabric().rank() as usize;
+        let i = self.index(phase, to, window);
+        let before = self.written[i];
+        let ack = self.area.flag(self.acks + i);
+        w.until(to as Rank, &|| ack.load(Ordering::Acquire) == before)?;
+        // Bottom-filled: the data ends right before the slot's fixed flag byte, so a shorter
+        // chunk never finds an old chunk's data where its flag would be.
+        let data = self.slot(phase, me, window) + CHUNK - len;
+        let flag = (before % 255) + 1;
+        puts.put(
+            w,
+            src,
+            offset,
+            len,
+            self.area.at(to as Rank, data),
+            Some(flag),
+        )?;
+        self.written[i] = before.wrapping_add(1);
         Ok(())
-    };
-    let [w0, w1] = &mut window;
-    let (s0, s1) = staging.split_at_mut(1);
-    let stages = [&mut s0[0], &mut s1[0]];
-    let [st0, st1] = stages;
-    let mut flights = [(st0, w0), (st1, w1)];
-    if most_chunks > 0 {
-        let (st, fl) = &mut flights[0];
-        post(0, st, fl)?;
     }
-    for q in 0..most_chunks {
-        if q + 1 < most_chunks {
-            let (st, fl) = &mut flights[(q + 1) % 2];
-            post(q + 1, st, fl)?;
+
+    /// Waits for `from`'s write of `len` bytes into this rank's `phase` slot; returns where
+    /// its data starts. Call [`consumed`](ScatterGather::consumed) once it has been used.
+    fn take(
+        &self,
+        w: &Waiter,
+        phase: Phase,
+        from: usize,
+        window: usize,
+        len: usize,
+    ) -> Result<usize> {
+        let i = self.index(phase, from, window);
+        let slot = self.slot(phase, from, window);
+        let flag = self.area.flag(slot + CHUNK);
+        let want = (self.consumed[i] % 255) + 1;
+        w.until(from as Rank, &|| flag.load(Ordering::Acquire) != 0)?;
+        let got = flag.load(Ordering::Acquire);
+        if got != want {
+            return Err(CollError::Mismatch(format!(
+                "rank {from}'s chunk carries {got}, expected {want}: the ranks' reductions are \
+                 out of step (different lengths?)"
+            )));
         }
-        let (st, fl) = &mut flights[q % 2];
-        fl.wait_all()?;
-        if q < my_chunks {
-            let c = chunk.min(my_len - q * chunk);
-            let mine = bytes(my_start + q * chunk, c);
-            let out: &mut [u8] = &mut bytemuck::cast_slice_mut(&mut partial)[..c * elem];
-            // v0 op v1 op ... in ascending rank order, this rank's own part in its place.
-            for r in 0..n {
-                // SAFETY: `mine` is inside `acc`; this rank's own segment is not lent to any
-                // request (only other segments are sent), so reading it here is exclusive.
-                let own = unsafe { std::slice::from_raw_parts(base.add(mine.start), mine.len()) };
-                let part: &[u8] = if r == me {
-                    own
-                } else {
-                    &st[r * chunk * elem..][..c * elem]
-                };
-                if r == 0 {
-                    out.copy_from_slice(part);
-                } else {
-                    reduce(out, part);
+        Ok(slot + CHUNK - len)
+    }
+
+    /// Marks `from`'s slot consumed and tells `from`.
+    fn consumed(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        phase: Phase,
+        from: usize,
+        window: usize,
+    ) -> Result<()> {
+        let me = w.fabric().rank() as usize;
+        let i = self.index(phase, from, window);
+        let slot = self.slot(phase, from, window);
+        self.area.flag(slot + CHUNK).store(0, Ordering::Release);
+        self.consumed[i] = self.consumed[i].wrapping_add(1);
+        let at = self
+            .area
+            .at(from as Rank, self.acks + self.index(phase, me, window));
+        puts.notify(w, self.area.local(), at, self.consumed[i]);
+        Ok(())
+    }
+
+    /// Reduces `acc` (this rank's contribution; `elem`-byte elements, aligned) across all
+    /// ranks: afterwards every rank's `acc` holds the result (`root: None`), or the root's.
+    pub(crate) fn reduce(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        acc: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+        root: Option<Rank>,
+    ) -> Result<()> {
+        let (me, n) = (w.fabric().rank() as usize, self.n);
+        if elem == 0 || !acc.len().is_multiple_of(elem) || elem > CHUNK {
+            return Err(CollError::InvalidArgument(format!(
+                "{} bytes are not whole {elem}-byte elements",
+                acc.len()
+            )));
+        }
+        let count = acc.len() / elem;
+        let chunk = CHUNK / elem;
+        let rounds = (0..n)
+            .map(|o| segment(count, n, o).1.div_ceil(chunk))
+            .max()
+            .unwrap_or(0);
+        // The chunk of owner `o`'s segment in round `q`: byte offset and length in `acc`.
+        let piece = |o: usize, q: usize| -> Option<(usize, usize)> {
+            let (start, len) = segment(count, n, o);
+            (q * chunk < len).then(|| {
+                (
+                    (start + q * chunk) * elem,
+                    chunk.min(len - q * chunk) * elem,
+                )
+            })
+        };
+        let receives = |r: usize| root.is_none_or(|root| root as usize == r);
+        // SAFETY: `acc` is borrowed mutably for the whole call and only reached through this
+        // region from here on (reads by the puts out of it, which complete before it is
+        // dropped, and the copies into it below); its key is never given to a peer.
+        let mine = unsafe { w.fabric().register_memory(acc.as_mut_ptr(), acc.len())? };
+        let result = (|| -> Result<()> {
+            for q in 0..rounds {
+                let window = q % WINDOWS;
+                // 1. This rank's parts of the other owners' chunks.
+                for o in (0..n).filter(|&o| o != me) {
+                    if let Some((at, len)) = piece(o, q) {
+                        self.give(w, puts, Phase::Scatter, o, window, &mine, at, len)?;
+                    }
+                }
+                // 2. This rank's own chunk, combined in ascending rank order.
+                if let Some((at, len)) = piece(me, q) {
+                    self.combine(w, puts, &mine, at, len, window, reduce)?;
+                    // 3. The reduced chunk to every rank that gathers it.
+                    for r in (0..n).filter(|&r| r != me && receives(r)) {
+                        self.give(w, puts, Phase::Gather, r, window, &mine, at, len)?;
+                    }
+                }
+                // 4. The other owners' reduced chunks, into place.
+                if receives(me) {
+                    for o in (0..n).filter(|&o| o != me) {
+                        if let Some((at, len)) = piece(o, q) {
+                            let slot = self.take(w, Phase::Gather, o, window, len)?;
+                            // Writes from this rank's part of chunk `q` must be done before
+                            // it is overwritten.
+                            w.puts_done(puts.ct, puts.issued)?;
+                            mine.copy_from(at, self.area.local(), slot, len)?;
+                            self.consumed(w, puts, Phase::Gather, o, window)?;
+                        }
+                    }
                 }
             }
-            // SAFETY: as above; the copy goes into this rank's own segment.
-            unsafe {
-                std::ptr::copy_nonoverlapping(out.as_ptr(), base.add(mine.start), mine.len())
-            };
-        }
+            Ok(())
+        })();
+        // Every write out of `acc` must be done before it is handed back.
+        let done = w.puts_done(puts.ct, puts.issued);
+        drop(mine);
+        result.and(done)
     }
-    for (_, fl) in flights.iter_mut() {
-        fl.wait_all()?;
+
+    /// Combines round `window`'s contributions to this rank's chunk at `at` (`len` bytes) in
+    /// ascending rank order, `v0 op v1 op ...`, this rank's own in its place, and leaves the
+    /// result in `mine`. Rank 0 folds straight into its own chunk; the others start from
+    /// rank 0's contribution in an aligned buffer and copy the result in at the end.
+    #[allow(clippy::too_many_arguments)]
+    fn combine(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        mine: &rdcoll_transport::Region,
+        at: usize,
+        len: usize,
+        window: usize,
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        let me = w.fabric().rank() as usize;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let result = (|| -> Result<()> {
+            let acc = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..len];
+            for r in 0..self.n {
+                let slot = if r == me {
+                    None
+                } else {
+                    Some(self.take(w, Phase::Scatter, r, window, len)?)
+                };
+                match (me, r, slot) {
+                    // Rank 0: its own chunk is the running result.
+                    (0, 0, _) => {}
+                    (0, _, Some(slot)) => {
+                        let area = self.area.local();
+                        // SAFETY: `r` wrote this slot and waits for the acknowledgement below
+                        // before it writes it again; this rank's own chunk is not lent to any
+                        // operation (only other ranks' parts and finished results are put).
+                        unsafe {
+                            mine.with_bytes_mut(at, len, |out| {
+                                area.with_bytes(slot, len, |part| reduce(out, part))
+                            })
+                        }??;
+                    }
+                    (_, 0, Some(slot)) => self.area.local().read(slot, acc)?,
+                    // SAFETY: as above, for this rank's own chunk (read only).
+                    (_, _, None) => unsafe { mine.with_bytes(at, len, |part| reduce(acc, part)) }?,
+                    // SAFETY: as above, for `r`'s slot.
+                    (_, _, Some(slot)) => unsafe {
+                        self.area
+                            .local()
+                            .with_bytes(slot, len, |part| reduce(acc, part))
+                    }?,
+                }
+                if slot.is_some() {
+                    self.consumed(w, puts, Phase::Scatter, r, window)?;
+                }
+            }
+            if me != 0 {
+                mine.write(at, acc)?;
+            }
+            Ok(())
+        })();
+        self.scratch = scratch;
+        result
     }
-    // Allgather (every rank) or gather (the root) of the reduced segments.
-    let mut gather = InFlight {
-        engine,
-        ids: Vec::new(),
-    };
-    let (my_bytes_start, my_bytes_len) = (my_start * elem, my_len * elem);
-    let receivers: Vec<usize> = match root {
-        None => (0..n).filter(|&r| r != me).collect(),
-        Some(root) if root as usize != me => vec![root as usize],
-        Some(_) => Vec::new(),
-    };
-    let gathers = root.is_none_or(|r| r as usize == me);
-    if gathers {
-        for r in (0..n).filter(|&r| r != me) {
-            let (start, len) = segment(count, n, r);
-            let range = bytes(start, len);
-            // SAFETY: segment `r` of `acc` is written only by this receive until it completes
-            // (waited for below, or by `InFlight`'s drop on an error path).
-            let id = unsafe {
-                engine.irecv(
-                    base.add(range.start),
-                    range.len(),
-                    Source::Rank(r as Rank),
-                    TagSel::Value(TAG_GATHER),
-                    context,
-                )?
-            };
-            gather.ids.push(id);
-        }
-    }
-    for r in receivers {
-        // SAFETY: this rank's own segment, only read while the send is in flight.
-        let id = unsafe {
-            engine.isend(
-                base.add(my_bytes_start),
-                my_bytes_len,
-                r as Rank,
-                TAG_GATHER,
-                context,
-            )?
-        };
-        gather.ids.push(id);
-    }
-    gather.wait_all()
 }
 
 #[cfg(test)]

@@ -41,7 +41,6 @@ pub(super) fn put_now(
 ) -> Result<PutStatus> {
     src.check_range(src_offset, len)?;
     inner.check_peer(dst.rank)?;
-    let op = inner.new_op();
     let imm = match tail {
         PutTail::Imm(v) => Some(v),
         _ => None,
@@ -60,6 +59,7 @@ pub(super) fn put_now(
         if now {
             return result.map(|()| PutStatus::Done);
         }
+        let op = inner.new_op();
         inner.push_local(Event::Completed { op, result });
         return Ok(PutStatus::Pending(op));
     }
@@ -68,6 +68,7 @@ pub(super) fn put_now(
         Ok(e) => e,
         Err(err) if now => return Err(err),
         Err(err) => {
+            let op = inner.new_op();
             inner.push_local(Event::Completed {
                 op,
                 result: Err(err),
@@ -107,9 +108,12 @@ pub(super) fn put_now(
         if now {
             return result.map(|()| PutStatus::Done);
         }
+        let op = inner.new_op();
         inner.push_local(Event::Completed { op, result });
         return Ok(PutStatus::Pending(op));
     }
+    // An operation the target serves: it has an id even when asked for `now`.
+    let op = inner.new_op();
     let kind = PendingKind::Put {
         src: src.clone(),
         src_off: src_offset,

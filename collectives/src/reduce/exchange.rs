@@ -1,0 +1,168 @@
+//! The allreduce of degree `n - 1` without its broadcast: every rank writes its vector into
+//! every other rank's slot for it, and every rank combines all `n` in ascending rank order,
+//! `v0 op v1 op ... op v(n-1)` - the order of the degree-(n-1) tree, so the result is the same
+//! bits as that tree's, on every rank. One step instead of two (reduce, then broadcast): the
+//! model's choice for small vectors on few ranks.
+//!
+//! Slots come in two sets used by alternate operations, and every operation involves every
+//! rank, so a slot is never written again before it was read: a rank that starts operation
+//! `i + 2` has received everyone's operation-`i + 1` data, which each rank sent only after it
+//! had finished operation `i` (paper 004, Section 4.2.4: the next operation starts only after
+//! everyone has the previous result).
+
+use std::sync::atomic::Ordering;
+
+use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_transport::Rank;
+
+use crate::area::Area;
+use crate::error::{CollError, Result};
+use crate::progress::Waiter;
+use crate::reduce::op::Reducer;
+use crate::Puts;
+
+/// Bytes after a slot's data: its length (4), padding (3), the counter byte (1).
+const TRAILER: usize = 8;
+
+/// One communicator's exchange slots.
+pub(crate) struct Exchange {
+    area: Area,
+    stride: usize,
+    n: usize,
+    count: u64,
+    /// For each set, the writes issued when it was last written from (a backend whose puts
+    /// complete later must be done with them before the slot is written again).
+    issued: [u64; 2],
+}
+
+impl Exchange {
+    /// Registers two sets of `n` slots of `cap` bytes. Collective.
+    pub(crate) fn new(engine: &Engine, context: Context, cap: usize) -> Result<Exchange> {
+        let n = engine.size();
+        let stride = (cap + TRAILER).next_multiple_of(64);
+        Ok(Exchange {
+            area: Area::new(engine, context, 2 * n * stride)?,
+            stride,
+            n,
+            count: 0,
+            issued: [0; 2],
+        })
+    }
+
+    /// The largest vector, in bytes, the slots take.
+    pub(crate) fn capacity(&self) -> usize {
+        self.stride - TRAILER
+    }
+
+    /// Where rank `from`'s data of `m` bytes and its trailer sit in slot set `set`.
+    fn place(&self, set: usize, from: usize, m: usize) -> (usize, usize) {
+        let trailer = (set * self.n + from) * self.stride + self.stride - TRAILER;
+        (trailer - m, trailer)
+    }
+
+    /// Every rank's `acc` combined in ascending rank order, into every rank's `acc`.
+    pub(crate) fn allreduce(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        acc: &mut [u8],
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        let me = w.fabric().rank() as usize;
+        let m = acc.len();
+        if m > self.capacity() {
+            return Err(CollError::InvalidArgument(format!(
+                "{m} bytes exceed the {}-byte exchange slots",
+                self.capacity()
+            )));
+        }
+        let set = (self.count % 2) as usize;
+        self.count += 1;
+        let counter = ((self.count - 1) % 255) as u8 + 1;
+        // This rank's contribution, laid out in its own slot (nobody else writes it): the
+        // source of its writes, and its operand at its own place in the order.
+        let (data, _) = self.place(set, me, m);
+        let local = self.area.local();
+        if puts.issued > 0 {
+            w.puts_done(puts.ct, self.issued[set])?;
+        }
+        // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
+        // in flight (the last one of this set is complete, just above).
+        unsafe {
+            local.with_bytes_mut(data, m + TRAILER - 1, |out| {
+                out[..m].copy_from_slice(acc);
+                out[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
+            })
+        }?;
+        for r in (0..self.n).filter(|&r| r != me) {
+            puts.put(
+                w,
+                local,
+                data,
+                m + TRAILER - 1,
+                self.area.at(r as Rank, data),
+                Some(counter),
+            )?;
+        }
+        self.issued[set] = puts.issued;
+        for r in 0..self.n {
+            let (at, trailer) = self.place(set, r, m);
+            if r != me {
+                self.arrived(w, r, trailer, counter, m)?;
+            }
+            // SAFETY: slot `r` of this set is not written again before this rank has finished
+            // this operation (see the module's comment), and this rank's own slot is written
+            // only by this rank.
+            unsafe {
+                local.with_bytes(at, m, |part| {
+                    if r == 0 {
+                        acc.copy_from_slice(part);
+                    } else {
+                        reduce(acc, part);
+                    }
+                })
+            }?;
+            if r != me {
+                self.area
+                    .flag(trailer + TRAILER - 1)
+                    .store(0, Ordering::Release);
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for rank `from`'s contribution (operation `counter`) and checks its length.
+    fn arrived(
+        &self,
+        w: &Waiter,
+        from: usize,
+        trailer: usize,
+        counter: u8,
+        m: usize,
+    ) -> Result<()> {
+        let flag = self.area.flag(trailer + TRAILER - 1);
+        w.until(from as Rank, &|| flag.load(Ordering::Acquire) != 0)?;
+        let got = flag.load(Ordering::Acquire);
+        if got != counter {
+            return Err(CollError::Mismatch(format!(
+                "rank {from}'s contribution carries operation {got}, expected {counter}: the \
+                 ranks' allreduces are out of step"
+            )));
+        }
+        let mut len = [0u8; 4];
+        // SAFETY: `from` wrote the trailer before the flag and writes it again only in the
+        // operation after next.
+        unsafe {
+            self.area
+                .local()
+                .with_bytes(trailer, 4, |b| len.copy_from_slice(b))
+        }?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len != m {
+            return Err(CollError::Mismatch(format!(
+                "rank {from} contributed {len} bytes, this rank {m}"
+            )));
+        }
+        Ok(())
+    }
+}
