@@ -54,10 +54,12 @@
 mod collective;
 pub mod local;
 mod p2p;
+mod raw;
 mod request;
 
 use std::sync::{Arc, OnceLock};
 
+pub use raw::RawRequest;
 pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
 pub use rdcoll_collectives::{

@@ -39,6 +39,29 @@ pub fn run(_args: &[String]) -> i32 {
             "RDCOLL_OFFLOAD            {:?} (for {size} ranks on this host)",
             ni.mode
         );
+        let coll = rdcoll::CollConfig::from_env().map_err(|e| e.to_string())?;
+        println!("RDCOLL_BCAST_SMALL_MAX    {}", coll.bcast_small_max);
+        println!(
+            "RDCOLL_BCAST_BLOCK        {}",
+            coll.bcast_block
+                .map_or("(unset: about len/16, 32 KiB..1 MiB)".into(), |b| b
+                    .to_string())
+        );
+        println!("RDCOLL_BCAST_ALGORITHM    {:?}", coll.bcast_algorithm);
+        println!(
+            "RDCOLL_CLUSTER            {}",
+            coll.cluster.as_deref().unwrap_or("(unset: the host)")
+        );
+        println!("RDCOLL_ALLREDUCE_SMALL_MAX {}", coll.allreduce_small_max);
+        println!("RDCOLL_ALLREDUCE_DEGREE   {:?}", coll.allreduce_degree);
+        let model = rdcoll::Model::load().map_err(|e| e.to_string())?;
+        println!(
+            "RDCOLL_ALLREDUCE_MODEL    {} (alpha {} ns, beta {} ns/B, gamma {} ns/B)",
+            rdcoll::Model::path().map_or("(no home)".into(), |p| p.display().to_string()),
+            model.per_message_ns,
+            model.per_byte_ns,
+            model.reduce_per_byte_ns
+        );
         println!("RDCOLL_LOG                {}", var("RDCOLL_LOG"));
         println!("max active message        {MAX_MESSAGE_SIZE} bytes");
         println!("host identity             {}", host_identity());

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
-use rdcoll_transport::Rank;
+use rdcoll_transport::{Rank, TransportError};
 
 pub use config::{BcastAlgorithm, CollConfig, ReduceDegree};
 pub use error::{CollError, Result};
@@ -161,6 +161,16 @@ impl Collectives {
         match result {
             Ok(r) => r,
             Err(e) => {
+                // A rank that said its collective failed and then left is the cause, not its
+                // absence (a put to it, say, found it gone before a wait saw its flag).
+                let e = match e {
+                    CollError::Transport(TransportError::PeerFailed(r))
+                        if self.waiter.has_aborted(r) =>
+                    {
+                        CollError::Broken(format!("the collective failed on rank {r}"))
+                    }
+                    e => e,
+                };
                 inner.broken = Some(e.to_string());
                 // Ranks waiting for this one would otherwise wait for ever.
                 self.waiter.abort(&mut inner.puts);

@@ -156,6 +156,17 @@ impl Waiter {
         Ok(())
     }
 
+    /// Whether `rank` said its collective failed.
+    pub(crate) fn has_aborted(&self, rank: Rank) -> bool {
+        self.aborts.get().is_some_and(|area| {
+            (rank as usize) < self.fabric.size()
+                && area
+                    .flag(rank as usize)
+                    .load(std::sync::atomic::Ordering::Acquire)
+                    != 0
+        })
+    }
+
     /// A rank that said its collective failed.
     fn aborted_by(&self) -> Option<Rank> {
         let area = self.aborts.get()?;

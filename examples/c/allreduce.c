@@ -1,0 +1,73 @@
+/* Allreduce and reduce: integer sums and maxima checked against their closed forms, a
+ * double sum that must be bitwise identical on every rank and every repetition, in place
+ * and not, from 1 element to 1 Mi elements; then a reduce to each root and a barrier.
+ *
+ *   cc allreduce.c $(pkg-config --cflags --libs rdcoll) -o allreduce && rdcoll-run -n 4 ./allreduce
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "check.h"
+
+int main(void) {
+    rdc_comm *world;
+    int rank, size;
+    CHECK(rdc_init());
+    CHECK(rdc_comm_world(&world));
+    CHECK(rdc_comm_rank(world, &rank));
+    CHECK(rdc_comm_size(world, &size));
+
+    const size_t max = (size_t)1 << 20;
+    int64_t *a = malloc(max * sizeof *a), *b = malloc(max * sizeof *b);
+    double *x = malloc(max * sizeof *x), *y = malloc(max * sizeof *y), *z = malloc(max * sizeof *z);
+    EXPECT(a && b && x && y && z, "memory");
+    for (size_t n = 1; n <= max; n *= 16) {
+        /* Sum of (rank + 1) * (i + 1) over ranks. */
+        for (size_t i = 0; i < n; i++) a[i] = (int64_t)(rank + 1) * (int64_t)(i + 1);
+        CHECK(rdc_allreduce(a, b, (int64_t)n, RDC_INT64, RDC_SUM, world));
+        for (size_t i = 0; i < n; i++)
+            EXPECT(b[i] == (int64_t)size * (size + 1) / 2 * (int64_t)(i + 1),
+                   "sum element %zu of %zu: %lld", i, n, (long long)b[i]);
+        /* Maximum, in place. */
+        for (size_t i = 0; i < n; i++) b[i] = (int64_t)((rank * 7 + (int)i) % size);
+        CHECK(rdc_allreduce(RDC_IN_PLACE, b, (int64_t)n, RDC_INT64, RDC_MAX, world));
+        for (size_t i = 0; i < n; i++)
+            EXPECT(b[i] == size - 1, "max element %zu of %zu: %lld", i, n, (long long)b[i]);
+        /* Doubles whose sum depends on the order: the same bits every time. */
+        for (size_t i = 0; i < n; i++) x[i] = 1.0 / (double)(rank + 3) + (double)i * 1e-9;
+        CHECK(rdc_allreduce(x, y, (int64_t)n, RDC_DOUBLE, RDC_SUM, world));
+        for (int rep = 0; rep < 3; rep++) {
+            CHECK(rdc_allreduce(x, z, (int64_t)n, RDC_DOUBLE, RDC_SUM, world));
+            EXPECT(memcmp(y, z, n * sizeof *y) == 0, "a repeated double sum differs");
+        }
+        /* Rank 0's result, broadcast, must equal everyone's own. */
+        memcpy(z, y, n * sizeof *y);
+        CHECK(rdc_bcast(z, (int64_t)n, RDC_DOUBLE, 0, world));
+        EXPECT(memcmp(y, z, n * sizeof *y) == 0, "ranks disagree on a double sum");
+    }
+    /* Reduce to every root: only the root's buffer changes. */
+    for (int root = 0; root < size; root++) {
+        int32_t mine[3] = {rank, 1, -rank}, got[3] = {-7, -7, -7};
+        CHECK(rdc_reduce(mine, got, 3, RDC_INT32, RDC_SUM, root, world));
+        if (rank == root) {
+            EXPECT(got[0] == size * (size - 1) / 2 && got[1] == size &&
+                       got[2] == -size * (size - 1) / 2,
+                   "reduce to %d: %d %d %d", root, got[0], got[1], got[2]);
+        } else {
+            EXPECT(got[0] == -7 && got[1] == -7 && got[2] == -7, "a non-root's buffer changed");
+        }
+        uint8_t bits = (uint8_t)(1u << (rank % 8));
+        CHECK(rdc_reduce(RDC_IN_PLACE, &bits, 1, RDC_UINT8, RDC_BOR, root, world));
+        if (rank == root)
+            EXPECT(bits == (uint8_t)((1u << (size < 8 ? size : 8)) - 1), "bitwise or %u", bits);
+    }
+    CHECK(rdc_barrier(world));
+    free(a);
+    free(b);
+    free(x);
+    free(y);
+    free(z);
+    CHECK(rdc_finalize());
+    if (rank == 0) printf("allreduce: ok on %d ranks\n", size);
+    return 0;
+}

@@ -1,0 +1,526 @@
+//! Point-to-point: blocking and nonblocking sends and receives, probes, requests.
+
+use std::ffi::{c_int, c_void};
+
+use rdcoll::{Comm, Source, Status, Tag};
+
+use crate::*;
+
+/// Bytes of one element of datatype `dt`.
+pub(crate) fn dt_size(dt: c_int) -> Result<usize, c_int> {
+    Ok(match dt {
+        0 | 1 | 5 => 1,
+        2 | 6 => 2,
+        3 | 7 | 9 => 4,
+        4 | 8 | 10 => 8,
+        _ => return Err(RDC_ERR_DATATYPE),
+    })
+}
+
+/// Bytes of `count` elements of `dt`, checked.
+pub(crate) fn byte_len(count: i64, dt: c_int) -> Result<usize, c_int> {
+    let size = dt_size(dt)?;
+    let count = usize::try_from(count).map_err(|_| RDC_ERR_COUNT)?;
+    let bytes = count.checked_mul(size).ok_or(RDC_ERR_COUNT)?;
+    if bytes > isize::MAX as usize {
+        return Err(RDC_ERR_COUNT);
+    }
+    Ok(bytes)
+}
+
+/// `len` bytes at `ptr` as a slice (NULL only for zero bytes).
+///
+/// # Safety
+/// A non-NULL `ptr` must be valid for reads of `len` bytes for the returned lifetime.
+pub(crate) unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8], c_int> {
+    match (ptr.is_null(), len) {
+        (_, 0) => Ok(&[]),
+        (true, _) => Err(RDC_ERR_NULL),
+        // SAFETY: the caller vouches for `len` readable bytes at `ptr`.
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts(ptr as *const u8, len) }),
+    }
+}
+
+/// `len` bytes at `ptr` as a mutable slice (NULL only for zero bytes).
+///
+/// # Safety
+/// A non-NULL `ptr` must be valid for reads and writes of `len` bytes, and not otherwise
+/// accessed, for the returned lifetime.
+pub(crate) unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize) -> Result<&'a mut [u8], c_int> {
+    match (ptr.is_null(), len) {
+        (_, 0) => Ok(&mut []),
+        (true, _) => Err(RDC_ERR_NULL),
+        // SAFETY: the caller vouches for `len` writable bytes at `ptr`.
+        (false, _) => Ok(unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) }),
+    }
+}
+
+fn dest_rank(comm: &Comm, r: c_int) -> Result<u32, c_int> {
+    u32::try_from(r)
+        .ok()
+        .filter(|&r| (r as usize) < comm.size())
+        .ok_or(RDC_ERR_RANK)
+}
+
+fn source_rank(comm: &Comm, r: c_int) -> Result<Source, c_int> {
+    if r == RDC_ANY_SOURCE {
+        return Ok(Source::Any);
+    }
+    dest_rank(comm, r).map(Source::Rank)
+}
+
+fn send_tag(t: c_int) -> Result<u32, c_int> {
+    u32::try_from(t).map_err(|_| RDC_ERR_TAG)
+}
+
+fn recv_tag(t: c_int) -> Result<Tag, c_int> {
+    if t == RDC_ANY_TAG {
+        return Ok(Tag::Any);
+    }
+    send_tag(t).map(Tag::Value)
+}
+
+/// Writes `st` (when given) for a completed operation's result.
+fn put_status(st: *mut rdc_status, r: &Result<Status, rdcoll::Error>) {
+    if st.is_null() {
+        return;
+    }
+    let s = match r {
+        Ok(s) => rdc_status {
+            source: s.source as c_int,
+            tag: s.tag as c_int,
+            error: RDC_SUCCESS,
+            count: s.len,
+            cancelled: s.cancelled as c_int,
+        },
+        Err(rdcoll::Error::Truncated {
+            sender, tag, len, ..
+        }) => rdc_status {
+            source: *sender as c_int,
+            tag: *tag as c_int,
+            error: RDC_ERR_TRUNCATE,
+            count: *len,
+            cancelled: 0,
+        },
+        Err(e) => rdc_status {
+            source: -1,
+            tag: -1,
+            error: code_of(e),
+            count: 0,
+            cancelled: 0,
+        },
+    };
+    // SAFETY: `st` is non-NULL and points to a writable status (the API's contract).
+    unsafe { *st = s };
+}
+
+fn code(r: &Result<Status, rdcoll::Error>) -> c_int {
+    match r {
+        Ok(_) => RDC_SUCCESS,
+        Err(e) => code_of(e),
+    }
+}
+
+/// Sends `count` elements of `dt` at `buf` to `dest` with `tag` (>= 0); returns when `buf`
+/// may be reused.
+#[no_mangle]
+pub extern "C" fn rdc_send(
+    buf: *const c_void,
+    count: i64,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: *const rdc_comm,
+) -> c_int {
+    guard(|| {
+        finish((|| {
+            let len = byte_len(count, dt)?;
+            // SAFETY: the caller's buffer of `count` elements (the API's contract).
+            let data = unsafe { bytes(buf, len)? };
+            let c = comm_of(comm)?;
+            let (dest, tag) = (dest_rank(&c, dest)?, send_tag(tag)?);
+            c.send(data, dest, tag).map_err(|e| code_of(&e))
+        })())
+    })
+}
+
+/// Receives at most `count` elements of `dt` into `buf` from `source` (or `RDC_ANY_SOURCE`)
+/// with `tag` (or `RDC_ANY_TAG`); `status` (may be NULL) tells the sender, tag and length. A
+/// longer message is consumed, nothing past `buf` is written, and `RDC_ERR_TRUNCATE` is
+/// returned with its true length in the status.
+#[no_mangle]
+pub extern "C" fn rdc_recv(
+    buf: *mut c_void,
+    count: i64,
+    dt: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: *const rdc_comm,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let r = (|| {
+            let len = byte_len(count, dt)?;
+            // SAFETY: the caller's buffer of `count` elements (the API's contract).
+            let data = unsafe { bytes_mut(buf, len)? };
+            let c = comm_of(comm)?;
+            let (source, tag) = (source_rank(&c, source)?, recv_tag(tag)?);
+            Ok(c.recv(data, source, tag))
+        })();
+        match r {
+            Ok(res) => {
+                put_status(status, &res);
+                code(&res)
+            }
+            Err(e) => e,
+        }
+    })
+}
+
+/// Starts a send; `*req` names it until `rdc_wait`/`rdc_test` completes it. `buf` must stay
+/// valid and unchanged until then.
+#[no_mangle]
+pub extern "C" fn rdc_isend(
+    buf: *const c_void,
+    count: i64,
+    dt: c_int,
+    dest: c_int,
+    tag: c_int,
+    comm: *const rdc_comm,
+    req: *mut *mut rdc_request,
+) -> c_int {
+    guard(|| {
+        if req.is_null() {
+            return RDC_ERR_NULL;
+        }
+        finish((|| {
+            let len = byte_len(count, dt)?;
+            if buf.is_null() && len > 0 {
+                return Err(RDC_ERR_NULL);
+            }
+            let c = comm_of(comm)?;
+            let (dest, tag) = (dest_rank(&c, dest)?, send_tag(tag)?);
+            // SAFETY: the caller keeps `buf` valid and unchanged until the request completes
+            // (the API's contract); a dropped request waits first.
+            let r = unsafe { c.isend_raw(buf as *const u8, len, dest, tag) }
+                .map_err(|e| code_of(&e))?;
+            store(req, r)
+        })())
+    })
+}
+
+/// Posts a receive; `*req` names it until `rdc_wait`/`rdc_test` completes it. `buf` must stay
+/// valid and untouched until then.
+#[no_mangle]
+pub extern "C" fn rdc_irecv(
+    buf: *mut c_void,
+    count: i64,
+    dt: c_int,
+    source: c_int,
+    tag: c_int,
+    comm: *const rdc_comm,
+    req: *mut *mut rdc_request,
+) -> c_int {
+    guard(|| {
+        if req.is_null() {
+            return RDC_ERR_NULL;
+        }
+        finish((|| {
+            let len = byte_len(count, dt)?;
+            if buf.is_null() && len > 0 {
+                return Err(RDC_ERR_NULL);
+            }
+            let c = comm_of(comm)?;
+            let (source, tag) = (source_rank(&c, source)?, recv_tag(tag)?);
+            // SAFETY: the caller keeps `buf` valid and untouched until the request completes
+            // (the API's contract); a dropped request waits first.
+            let r = unsafe { c.irecv_raw(buf as *mut u8, len, source, tag) }
+                .map_err(|e| code_of(&e))?;
+            store(req, r)
+        })())
+    })
+}
+
+fn store(req: *mut *mut rdc_request, r: rdcoll::RawRequest) -> Result<(), c_int> {
+    let h = running(|_, requests, _| Ok(requests.insert(r)))?;
+    // SAFETY: `req` is non-NULL (checked by the callers) and points to a writable handle.
+    unsafe { *req = h as *mut rdc_request };
+    Ok(())
+}
+
+/// The handle `req` points to (a NULL pointer is an error).
+fn handle(req: *mut *mut rdc_request) -> Result<usize, c_int> {
+    if req.is_null() {
+        return Err(RDC_ERR_REQUEST);
+    }
+    // SAFETY: `req` is non-NULL and points to a handle (the API's contract).
+    Ok(unsafe { *req } as usize)
+}
+
+/// The request `*req` names, taken out of the table (NULL, finished or unknown: an error).
+fn take(req: *mut *mut rdc_request) -> Result<rdcoll::RawRequest, c_int> {
+    let h = handle(req)?;
+    running(|_, requests, _| requests.take(h).ok_or(RDC_ERR_REQUEST))
+}
+
+/// Waits for `*req`, fills `status` (may be NULL) and sets `*req` to NULL. Returns the
+/// operation's result.
+#[no_mangle]
+pub extern "C" fn rdc_wait(req: *mut *mut rdc_request, status: *mut rdc_status) -> c_int {
+    guard(|| {
+        let r = match take(req) {
+            Ok(r) => r,
+            Err(code) => return code,
+        };
+        let res = r.wait();
+        // SAFETY: `take` checked that `req` is a non-NULL handle pointer.
+        unsafe { *req = std::ptr::null_mut() };
+        put_status(status, &res);
+        code(&res)
+    })
+}
+
+/// Sets `*flag` to 1 if `*req` has completed (then fills `status`, sets `*req` to NULL and
+/// returns the operation's result), else to 0.
+#[no_mangle]
+pub extern "C" fn rdc_test(
+    req: *mut *mut rdc_request,
+    flag: *mut c_int,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        if flag.is_null() {
+            return RDC_ERR_NULL;
+        }
+        let h = match handle(req) {
+            Ok(h) => h,
+            Err(code) => return code,
+        };
+        // Testing never blocks, so it may hold the table's lock; a finished request leaves
+        // the table at once.
+        let res = running(|_, requests, _| {
+            let r = requests.get_mut(h).ok_or(RDC_ERR_REQUEST)?;
+            let res = r.test();
+            if !matches!(res, Ok(None)) {
+                requests.take(h);
+            }
+            Ok(res)
+        });
+        match res {
+            Err(code) => code,
+            Ok(Ok(None)) => {
+                // SAFETY: `flag` is non-NULL and points to a writable int.
+                unsafe { *flag = 0 };
+                RDC_SUCCESS
+            }
+            Ok(done) => {
+                let res = done.map(|s| s.expect("Some: the None case is above"));
+                // SAFETY: as above; `handle` checked that `req` is non-NULL.
+                unsafe {
+                    *flag = 1;
+                    *req = std::ptr::null_mut();
+                }
+                put_status(status, &res);
+                code(&res)
+            }
+        }
+    })
+}
+
+/// Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
+/// be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
+#[no_mangle]
+pub extern "C" fn rdc_waitall(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    statuses: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let Ok(n) = usize::try_from(count) else {
+            return RDC_ERR_COUNT;
+        };
+        if reqs.is_null() && n > 0 {
+            return RDC_ERR_NULL;
+        }
+        let mut first = RDC_SUCCESS;
+        for i in 0..n {
+            // SAFETY: `reqs` holds `count` handles (the API's contract).
+            let slot = unsafe { reqs.add(i) };
+            // SAFETY: as above.
+            if unsafe { *slot }.is_null() {
+                continue;
+            }
+            let st = if statuses.is_null() {
+                std::ptr::null_mut()
+            } else {
+                // SAFETY: `statuses`, when given, holds `count` statuses.
+                unsafe { statuses.add(i) }
+            };
+            let c = rdc_wait(slot, st);
+            if first == RDC_SUCCESS {
+                first = c;
+            }
+        }
+        first
+    })
+}
+
+/// Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
+/// sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
+#[no_mangle]
+pub extern "C" fn rdc_waitany(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    index: *mut c_int,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let Ok(n) = usize::try_from(count) else {
+            return RDC_ERR_COUNT;
+        };
+        if index.is_null() || (reqs.is_null() && n > 0) {
+            return RDC_ERR_NULL;
+        }
+        // SAFETY: `reqs` holds `count` handles (the API's contract).
+        let live = (0..n)
+            .filter(|&i| !unsafe { *reqs.add(i) }.is_null())
+            .count();
+        if live == 0 {
+            return RDC_ERR_REQUEST;
+        }
+        let mut spins = 0u32;
+        loop {
+            for i in 0..n {
+                // SAFETY: as above.
+                let slot = unsafe { reqs.add(i) };
+                // SAFETY: as above.
+                if unsafe { *slot }.is_null() {
+                    continue;
+                }
+                let mut flag = 0;
+                let c = rdc_test(slot, &mut flag, status);
+                if flag == 1 || c != RDC_SUCCESS {
+                    // SAFETY: `index` is non-NULL and points to a writable int.
+                    unsafe { *index = i as c_int };
+                    return c;
+                }
+            }
+            spins += 1;
+            if spins > 64 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    })
+}
+
+/// Cancels `*req` if it is a receive that has not matched yet (its status then says
+/// `cancelled`); it must still be completed with `rdc_wait` or `rdc_test`.
+#[no_mangle]
+pub extern "C" fn rdc_cancel(req: *mut *mut rdc_request) -> c_int {
+    guard(|| {
+        let h = match handle(req) {
+            Ok(h) => h,
+            Err(code) => return code,
+        };
+        let res = running(|_, requests, _| {
+            let r = requests.get_mut(h).ok_or(RDC_ERR_REQUEST)?;
+            r.cancel().map_err(|e| code_of(&e))
+        });
+        finish(res.map(|_| ()))
+    })
+}
+
+fn probe_status(st: *mut rdc_status, s: Status) {
+    put_status(st, &Ok(s));
+}
+
+/// Waits for a message from `source` with `tag` (wildcards allowed) and fills `status`
+/// without receiving it.
+#[no_mangle]
+pub extern "C" fn rdc_probe(
+    source: c_int,
+    tag: c_int,
+    comm: *const rdc_comm,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        finish((|| {
+            let c = comm_of(comm)?;
+            let (source, tag) = (source_rank(&c, source)?, recv_tag(tag)?);
+            let s = c.probe(source, tag).map_err(|e| code_of(&e))?;
+            probe_status(status, s);
+            Ok(())
+        })())
+    })
+}
+
+/// Sets `*flag` to 1 and fills `status` if a message from `source` with `tag` has arrived,
+/// else sets `*flag` to 0.
+#[no_mangle]
+pub extern "C" fn rdc_iprobe(
+    source: c_int,
+    tag: c_int,
+    comm: *const rdc_comm,
+    flag: *mut c_int,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        if flag.is_null() {
+            return RDC_ERR_NULL;
+        }
+        finish((|| {
+            let c = comm_of(comm)?;
+            let (source, tag) = (source_rank(&c, source)?, recv_tag(tag)?);
+            let got = c.iprobe(source, tag).map_err(|e| code_of(&e))?;
+            // SAFETY: `flag` is non-NULL and points to a writable int.
+            unsafe { *flag = got.is_some() as c_int };
+            if let Some(s) = got {
+                probe_status(status, s);
+            }
+            Ok(())
+        })())
+    })
+}
+
+/// Sends `sendcount` elements to `dest` and receives at most `recvcount` from `source`, both
+/// at once (a ring exchange cannot deadlock).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub extern "C" fn rdc_sendrecv(
+    sendbuf: *const c_void,
+    sendcount: i64,
+    sendtype: c_int,
+    dest: c_int,
+    sendtag: c_int,
+    recvbuf: *mut c_void,
+    recvcount: i64,
+    recvtype: c_int,
+    source: c_int,
+    recvtag: c_int,
+    comm: *const rdc_comm,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let r = (|| {
+            let (slen, rlen) = (
+                byte_len(sendcount, sendtype)?,
+                byte_len(recvcount, recvtype)?,
+            );
+            // SAFETY: the caller's buffers (the API's contract).
+            let (out, inbox) = unsafe { (bytes(sendbuf, slen)?, bytes_mut(recvbuf, rlen)?) };
+            let c = comm_of(comm)?;
+            let (dest, stag) = (dest_rank(&c, dest)?, send_tag(sendtag)?);
+            let (source, rtag) = (source_rank(&c, source)?, recv_tag(recvtag)?);
+            Ok(c.sendrecv(out, dest, stag, inbox, source, rtag))
+        })();
+        match r {
+            Ok(res) => {
+                put_status(status, &res);
+                code(&res)
+            }
+            Err(e) => e,
+        }
+    })
+}

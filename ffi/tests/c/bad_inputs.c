@@ -1,0 +1,306 @@
+/* Feeds every entry point of the C API the bad inputs its documentation lists and checks
+ * each returns the documented code, then checks the library still works: point-to-point,
+ * collectives and a duplicate communicator. Run by scripts/test-c under rdcoll-run (any
+ * number of ranks, 2 or more for the exchanges) and under valgrind memcheck.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "../../../examples/c/check.h"
+
+static int failures = 0;
+
+/* Expects `call` to return `want`. */
+#define RC(want, call)                                                                  \
+    do {                                                                                \
+        int rc_ = (call);                                                               \
+        if (rc_ != (want)) {                                                            \
+            fprintf(stderr, "%s:%d: %s returned %d (%s), not %s\n", __FILE__, __LINE__, \
+                    #call, rc_, rdc_strerror(rc_), #want);                              \
+            failures++;                                                                 \
+        }                                                                               \
+    } while (0)
+
+/* A handle that was never issued. */
+#define BOGUS_COMM ((rdc_comm *)(uintptr_t)0x12345)
+#define BOGUS_REQ ((rdc_request *)(uintptr_t)0x54321)
+
+static void life_cycle_before_init(void) {
+    int flag = 7;
+    rdc_comm *c = NULL;
+    int x = 0;
+    RC(RDC_SUCCESS, rdc_initialized(&flag));
+    EXPECT(flag == 0, "not initialized yet");
+    RC(RDC_SUCCESS, rdc_finalized(&flag));
+    EXPECT(flag == 0, "not finalized yet");
+    RC(RDC_ERR_NULL, rdc_initialized(NULL));
+    RC(RDC_ERR_NULL, rdc_finalized(NULL));
+    RC(RDC_ERR_NOT_INITIALIZED, rdc_comm_world(&c));
+    RC(RDC_ERR_NOT_INITIALIZED, rdc_send(&x, 1, RDC_INT32, 0, 0, c));
+    RC(RDC_ERR_NOT_INITIALIZED, rdc_barrier(c));
+    RC(RDC_ERR_NOT_INITIALIZED, rdc_finalize());
+}
+
+static void strings(void) {
+    for (int code = RDC_SUCCESS; code <= RDC_ERR_INTERNAL; code++) {
+        const char *s = rdc_strerror(code);
+        EXPECT(s != NULL && strlen(s) > 0, "text for %d", code);
+        EXPECT(strcmp(s, "unknown return code") != 0, "code %d is known", code);
+        for (int other = RDC_SUCCESS; other < code; other++)
+            EXPECT(strcmp(s, rdc_strerror(other)) != 0, "codes %d and %d share a text", code,
+                   other);
+    }
+    EXPECT(strcmp(rdc_strerror(-1), "unknown return code") == 0, "unknown code");
+    EXPECT(strcmp(rdc_strerror(1000), "unknown return code") == 0, "unknown code");
+    int level = -1;
+    RC(RDC_ERR_NULL, rdc_thread_level(NULL));
+    RC(RDC_SUCCESS, rdc_thread_level(&level));
+    EXPECT(level == RDC_THREAD_MULTIPLE, "thread level %d", level);
+}
+
+static void communicators(rdc_comm *world, int size) {
+    int v;
+    rdc_comm *dup = NULL, *copy;
+    RC(RDC_ERR_NULL, rdc_comm_world(NULL));
+    RC(RDC_ERR_NULL, rdc_comm_rank(world, NULL));
+    RC(RDC_ERR_NULL, rdc_comm_size(world, NULL));
+    RC(RDC_ERR_COMM, rdc_comm_rank(NULL, &v));
+    RC(RDC_ERR_COMM, rdc_comm_size(BOGUS_COMM, &v));
+    RC(RDC_ERR_NULL, rdc_comm_dup(world, NULL));
+    RC(RDC_ERR_COMM, rdc_comm_dup(NULL, &dup));
+    RC(RDC_ERR_COMM, rdc_comm_dup(BOGUS_COMM, &dup));
+    RC(RDC_ERR_NULL, rdc_comm_free(NULL));
+    RC(RDC_ERR_COMM, rdc_comm_free(&world)); /* the world cannot be freed */
+    EXPECT(world != NULL, "a failed free leaves the handle");
+    RC(RDC_SUCCESS, rdc_comm_dup(world, &dup));
+    RC(RDC_SUCCESS, rdc_comm_size(dup, &v));
+    EXPECT(v == size, "the duplicate's size");
+    copy = dup;
+    RC(RDC_SUCCESS, rdc_comm_free(&dup));
+    EXPECT(dup == NULL, "free clears the handle");
+    RC(RDC_ERR_COMM, rdc_comm_free(&copy)); /* freed twice */
+    RC(RDC_ERR_COMM, rdc_comm_rank(copy, &v)); /* used after free */
+    RC(RDC_ERR_COMM, rdc_comm_free(&dup));     /* NULL handle */
+}
+
+static void point_to_point(rdc_comm *world, int rank, int size) {
+    int32_t buf[8] = {0};
+    rdc_status st;
+    rdc_request *req = NULL;
+    int flag = 0, index = 0;
+
+    /* send */
+    RC(RDC_ERR_NULL, rdc_send(NULL, 1, RDC_INT32, rank, 0, world));
+    RC(RDC_ERR_COUNT, rdc_send(buf, -1, RDC_INT32, rank, 0, world));
+    RC(RDC_ERR_COUNT, rdc_send(buf, INT64_MAX, RDC_INT32, rank, 0, world));
+    RC(RDC_ERR_DATATYPE, rdc_send(buf, 1, 99, rank, 0, world));
+    RC(RDC_ERR_DATATYPE, rdc_send(buf, 1, -1, rank, 0, world));
+    RC(RDC_ERR_RANK, rdc_send(buf, 1, RDC_INT32, size, 0, world));
+    RC(RDC_ERR_RANK, rdc_send(buf, 1, RDC_INT32, -1, 0, world));
+    RC(RDC_ERR_RANK, rdc_send(buf, 1, RDC_INT32, RDC_ANY_SOURCE, 0, world));
+    RC(RDC_ERR_TAG, rdc_send(buf, 1, RDC_INT32, rank, -1, world));
+    RC(RDC_ERR_COMM, rdc_send(buf, 1, RDC_INT32, rank, 0, NULL));
+    RC(RDC_ERR_COMM, rdc_send(buf, 1, RDC_INT32, rank, 0, BOGUS_COMM));
+    /* recv */
+    RC(RDC_ERR_NULL, rdc_recv(NULL, 1, RDC_INT32, rank, 0, world, &st));
+    RC(RDC_ERR_COUNT, rdc_recv(buf, -5, RDC_INT32, rank, 0, world, &st));
+    RC(RDC_ERR_DATATYPE, rdc_recv(buf, 1, 11, rank, 0, world, &st));
+    RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, size, 0, world, &st));
+    RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, -2, 0, world, &st));
+    RC(RDC_ERR_TAG, rdc_recv(buf, 1, RDC_INT32, rank, -2, world, &st));
+    RC(RDC_ERR_COMM, rdc_recv(buf, 1, RDC_INT32, rank, 0, NULL, &st));
+    /* isend / irecv */
+    RC(RDC_ERR_NULL, rdc_isend(buf, 1, RDC_INT32, rank, 0, world, NULL));
+    RC(RDC_ERR_NULL, rdc_isend(NULL, 1, RDC_INT32, rank, 0, world, &req));
+    RC(RDC_ERR_COUNT, rdc_isend(buf, -1, RDC_INT32, rank, 0, world, &req));
+    RC(RDC_ERR_DATATYPE, rdc_isend(buf, 1, 1000, rank, 0, world, &req));
+    RC(RDC_ERR_RANK, rdc_isend(buf, 1, RDC_INT32, size + 3, 0, world, &req));
+    RC(RDC_ERR_TAG, rdc_isend(buf, 1, RDC_INT32, rank, -9, world, &req));
+    RC(RDC_ERR_COMM, rdc_isend(buf, 1, RDC_INT32, rank, 0, BOGUS_COMM, &req));
+    RC(RDC_ERR_NULL, rdc_irecv(buf, 1, RDC_INT32, rank, 0, world, NULL));
+    RC(RDC_ERR_NULL, rdc_irecv(NULL, 1, RDC_INT32, rank, 0, world, &req));
+    RC(RDC_ERR_COUNT, rdc_irecv(buf, -1, RDC_INT32, rank, 0, world, &req));
+    RC(RDC_ERR_DATATYPE, rdc_irecv(buf, 1, 12, rank, 0, world, &req));
+    RC(RDC_ERR_RANK, rdc_irecv(buf, 1, RDC_INT32, size, 0, world, &req));
+    RC(RDC_ERR_TAG, rdc_irecv(buf, 1, RDC_INT32, rank, -3, world, &req));
+    RC(RDC_ERR_COMM, rdc_irecv(buf, 1, RDC_INT32, rank, 0, NULL, &req));
+    EXPECT(req == NULL, "a failed start leaves the handle alone");
+    /* wait / test / waitall / waitany / cancel on requests that are not there */
+    RC(RDC_ERR_REQUEST, rdc_wait(NULL, &st));
+    RC(RDC_ERR_REQUEST, rdc_wait(&req, &st)); /* a NULL handle */
+    req = BOGUS_REQ;
+    RC(RDC_ERR_REQUEST, rdc_wait(&req, &st));
+    RC(RDC_ERR_REQUEST, rdc_test(&req, &flag, &st));
+    RC(RDC_ERR_REQUEST, rdc_cancel(&req));
+    RC(RDC_ERR_REQUEST, rdc_test(NULL, &flag, &st));
+    RC(RDC_ERR_REQUEST, rdc_cancel(NULL));
+    req = NULL;
+    RC(RDC_ERR_COUNT, rdc_waitall(-1, &req, NULL));
+    RC(RDC_ERR_NULL, rdc_waitall(1, NULL, NULL));
+    RC(RDC_SUCCESS, rdc_waitall(0, NULL, NULL));
+    RC(RDC_SUCCESS, rdc_waitall(1, &req, NULL)); /* NULL entries are skipped */
+    RC(RDC_ERR_COUNT, rdc_waitany(-1, &req, &index, &st));
+    RC(RDC_ERR_NULL, rdc_waitany(1, &req, NULL, &st));
+    RC(RDC_ERR_NULL, rdc_waitany(1, NULL, &index, &st));
+    RC(RDC_ERR_REQUEST, rdc_waitany(1, &req, &index, &st)); /* nothing to wait for */
+
+    /* A request waited for twice, and one tested after it finished. */
+    rdc_request *sreq, *rreq, *copy;
+    RC(RDC_SUCCESS, rdc_irecv(&buf[1], 1, RDC_INT32, rank, 5, world, &rreq));
+    buf[0] = 42;
+    RC(RDC_SUCCESS, rdc_isend(&buf[0], 1, RDC_INT32, rank, 5, world, &sreq));
+    RC(RDC_ERR_NULL, rdc_test(&rreq, NULL, &st));
+    copy = rreq;
+    RC(RDC_SUCCESS, rdc_wait(&rreq, &st));
+    EXPECT(rreq == NULL && buf[1] == 42 && st.source == rank && st.tag == 5 && st.count == 4,
+           "self message: %d from %d tag %d", buf[1], st.source, st.tag);
+    RC(RDC_ERR_REQUEST, rdc_wait(&copy, &st));
+    RC(RDC_ERR_REQUEST, rdc_wait(&rreq, &st));
+    do {
+        RC(RDC_SUCCESS, rdc_test(&sreq, &flag, &st));
+    } while (!flag);
+    EXPECT(sreq == NULL, "test clears a finished request");
+    RC(RDC_ERR_REQUEST, rdc_test(&sreq, &flag, &st));
+
+    /* Cancel a receive nothing matches: it completes, cancelled. */
+    RC(RDC_SUCCESS, rdc_irecv(buf, 1, RDC_INT32, rank, 999, world, &req));
+    RC(RDC_SUCCESS, rdc_cancel(&req));
+    RC(RDC_SUCCESS, rdc_wait(&req, &st));
+    EXPECT(st.cancelled != 0, "the status says cancelled");
+
+    /* Truncation: the message is consumed, nothing past the buffer is written, and the
+     * status has its true length. */
+    int32_t eight[8] = {1, 2, 3, 4, 5, 6, 7, 8}, four[6] = {0, 0, 0, 0, -1, -1};
+    RC(RDC_SUCCESS, rdc_isend(eight, 8, RDC_INT32, rank, 6, world, &sreq));
+    RC(RDC_ERR_TRUNCATE, rdc_recv(four, 4, RDC_INT32, rank, 6, world, &st));
+    EXPECT(st.error == RDC_ERR_TRUNCATE && st.count == 32 && st.source == rank && st.tag == 6,
+           "truncated status: error %d count %zu", st.error, st.count);
+    EXPECT(four[4] == -1 && four[5] == -1, "nothing written past the buffer");
+    RC(RDC_SUCCESS, rdc_wait(&sreq, NULL));
+    flag = 1;
+    RC(RDC_SUCCESS, rdc_iprobe(rank, 6, world, &flag, &st));
+    EXPECT(flag == 0, "the truncated message was consumed");
+
+    /* probe / iprobe */
+    RC(RDC_ERR_RANK, rdc_probe(size, 0, world, &st));
+    RC(RDC_ERR_TAG, rdc_probe(rank, -4, world, &st));
+    RC(RDC_ERR_COMM, rdc_probe(rank, 0, NULL, &st));
+    RC(RDC_ERR_NULL, rdc_iprobe(rank, 0, world, NULL, &st));
+    RC(RDC_ERR_RANK, rdc_iprobe(-7, 0, world, &flag, &st));
+    RC(RDC_ERR_TAG, rdc_iprobe(rank, -4, world, &flag, &st));
+    RC(RDC_ERR_COMM, rdc_iprobe(rank, 0, BOGUS_COMM, &flag, &st));
+    /* sendrecv */
+    RC(RDC_ERR_NULL, rdc_sendrecv(NULL, 1, RDC_INT32, rank, 0, buf, 1, RDC_INT32, rank, 0,
+                                  world, &st));
+    RC(RDC_ERR_NULL, rdc_sendrecv(buf, 1, RDC_INT32, rank, 0, NULL, 1, RDC_INT32, rank, 0,
+                                  world, &st));
+    RC(RDC_ERR_COUNT, rdc_sendrecv(buf, -1, RDC_INT32, rank, 0, buf, 1, RDC_INT32, rank, 0,
+                                   world, &st));
+    RC(RDC_ERR_DATATYPE, rdc_sendrecv(buf, 1, RDC_INT32, rank, 0, buf, 1, 77, rank, 0,
+                                      world, &st));
+    RC(RDC_ERR_RANK, rdc_sendrecv(buf, 1, RDC_INT32, size, 0, buf, 1, RDC_INT32, rank, 0,
+                                  world, &st));
+    RC(RDC_ERR_TAG, rdc_sendrecv(buf, 1, RDC_INT32, rank, 0, buf, 1, RDC_INT32, rank, -8,
+                                 world, &st));
+    RC(RDC_ERR_COMM, rdc_sendrecv(buf, 1, RDC_INT32, rank, 0, buf, 1, RDC_INT32, rank, 0,
+                                  NULL, &st));
+}
+
+static void collectives(rdc_comm *world, int rank, int size) {
+    double d[4] = {1, 2, 3, 4}, e[4];
+    int32_t i32[5] = {0};
+    char raw[16];
+    RC(RDC_ERR_NULL, rdc_bcast(NULL, 1, RDC_INT32, 0, world));
+    RC(RDC_ERR_COUNT, rdc_bcast(i32, -1, RDC_INT32, 0, world));
+    RC(RDC_ERR_DATATYPE, rdc_bcast(i32, 1, 42, 0, world));
+    RC(RDC_ERR_RANK, rdc_bcast(i32, 1, RDC_INT32, size, world));
+    RC(RDC_ERR_RANK, rdc_bcast(i32, 1, RDC_INT32, -1, world));
+    RC(RDC_ERR_COMM, rdc_bcast(i32, 1, RDC_INT32, 0, NULL));
+
+    RC(RDC_ERR_NULL, rdc_allreduce(NULL, e, 4, RDC_DOUBLE, RDC_SUM, world));
+    RC(RDC_ERR_NULL, rdc_allreduce(d, NULL, 4, RDC_DOUBLE, RDC_SUM, world));
+    RC(RDC_ERR_NULL, rdc_allreduce(RDC_IN_PLACE, NULL, 4, RDC_DOUBLE, RDC_SUM, world));
+    RC(RDC_ERR_COUNT, rdc_allreduce(d, e, -4, RDC_DOUBLE, RDC_SUM, world));
+    RC(RDC_ERR_DATATYPE, rdc_allreduce(d, e, 4, 11, RDC_SUM, world));
+    RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_DOUBLE, 10, world));
+    RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_DOUBLE, -1, world));
+    RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_DOUBLE, RDC_BXOR, world));
+    RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_FLOAT, RDC_LAND, world));
+    RC(RDC_ERR_ARG, rdc_allreduce(&i32[0], &i32[1], 4, RDC_INT32, RDC_SUM, world)); /* overlap */
+    RC(RDC_ERR_ARG, rdc_allreduce(raw + 1, raw + 8, 1, RDC_INT32, RDC_SUM, world)); /* unaligned */
+    RC(RDC_ERR_COMM, rdc_allreduce(d, e, 4, RDC_DOUBLE, RDC_SUM, BOGUS_COMM));
+
+    RC(RDC_ERR_RANK, rdc_reduce(d, e, 4, RDC_DOUBLE, RDC_SUM, size, world));
+    RC(RDC_ERR_RANK, rdc_reduce(d, e, 4, RDC_DOUBLE, RDC_SUM, -1, world));
+    RC(RDC_ERR_OP, rdc_reduce(d, e, 4, RDC_DOUBLE, 55, 0, world));
+    RC(RDC_ERR_OP, rdc_reduce(d, e, 4, RDC_DOUBLE, RDC_BAND, 0, world));
+    RC(RDC_ERR_DATATYPE, rdc_reduce(d, e, 4, -3, RDC_SUM, 0, world));
+    RC(RDC_ERR_COUNT, rdc_reduce(d, e, -1, RDC_DOUBLE, RDC_SUM, 0, world));
+    RC(RDC_ERR_NULL, rdc_reduce(NULL, e, 4, RDC_DOUBLE, RDC_SUM, 0, world));
+    RC(RDC_ERR_NULL, rdc_reduce(d, NULL, 4, RDC_DOUBLE, RDC_SUM, rank, world));
+    RC(RDC_ERR_COMM, rdc_reduce(d, e, 4, RDC_DOUBLE, RDC_SUM, 0, NULL));
+
+    RC(RDC_ERR_COMM, rdc_barrier(NULL));
+    RC(RDC_ERR_COMM, rdc_barrier(BOGUS_COMM));
+}
+
+/* After all the refusals: everything still works. */
+static void still_works(rdc_comm *world, int rank, int size) {
+    rdc_comm *dup;
+    rdc_status st;
+    int64_t out = rank, in = -1, sum = 0;
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    CHECK(rdc_sendrecv(&out, 1, RDC_INT64, right, 1, &in, 1, RDC_INT64, RDC_ANY_SOURCE,
+                       RDC_ANY_TAG, world, &st));
+    EXPECT(in == left && st.source == left && st.tag == 1, "ring: %lld from %d",
+           (long long)in, st.source);
+    CHECK(rdc_comm_dup(world, &dup));
+    CHECK(rdc_allreduce(&out, &sum, 1, RDC_INT64, RDC_SUM, dup));
+    EXPECT(sum == (int64_t)size * (size - 1) / 2, "sum %lld", (long long)sum);
+    int32_t v = rank == size - 1 ? 1234 : 0;
+    CHECK(rdc_bcast(&v, 1, RDC_INT32, size - 1, dup));
+    EXPECT(v == 1234, "bcast %d", v);
+    CHECK(rdc_barrier(dup));
+    CHECK(rdc_comm_free(&dup));
+    CHECK(rdc_barrier(world));
+}
+
+static void after_finalize(rdc_comm *world) {
+    int flag = 0, x = 0;
+    rdc_request *req = NULL;
+    RC(RDC_SUCCESS, rdc_finalized(&flag));
+    EXPECT(flag == 1, "finalized");
+    RC(RDC_SUCCESS, rdc_initialized(&flag));
+    EXPECT(flag == 1, "still counts as initialized");
+    RC(RDC_ERR_FINALIZED, rdc_finalize());
+    RC(RDC_ERR_FINALIZED, rdc_init());
+    RC(RDC_ERR_FINALIZED, rdc_comm_world(&world));
+    RC(RDC_ERR_FINALIZED, rdc_send(&x, 1, RDC_INT32, 0, 0, world));
+    RC(RDC_ERR_FINALIZED, rdc_irecv(&x, 1, RDC_INT32, 0, 0, world, &req));
+    RC(RDC_ERR_FINALIZED, rdc_allreduce(RDC_IN_PLACE, &x, 1, RDC_INT32, RDC_SUM, world));
+    RC(RDC_ERR_FINALIZED, rdc_barrier(world));
+}
+
+int main(void) {
+    rdc_comm *world;
+    int rank, size;
+    life_cycle_before_init();
+    strings();
+    CHECK(rdc_init());
+    RC(RDC_ERR_ALREADY_INITIALIZED, rdc_init());
+    CHECK(rdc_comm_world(&world));
+    CHECK(rdc_comm_rank(world, &rank));
+    CHECK(rdc_comm_size(world, &size));
+    communicators(world, size);
+    point_to_point(world, rank, size);
+    collectives(world, rank, size);
+    still_works(world, rank, size);
+    CHECK(rdc_finalize());
+    after_finalize(world);
+    if (failures) {
+        fprintf(stderr, "bad_inputs: %d checks failed on rank %d\n", failures, rank);
+        return 1;
+    }
+    if (rank == 0) printf("bad_inputs: every refusal as documented, on %d ranks\n", size);
+    return 0;
+}
