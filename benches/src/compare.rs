@@ -154,7 +154,16 @@ pub fn side_by_side(
         let _ = write!(out, "{h:>width$}");
     }
     let better = if higher_is_better { "higher" } else { "lower" };
-    let _ = writeln!(out, "{:>26}", format!("rdcoll/best ({better} wins)"));
+    let _ = writeln!(
+        out,
+        "{:>26}",
+        format!(
+            "{}/best ({better} wins)",
+            names
+                .first()
+                .map_or("rdcoll", |n| n.split('/').next().unwrap_or(n))
+        )
+    );
     let Some((_, first)) = columns.first() else {
         return out;
     };

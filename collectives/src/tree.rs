@@ -28,6 +28,39 @@ pub(crate) fn children(rel: usize, n: usize) -> impl Iterator<Item = usize> {
     })
 }
 
+/// Which tree a counter-byte broadcast goes down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// The binomial tree above (paper 004): depth log2(n), the root writes log2(n) times.
+    Binomial,
+    /// The root writes to every rank itself: depth 1. For one-block messages among ranks of one
+    /// host, where a write is a store into shared memory (tens of ns) but every level of a
+    /// tree costs a peer's poll, or a context switch when ranks outnumber cores.
+    Flat,
+}
+
+impl Shape {
+    /// The parent of relative rank `rel` (none for the root).
+    pub(crate) fn parent(self, rel: usize) -> Option<usize> {
+        match self {
+            Shape::Binomial => parent(rel),
+            Shape::Flat => (rel != 0).then_some(0),
+        }
+    }
+
+    /// The children of relative rank `rel` in a tree of `n`, in the order to write them.
+    pub(crate) fn children(self, rel: usize, n: usize) -> impl Iterator<Item = usize> {
+        let (binomial, flat) = match self {
+            Shape::Binomial => (Some(children(rel, n)), None),
+            Shape::Flat => (None, Some(if rel == 0 { 1..n } else { 0..0 })),
+        };
+        binomial
+            .into_iter()
+            .flatten()
+            .chain(flat.into_iter().flatten())
+    }
+}
+
 /// `rank` relative to `root` in a group of `n`.
 pub(crate) fn relative(rank: usize, root: usize, n: usize) -> usize {
     (rank + n - root) % n
@@ -59,6 +92,21 @@ mod tests {
             }
             assert!(reached.iter().all(|&r| r), "n={n}");
         }
+    }
+
+    #[test]
+    fn flat_tree_is_one_level() {
+        assert_eq!(
+            Shape::Flat.children(0, 5).collect::<Vec<_>>(),
+            vec![1, 2, 3, 4]
+        );
+        assert_eq!(Shape::Flat.children(3, 5).count(), 0);
+        assert_eq!(Shape::Flat.parent(3), Some(0));
+        assert_eq!(Shape::Flat.parent(0), None);
+        assert_eq!(
+            Shape::Binomial.children(0, 8).collect::<Vec<_>>(),
+            children(0, 8).collect::<Vec<_>>()
+        );
     }
 
     /// Paper 004 Figure 1, 8 nodes: the root sends to 4, 2, 1; node 4 to 6 and 5; 2 to 3; 6 to 7.

@@ -8,7 +8,10 @@
 //! the current counter in the last byte of the block it expects knows the block is valid.
 //! Blocks are used in order by every rank alike (the same cursor everywhere), and a node
 //! forwards each block as soon as it is valid (the paper forwards whole messages; per block
-//! keeps the pipeline of a multi-block message going).
+//! keeps the pipeline of a multi-block message going). One-block messages among the ranks of
+//! one host (shm, local) go down a flat tree instead when there are at most `FLAT_MAX` ranks
+//! or more ranks than cores: there a write is a store into shared memory, cheaper than the
+//! poll - or context switch - that each level of a tree costs.
 //!
 //! Reuse (Section 3.3, 4.1.4): the buffer is split into `WINDOWS` epochs of blocks. A rank
 //! that has consumed every block of an epoch (copied it out, forwarded it, its writes from it
@@ -39,6 +42,10 @@ const WINDOWS: usize = 2;
 /// Blocks per epoch.
 const EPOCH: usize = BLOCKS / WINDOWS;
 
+/// Most ranks for which a one-block broadcast on one host goes flat even when every rank has
+/// a core of its own (measured: docs/PERFORMANCE.md, "Broadcast").
+const FLAT_MAX: usize = 8;
+
 /// Blocks a message of `len` bytes takes: chunks of `block - 1` bytes, at least one.
 pub(crate) fn blocks_for(len: usize, block: usize) -> usize {
     len.div_ceil(block - 1).max(1)
@@ -64,6 +71,9 @@ pub(crate) struct CounterBcast {
     seq: u64,
     /// Epochs this rank has finished.
     epochs_done: u64,
+    /// The tree of one-block broadcasts (longer ones go binomial, as in the paper, so that
+    /// no rank writes every block to everyone). The same on every rank.
+    one_block_shape: tree::Shape,
 }
 
 impl CounterBcast {
@@ -71,12 +81,22 @@ impl CounterBcast {
     pub(crate) fn new(engine: &Engine, context: Context) -> Result<CounterBcast> {
         let notify = BLOCKS * BLOCK;
         let area = Area::new(engine, context, notify + engine.size())?;
+        // Every rank sees the same backend, size and host (shm and local span one host).
+        let one_host = matches!(engine.ni().fabric().backend(), "shm" | "local");
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let n = engine.size();
+        let one_block_shape = if one_host && (n <= FLAT_MAX || n > cores) {
+            tree::Shape::Flat
+        } else {
+            tree::Shape::Binomial
+        };
         Ok(CounterBcast {
             area,
             notify,
             cursor: 0,
             seq: 0,
             epochs_done: 0,
+            one_block_shape,
         })
     }
 
@@ -94,14 +114,19 @@ impl CounterBcast {
         let counter = ((self.seq - 1) % 255) as u8 + 1;
         let blocks = blocks_for(buf.len(), BLOCK);
         let rel = tree::relative(me, root as usize, n);
-        // At most 64 children (a binomial tree's degree is below 64 for any size).
-        let mut children = [0 as Rank; 64];
-        let mut degree = 0;
-        for c in tree::children(rel, n) {
-            children[degree] = tree::absolute(c, root as usize, n) as Rank;
-            degree += 1;
-        }
-        let children = &children[..degree];
+        let shape = if blocks == 1 {
+            self.one_block_shape
+        } else {
+            tree::Shape::Binomial
+        };
+        // At most 64 children inline (a binomial tree's degree is below 64 for any size).
+        let children: smallvec::SmallVec<[Rank; 64]> = shape
+            .children(rel, n)
+            .map(|c| tree::absolute(c, root as usize, n) as Rank)
+            .collect();
+        let parent = shape
+            .parent(rel)
+            .map_or(root, |p| tree::absolute(p, root as usize, n) as Rank);
         for i in 0..blocks {
             let at = self.cursor + i as u64;
             let (slot, epoch) = ((at % BLOCKS as u64) as usize, at / EPOCH as u64);
@@ -113,8 +138,6 @@ impl CounterBcast {
                 local.write(data, &buf[lo..lo + len])?;
             } else {
                 let byte = self.area.flag(flag);
-                let parent =
-                    tree::parent(rel).map_or(root, |p| tree::absolute(p, root as usize, n) as Rank);
                 w.until(parent, &|| {
                     byte.load(std::sync::atomic::Ordering::Acquire) != 0
                 })?;
@@ -126,7 +149,7 @@ impl CounterBcast {
                     )));
                 }
             }
-            for &child in children {
+            for &child in &children {
                 self.wait_released(w, child, epoch)?;
                 puts.put(
                     w,
