@@ -40,8 +40,12 @@ pub(crate) struct RegionInner {
     key: RegionKey,
     ptr: NonNull<u8>,
     len: usize,
-    /// `false` once deregistered; held for reading during every copy driven by a peer.
+    /// `false` once deregistered; held for reading during every copy into or out of caller
+    /// memory (`external`), so that `deregister` can wait for them.
     alive: RwLock<bool>,
+    /// `alive`, readable without the lock: copies into memory the fabric owns need only know
+    /// whether the region is still registered, as that memory lives as long as the handle.
+    registered: AtomicBool,
     unpublished: AtomicBool,
     /// Handles held by the owner (not peers' transient lookups): when the last goes, peers
     /// can no longer name the region, even while a peer's copy still holds its memory.
@@ -162,6 +166,7 @@ impl Region {
                 ptr,
                 len,
                 alive: RwLock::new(true),
+                registered: AtomicBool::new(true),
                 unpublished: AtomicBool::new(false),
                 owners: std::sync::atomic::AtomicUsize::new(1),
                 external: matches!(backing, Backing::External),
@@ -226,6 +231,7 @@ impl Region {
     pub fn deregister(&self) {
         let mut alive = self.inner.alive.write();
         *alive = false;
+        self.inner.registered.store(false, Ordering::Release);
         drop(alive);
         self.inner.unpublish();
     }
@@ -370,6 +376,22 @@ impl Region {
         f: impl FnOnce(*mut u8) -> R,
     ) -> Result<R> {
         self.check_range(offset, len)?;
+        if !self.inner.external {
+            // The fabric's own memory is freed only with the last handle, and `self` is one:
+            // deregistration stops access without freeing anything, so no lock is needed (an
+            // atomic read-modify-write per copy would stall on every store to shared memory
+            // before it, the main cost of a small collective).
+            if !self.inner.registered.load(Ordering::Acquire) {
+                return Err(TransportError::BadKey {
+                    rank: self.inner.rank,
+                    key: self.inner.key.0,
+                });
+            }
+            // SAFETY: offset + len <= region length, checked above; the memory lives as long
+            // as `self`.
+            let p = unsafe { self.inner.ptr.as_ptr().add(offset) };
+            return Ok(f(p));
+        }
         let alive = self.inner.alive.read_recursive();
         if !*alive {
             return Err(TransportError::BadKey {
