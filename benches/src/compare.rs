@@ -156,7 +156,7 @@ pub fn side_by_side(
     let better = if higher_is_better { "higher" } else { "lower" };
     let _ = writeln!(
         out,
-        "{:>26}",
+        " {:>25}",
         format!(
             "{}/best ({better} wins)",
             names
