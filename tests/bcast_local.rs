@@ -69,22 +69,38 @@ fn every_rdmc_algorithm_with_small_blocks() {
 
 #[test]
 fn nobody_leaves_a_barrier_before_everyone_entered_it() {
+    use rdcoll::BarrierAlgorithm;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    for n in [1, 2, 3, 5, 8] {
-        let arrived = AtomicUsize::new(0);
-        run(n, |c| {
-            // 300 rounds wrap the one-byte barrier numbers.
-            for round in 0..300usize {
-                arrived.fetch_add(1, Ordering::SeqCst);
-                c.barrier().map_err(|e| e.to_string())?;
-                let seen = arrived.load(Ordering::SeqCst);
-                if seen < n * (round + 1) {
-                    return Err(format!("round {round}: left with {seen} arrivals"));
+    for algorithm in [
+        BarrierAlgorithm::Auto,
+        BarrierAlgorithm::Dissemination,
+        BarrierAlgorithm::Flat,
+    ] {
+        for n in [1, 2, 3, 5, 8] {
+            let arrived = AtomicUsize::new(0);
+            let cfg = CollConfig {
+                barrier_algorithm: algorithm,
+                ..CollConfig::default()
+            };
+            run(n, |c| {
+                let c = c
+                    .with_collectives_config(cfg.clone())
+                    .map_err(|e| e.to_string())?;
+                // 300 rounds wrap the one-byte barrier numbers.
+                for round in 0..300usize {
+                    arrived.fetch_add(1, Ordering::SeqCst);
+                    c.barrier().map_err(|e| e.to_string())?;
+                    let seen = arrived.load(Ordering::SeqCst);
+                    if seen < n * (round + 1) {
+                        return Err(format!(
+                            "{algorithm:?}, {n} ranks, round {round}: left with {seen} arrivals"
+                        ));
+                    }
+                    // A second barrier keeps the next round's arrivals out of this check.
+                    c.barrier().map_err(|e| e.to_string())?;
                 }
-                // A second barrier keeps the next round's arrivals out of this check.
-                c.barrier().map_err(|e| e.to_string())?;
-            }
-            Ok(())
-        });
+                Ok(())
+            });
+        }
     }
 }

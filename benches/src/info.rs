@@ -54,6 +54,7 @@ pub fn run(_args: &[String]) -> i32 {
         );
         println!("RDCOLL_ALLREDUCE_SMALL_MAX {}", coll.allreduce_small_max);
         println!("RDCOLL_ALLREDUCE_DEGREE   {:?}", coll.allreduce_degree);
+        println!("RDCOLL_BARRIER_ALGORITHM  {:?}", coll.barrier_algorithm);
         let model = rdcoll::Model::load().map_err(|e| e.to_string())?;
         println!(
             "RDCOLL_ALLREDUCE_MODEL    {} (alpha {} ns, beta {} ns/B, gamma {} ns/B)",

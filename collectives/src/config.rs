@@ -1,5 +1,6 @@
 //! Settings of the collectives, from `RDCOLL_BCAST_SMALL_MAX`, `RDCOLL_BCAST_BLOCK`,
-//! `RDCOLL_BCAST_ALGORITHM` and `RDCOLL_CLUSTER`.
+//! `RDCOLL_BCAST_ALGORITHM`, `RDCOLL_CLUSTER`, `RDCOLL_ALLREDUCE_SMALL_MAX`,
+//! `RDCOLL_ALLREDUCE_DEGREE` and `RDCOLL_BARRIER_ALGORITHM`.
 
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
@@ -61,6 +62,30 @@ impl BcastAlgorithm {
     }
 }
 
+/// How a barrier synchronises.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BarrierAlgorithm {
+    /// `Flat` when every rank is on one host and ranks outnumber cores, else `Dissemination`.
+    Auto,
+    /// `ceil(log2 n)` rounds of one-byte writes; every rank waits once per round.
+    Dissemination,
+    /// Every rank writes its arrival byte to rank 0, which waits for all of them and writes a
+    /// release byte to each: one wait per rank. Fewer wake-ups when ranks share cores.
+    Flat,
+}
+
+impl BarrierAlgorithm {
+    /// Parses `auto`, `dissemination` or `flat`.
+    pub fn from_name(s: &str) -> Option<BarrierAlgorithm> {
+        match s {
+            "auto" => Some(BarrierAlgorithm::Auto),
+            "dissemination" => Some(BarrierAlgorithm::Dissemination),
+            "flat" => Some(BarrierAlgorithm::Flat),
+            _ => None,
+        }
+    }
+}
+
 /// The collectives' settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollConfig {
@@ -76,6 +101,8 @@ pub struct CollConfig {
     pub allreduce_small_max: usize,
     /// The reduce tree's degree.
     pub allreduce_degree: ReduceDegree,
+    /// How a barrier synchronises.
+    pub barrier_algorithm: BarrierAlgorithm,
 }
 
 impl Default for CollConfig {
@@ -87,6 +114,7 @@ impl Default for CollConfig {
             cluster: None,
             allreduce_small_max: DEFAULT_ALLREDUCE_SMALL_MAX,
             allreduce_degree: ReduceDegree::Model,
+            barrier_algorithm: BarrierAlgorithm::Auto,
         }
     }
 }
@@ -143,6 +171,13 @@ impl CollConfig {
                 })?),
             };
         }
+        if let Some(v) = var("RDCOLL_BARRIER_ALGORITHM") {
+            c.barrier_algorithm = BarrierAlgorithm::from_name(&v).ok_or_else(|| {
+                CollError::InvalidArgument(format!(
+                    "RDCOLL_BARRIER_ALGORITHM={v:?}: expected auto, dissemination or flat"
+                ))
+            })?;
+        }
         Ok(c)
     }
 
@@ -174,6 +209,11 @@ mod tests {
             assert_eq!(BcastAlgorithm::from_name(n).map(|a| a.name()), Some(n));
         }
         assert_eq!(BcastAlgorithm::from_name("bogus"), None);
+        assert_eq!(
+            BarrierAlgorithm::from_name("flat"),
+            Some(BarrierAlgorithm::Flat)
+        );
+        assert_eq!(BarrierAlgorithm::from_name("tree"), None);
         let c = CollConfig::default();
         assert_eq!(c.block_for(0), MIN_AUTO_BLOCK);
         assert_eq!(c.block_for(4 << 20), 256 << 10);

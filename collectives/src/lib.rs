@@ -14,6 +14,7 @@ mod barrier;
 pub mod bcast;
 pub mod config;
 mod error;
+mod placement;
 mod progress;
 pub mod reduce;
 pub mod schedule;
@@ -26,7 +27,7 @@ use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Rank, TransportError};
 
-pub use config::{BcastAlgorithm, CollConfig, ReduceDegree};
+pub use config::{BarrierAlgorithm, BcastAlgorithm, CollConfig, ReduceDegree};
 pub use error::{CollError, Result};
 pub use reduce::model::Model;
 pub use reduce::op::{Element, Op};
@@ -183,7 +184,11 @@ impl Collectives {
     pub fn barrier(&self) -> Result<()> {
         self.guarded(|inner| {
             if inner.barrier.is_none() {
-                inner.barrier = Some(barrier::Barrier::new(self.waiter.engine(), self.context)?);
+                inner.barrier = Some(barrier::Barrier::new(
+                    self.waiter.engine(),
+                    self.context,
+                    self.cfg.barrier_algorithm,
+                )?);
             }
             let Inner { barrier, puts, .. } = inner;
             barrier

@@ -30,8 +30,8 @@ use rdcoll_transport::Rank;
 use crate::area::Area;
 use crate::error::{CollError, Result};
 use crate::progress::Waiter;
-use crate::tree;
 use crate::Puts;
+use crate::{placement, tree};
 
 /// Bytes per block (the last is the counter byte).
 pub(crate) const BLOCK: usize = 4096;
@@ -82,14 +82,13 @@ impl CounterBcast {
         let notify = BLOCKS * BLOCK;
         let area = Area::new(engine, context, notify + engine.size())?;
         // Every rank sees the same backend, size and host (shm and local span one host).
-        let one_host = matches!(engine.ni().fabric().backend(), "shm" | "local");
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let n = engine.size();
-        let one_block_shape = if one_host && (n <= FLAT_MAX || n > cores) {
-            tree::Shape::Flat
-        } else {
-            tree::Shape::Binomial
-        };
+        let one_block_shape =
+            if placement::one_host(engine) && (n <= FLAT_MAX || placement::oversubscribed(n)) {
+                tree::Shape::Flat
+            } else {
+                tree::Shape::Binomial
+            };
         Ok(CounterBcast {
             area,
             notify,
