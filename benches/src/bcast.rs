@@ -307,8 +307,11 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
     } else {
         (0, "us", false)
     };
-    let merged = compare::run_columns(&columns, extra.rounds, value)?;
+    let (merged, remarks) = compare::run_columns(&columns, extra.rounds, value)?;
     println!("# {n} ranks");
+    for r in remarks {
+        println!("# {} {r}", columns[0].label);
+    }
     print!(
         "{}",
         compare::side_by_side(kind.title(), unit, higher, &merged, extra.rounds)

@@ -19,8 +19,8 @@ pub struct Column<'a> {
     pub build: Build<'a>,
 }
 
-/// Runs `cmd` and returns the table it printed (value column `column`).
-pub fn capture(mut cmd: Command, column: usize) -> Result<Vec<Row>, String> {
+/// Runs `cmd` and returns the table it printed (value column `column`) and its remarks.
+pub fn capture(mut cmd: Command, column: usize) -> Result<(Vec<Row>, Vec<String>), String> {
     let out = cmd.output().map_err(|e| format!("starting {cmd:?}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -29,10 +29,18 @@ pub fn capture(mut cmd: Command, column: usize) -> Result<Vec<Row>, String> {
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    Ok(osu::parse_table_column(
-        &String::from_utf8_lossy(&out.stdout),
-        column,
-    ))
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok((osu::parse_table_column(&text, column), remarks(&text)))
+}
+
+/// The comment lines a run printed before its table (rdcoll: the reduce tree's degree per
+/// size), without their `# `.
+fn remarks(text: &str) -> Vec<String> {
+    text.lines()
+        .take_while(|l| !l.starts_with("# OSU"))
+        .filter_map(|l| l.strip_prefix("# "))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Where `scripts/build-mpi-bench` put the benchmark built against `mpi` (`openmpi`, `mpich`).
@@ -106,23 +114,30 @@ pub fn mpi_columns<'a>(args: Vec<String>, ranks: usize) -> Result<Vec<Column<'a>
 }
 
 /// Runs every column `rounds` times, interleaved; each size's value (value column `value`
-/// of the tables) is the median.
+/// of the tables) is the median. Also returns the remarks the first column's first run
+/// printed before its table.
 pub fn run_columns(
     columns: &[Column],
     rounds: usize,
     value: usize,
-) -> Result<Vec<(String, Vec<Row>)>, String> {
+) -> Result<(Vec<(String, Vec<Row>)>, Vec<String>), String> {
     let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
+    let mut first_remarks = None;
     for _ in 0..rounds.max(1) {
         for (i, c) in columns.iter().enumerate() {
-            runs[i].push(capture((c.build)()?, value)?);
+            let (rows, remarks) = capture((c.build)()?, value)?;
+            if i == 0 {
+                first_remarks.get_or_insert(remarks);
+            }
+            runs[i].push(rows);
         }
     }
-    Ok(columns
+    let merged = columns
         .iter()
         .zip(&runs)
         .map(|(c, r)| (c.label.clone(), osu::median_rows(r)))
-        .collect())
+        .collect();
+    Ok((merged, first_remarks.unwrap_or_default()))
 }
 
 /// The tables side by side; the last column is the first column's value over the best of

@@ -40,7 +40,13 @@ pub fn run(_args: &[String]) -> i32 {
             ni.mode
         );
         let coll = rdcoll::CollConfig::from_env().map_err(|e| e.to_string())?;
-        println!("RDCOLL_BCAST_SMALL_MAX    {}", coll.bcast_small_max);
+        println!(
+            "RDCOLL_BCAST_SMALL_MAX    {}",
+            coll.bcast_small_max.map_or(
+                "(unset: 16 KiB, 64 KiB when ranks outnumber cores)".into(),
+                |b| b.to_string()
+            )
+        );
         println!(
             "RDCOLL_BCAST_BLOCK        {}",
             coll.bcast_block

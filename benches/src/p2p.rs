@@ -209,7 +209,7 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
         args.extend(opts.to_args());
         columns.extend(compare::mpi_columns(args, 2)?);
     }
-    let merged = compare::run_columns(&columns, extra.rounds, 0)?;
+    let (merged, _) = compare::run_columns(&columns, extra.rounds, 0)?;
     let unit = if kind.higher_is_better() {
         "MB/s"
     } else {

@@ -8,6 +8,9 @@ use crate::schedule::Algorithm;
 /// Default largest broadcast sent through counter-byte blocks (docs/PERFORMANCE.md,
 /// "Broadcast", for the measurement behind it).
 pub const DEFAULT_BCAST_SMALL_MAX: usize = 16 << 10;
+/// The same when the ranks of one host outnumber its cores: there every ready-for-block
+/// handshake of RDMC costs context switches, and counter-byte blocks stay ahead up to here.
+pub const OVERSUBSCRIBED_BCAST_SMALL_MAX: usize = 64 << 10;
 /// Largest RDMC block unless `RDCOLL_BCAST_BLOCK` says otherwise.
 pub const DEFAULT_MAX_BLOCK: usize = 1 << 20;
 /// Smallest RDMC block chosen automatically.
@@ -89,8 +92,10 @@ impl BarrierAlgorithm {
 /// The collectives' settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollConfig {
-    /// Broadcasts up to this many bytes use counter-byte blocks (with `Auto`).
-    pub bcast_small_max: usize,
+    /// Broadcasts up to this many bytes use counter-byte blocks (with `Auto`); `None`:
+    /// [`DEFAULT_BCAST_SMALL_MAX`], or [`OVERSUBSCRIBED_BCAST_SMALL_MAX`] when the ranks of
+    /// one host outnumber its cores.
+    pub bcast_small_max: Option<usize>,
     /// RDMC block size; `None`: chosen by message size.
     pub bcast_block: Option<usize>,
     /// Which broadcast algorithm.
@@ -108,7 +113,7 @@ pub struct CollConfig {
 impl Default for CollConfig {
     fn default() -> Self {
         CollConfig {
-            bcast_small_max: DEFAULT_BCAST_SMALL_MAX,
+            bcast_small_max: None,
             bcast_block: None,
             bcast_algorithm: BcastAlgorithm::Auto,
             cluster: None,
@@ -132,7 +137,7 @@ impl CollConfig {
                 .ok_or_else(|| CollError::InvalidArgument(format!("{k}={v:?} is not a size")))
         };
         if let Some(v) = var("RDCOLL_BCAST_SMALL_MAX") {
-            c.bcast_small_max = size("RDCOLL_BCAST_SMALL_MAX", v)?;
+            c.bcast_small_max = Some(size("RDCOLL_BCAST_SMALL_MAX", v)?);
         }
         if let Some(v) = var("RDCOLL_BCAST_BLOCK") {
             let b = size("RDCOLL_BCAST_BLOCK", v)?;

@@ -33,8 +33,11 @@ use crate::progress::Waiter;
 use crate::Puts;
 use crate::{placement, tree};
 
-/// Bytes per block (the last is the counter byte).
-pub(crate) const BLOCK: usize = 4096;
+/// Bytes per block (the last is the counter byte): an 8 KiB message fits one block. With
+/// 4 KiB blocks, 4 KiB and 8 KiB broadcasts took two and three blocks and were 1.2x and 1.9x
+/// slower than MPICH at 2 ranks; with these, 1.1x and 1.1-1.3x (docs/PERFORMANCE.md,
+/// "Broadcast").
+pub(crate) const BLOCK: usize = 8192 + 64;
 /// Blocks in the broadcast buffer.
 pub(crate) const BLOCKS: usize = 32;
 /// Epochs the buffer is split into.
