@@ -113,6 +113,9 @@ pub fn mpi_columns<'a>(args: Vec<String>, ranks: usize) -> Result<Vec<Column<'a>
     Ok(out)
 }
 
+/// A column's label and its rows.
+pub type Labelled = (String, Vec<Row>);
+
 /// Runs every column `rounds` times, interleaved; each size's value (value column `value`
 /// of the tables) is the median. Also returns the remarks the first column's first run
 /// printed before its table.
@@ -120,7 +123,7 @@ pub fn run_columns(
     columns: &[Column],
     rounds: usize,
     value: usize,
-) -> Result<(Vec<(String, Vec<Row>)>, Vec<String>), String> {
+) -> Result<(Vec<Labelled>, Vec<String>), String> {
     let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
     let mut first_remarks = None;
     for _ in 0..rounds.max(1) {
