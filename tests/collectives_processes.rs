@@ -1,6 +1,7 @@
 //! Collectives across processes: the test binary re-launches itself as the ranks of a job over
 //! shm (2-8 processes) and tcp, and across two network namespaces over tcp.
 
+mod barrier_cases;
 mod bcast_cases;
 #[allow(dead_code)]
 mod reduce_cases;
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 use rdcoll_transport::launch::{describe, run_job, JobSpec};
 
 const CASES_VAR: &str = "RDCOLL_COLL_CASES";
+/// A directory every rank of a job can write into (the barrier cases' arrival records).
+const DIR_VAR: &str = "RDCOLL_COLL_TEST_DIR";
 
 /// Runs the cases named in `RDCOLL_BCAST_CASES` (comma-separated) when started as a rank.
 #[test]
@@ -41,6 +44,11 @@ fn rank_entry() {
             "million" => reduce_cases::million(&world),
             "reproducible" => reproducible(&world),
             "reduce_mismatch" => reduce_cases::length_mismatch(&world),
+            "barrier" => match std::env::var_os(DIR_VAR) {
+                Some(dir) => barrier_cases::nobody_leaves_early(&world, dir.as_ref(), 300),
+                None => Err(format!("{DIR_VAR} is not set")),
+            },
+            "barrier_death" => barrier_cases::peer_death(&world),
             other => Err(format!("no case {other:?}")),
         };
         if let Err(why) = r {
@@ -96,18 +104,61 @@ fn rank_command() -> Vec<std::ffi::OsString> {
 }
 
 fn job(ranks: usize, transport: &str, cases: &str) {
+    job_with(ranks, transport, cases, &[]);
+}
+
+/// [`job`] with extra environment for every rank.
+fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, &str)]) {
     let mut spec = JobSpec::new(ranks, rank_command());
     spec.transport = Some(transport.into());
     spec.prefix_output = true;
     spec.env.push((CASES_VAR.into(), cases.into()));
+    for (k, v) in env {
+        spec.env.push(((*k).into(), (*v).into()));
+    }
     let report = run_job(&spec).unwrap();
     for e in &report.exits {
         assert!(
             e.status.success(),
-            "{transport}, {ranks} ranks: rank {} {}",
+            "{transport}, {ranks} ranks, {env:?}: rank {} {}",
             e.rank,
             describe(e.status)
         );
+    }
+}
+
+/// A fresh empty directory for one job's barrier records.
+fn records_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rdcoll-barrier-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Every barrier algorithm, over shm (2-8 processes) and tcp: nobody leaves a barrier before
+/// every rank has entered it, 300 times in a row (the one-byte barrier numbers wrap).
+#[test]
+fn barriers_across_processes() {
+    let runs: &[(usize, &str, &str)] = &[
+        (2, "shm", "auto"),
+        (3, "shm", "auto"),
+        (4, "shm", "auto"),
+        (8, "shm", "auto"),
+        (5, "shm", "flat"),
+        (5, "shm", "dissemination"),
+        (3, "tcp", "auto"),
+        (3, "tcp", "flat"),
+    ];
+    for &(n, transport, algorithm) in runs {
+        let dir = records_dir(&format!("{n}-{transport}-{algorithm}"));
+        let dir_s = dir.to_str().unwrap();
+        job_with(
+            n,
+            transport,
+            "barrier",
+            &[(DIR_VAR, dir_s), ("RDCOLL_BARRIER_ALGORITHM", algorithm)],
+        );
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
@@ -154,13 +205,17 @@ fn reductions_over_tcp() {
     job(3, "tcp", "reduce,million,reproducible");
 }
 
-/// The last rank dies; the survivors must fail their broadcasts, not hang.
-fn death(transport: &str) {
+/// The last rank dies; the survivors must fail their broadcasts (or barriers: `case`), not
+/// hang.
+fn death(transport: &str, case: &str, env: &[(&str, &str)]) {
     let mut spec = JobSpec::new(4, rank_command());
     spec.transport = Some(transport.into());
     spec.prefix_output = true;
     spec.stop_on_failure = false;
-    spec.env.push((CASES_VAR.into(), "peer_death".into()));
+    spec.env.push((CASES_VAR.into(), case.into()));
+    for (k, v) in env {
+        spec.env.push(((*k).into(), (*v).into()));
+    }
     spec.env
         .push(("RDCOLL_PEER_TIMEOUT_MS".into(), "1000".into()));
     let report = run_job(&spec).unwrap();
@@ -180,12 +235,24 @@ fn death(transport: &str) {
 
 #[test]
 fn a_dead_rank_fails_the_broadcast_over_shm() {
-    death("shm");
+    death("shm", "peer_death", &[]);
+}
+
+#[test]
+fn a_dead_rank_fails_the_barrier() {
+    for algorithm in ["flat", "dissemination"] {
+        death(
+            "shm",
+            "barrier_death",
+            &[("RDCOLL_BARRIER_ALGORITHM", algorithm)],
+        );
+    }
+    death("tcp", "barrier_death", &[]);
 }
 
 #[test]
 fn a_dead_rank_fails_the_broadcast_over_tcp() {
-    death("tcp");
+    death("tcp", "peer_death", &[]);
 }
 
 /// Ranks in two network namespaces joined by a veth pair (tcp chosen automatically, as for
@@ -204,6 +271,7 @@ fn tcp_across_network_namespaces() {
     };
     let port = 24_000 + (std::process::id() % 20_000) as u16;
     let n = 4;
+    let records = records_dir("netns");
     let mut children: Vec<_> = (0..n)
         .map(|rank| {
             Command::new("ip")
@@ -212,7 +280,11 @@ fn tcp_across_network_namespaces() {
                 .env("RDCOLL_RANK", rank.to_string())
                 .env("RDCOLL_SIZE", n.to_string())
                 .env("RDCOLL_STORE", format!("{}:{port}", ADDR[0]))
-                .env(CASES_VAR, "sizes,any_size,algorithms,reduce,million")
+                .env(
+                    CASES_VAR,
+                    "sizes,any_size,algorithms,reduce,million,barrier",
+                )
+                .env(DIR_VAR, &records)
                 .env("RDCOLL_BCAST_SMALL_MAX", "4096")
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())
@@ -239,6 +311,7 @@ fn tcp_across_network_namespaces() {
             failures.push(format!("rank {rank} ({}): {text}", out.status));
         }
     }
+    let _ = std::fs::remove_dir_all(&records);
     assert!(failures.is_empty(), "{failures:#?}");
 }
 

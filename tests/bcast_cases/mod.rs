@@ -4,7 +4,19 @@
 use rdcoll::{BcastSchedule, Comm};
 
 /// Sizes from nothing to well past the small-message limit.
-pub const SIZES: &[usize] = &[0, 1, 7, 4095, 4096, 4097, 20_000, 100_000, 1 << 20];
+pub const SIZES: &[usize] = &[
+    0,
+    1,
+    7,
+    4095,
+    4096,
+    4097,
+    8255,
+    8256,
+    20_000,
+    100_000,
+    1 << 20,
+];
 
 /// The byte at `i` of the message broadcast from `root` in round `round`.
 pub fn byte(root: u32, round: usize, i: usize) -> u8 {

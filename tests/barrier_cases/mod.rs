@@ -1,0 +1,72 @@
+//! Barrier cases run on every rank of a job across processes. Each returns `Err` with what
+//! went wrong instead of panicking, so that a process-based run can report it.
+
+use std::path::Path;
+
+use rdcoll::Comm;
+
+/// Writes `round` as this rank's arrival record in `dir` (a rename, so readers never see a
+/// half-written file).
+fn arrive(dir: &Path, rank: u32, round: usize) -> Result<(), String> {
+    let tmp = dir.join(format!("rank-{rank}.tmp"));
+    let fin = dir.join(format!("rank-{rank}"));
+    std::fs::write(&tmp, round.to_string()).map_err(|e| format!("writing {tmp:?}: {e}"))?;
+    std::fs::rename(&tmp, &fin).map_err(|e| format!("renaming to {fin:?}: {e}"))
+}
+
+/// The last round `rank` recorded in `dir` (0 before its first).
+fn arrived(dir: &Path, rank: u32) -> Result<usize, String> {
+    match std::fs::read_to_string(dir.join(format!("rank-{rank}"))) {
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|e| format!("rank {rank}'s record {s:?}: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(0),
+        Err(e) => Err(format!("reading rank {rank}'s record: {e}")),
+    }
+}
+
+/// `rounds` barriers, ranks arriving in a different order each round: after each, every
+/// rank's record (written before it entered) shows that round.
+pub fn nobody_leaves_early(world: &Comm, dir: &Path, rounds: usize) -> Result<(), String> {
+    let (me, n) = (world.rank(), world.size() as u32);
+    for round in 1..=rounds {
+        // A different rank is last to arrive in each round.
+        if (round as u32) % n == me {
+            std::thread::sleep(std::time::Duration::from_micros(300));
+        }
+        arrive(dir, me, round)?;
+        world.barrier().map_err(|e| format!("round {round}: {e}"))?;
+        for peer in 0..n {
+            let seen = arrived(dir, peer)?;
+            if seen < round {
+                return Err(format!(
+                    "left barrier {round} while rank {peer} had only entered barrier {seen}"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The last rank dies after a first barrier; the others' barriers must fail (the rank that
+/// died, or the communicator broken by another rank's failure), not hang, and the next one
+/// must report the communicator broken.
+pub fn peer_death(world: &Comm) -> Result<(), String> {
+    let n = world.size() as u32;
+    world
+        .barrier()
+        .map_err(|e| format!("before the death: {e}"))?;
+    if world.rank() == n - 1 {
+        std::process::abort();
+    }
+    match world.barrier() {
+        Err(rdcoll::Error::Transport(rdcoll::TransportError::PeerFailed(_)))
+        | Err(rdcoll::Error::CommunicatorBroken(_)) => {}
+        other => return Err(format!("a barrier with rank {} dead gave {other:?}", n - 1)),
+    }
+    match world.barrier() {
+        Err(rdcoll::Error::CommunicatorBroken(_)) => Ok(()),
+        other => Err(format!("after a failed barrier the next gave {other:?}")),
+    }
+}
