@@ -11,8 +11,11 @@ fn run_local(case: &str, n: usize) {
             .into_iter()
             .map(|f| {
                 s.spawn(move || {
-                    // The victim "dies" by unwinding, which drops its endpoint as a crash would.
-                    let die = || std::panic::panic_any("rank died on purpose");
+                    // The victim dies at once, as a crash would, then unwinds.
+                    let die = || {
+                        f.fail();
+                        std::panic::panic_any("rank died on purpose")
+                    };
                     run_case(case, &f, &die)
                 })
             })

@@ -62,6 +62,18 @@ pub fn create_with_limit(n: usize, max_regions: usize) -> Result<Vec<LocalFabric
 }
 
 impl LocalFabric {
+    /// A transfer that found its remote region gone because its owner died meanwhile failed
+    /// for the death (`PeerFailed`), not for a bad key: the owner dropped its regions on the
+    /// way out.
+    fn blame_death(&self, rank: Rank, result: Result<()>) -> Result<()> {
+        match result {
+            Err(TransportError::BadKey { .. }) if self.is_failed(rank) => {
+                Err(TransportError::PeerFailed(rank))
+            }
+            other => other,
+        }
+    }
+
     fn peer(&self, rank: Rank) -> Result<&Endpoint> {
         let ep = self
             .world
@@ -126,7 +138,7 @@ impl Fabric for LocalFabric {
     ) -> Result<OpId> {
         src.check_range(src_offset, len)?;
         let target = self.peer(dst.rank)?;
-        let result = target.table.put_from(src, src_offset, len, dst);
+        let result = self.blame_death(dst.rank, target.table.put_from(src, src_offset, len, dst));
         if result.is_ok() {
             if let Some(imm) = imm {
                 target.events.push(Event::Immediate {
@@ -148,7 +160,10 @@ impl Fabric for LocalFabric {
     ) -> Result<OpId> {
         src.check_range(src_offset, len)?;
         let target = self.peer(dst.rank)?;
-        let result = target.table.put_flag_from(src, src_offset, len, dst, flag);
+        let result = self.blame_death(
+            dst.rank,
+            target.table.put_flag_from(src, src_offset, len, dst, flag),
+        );
         // The target may be blocked waiting for exactly this byte.
         target.events.wake_all();
         Ok(self.complete(result))
@@ -164,10 +179,11 @@ impl Fabric for LocalFabric {
     ) -> Result<crate::PutStatus> {
         src.check_range(src_offset, len)?;
         let target = self.peer(dst.rank)?;
-        match flag {
-            Some(v) => target.table.put_flag_from(src, src_offset, len, dst, v)?,
-            None => target.table.put_from(src, src_offset, len, dst)?,
-        }
+        let result = match flag {
+            Some(v) => target.table.put_flag_from(src, src_offset, len, dst, v),
+            None => target.table.put_from(src, src_offset, len, dst),
+        };
+        self.blame_death(dst.rank, result)?;
         if flag.is_some() {
             target.events.wake_all();
         }
@@ -177,7 +193,7 @@ impl Fabric for LocalFabric {
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;
-        let result = target.table.get_into(dst, dst_offset, len, src);
+        let result = self.blame_death(src.rank, target.table.get_into(dst, dst_offset, len, src));
         Ok(self.complete(result))
     }
 
@@ -220,13 +236,25 @@ impl Fabric for LocalFabric {
     }
 }
 
-impl Drop for LocalFabric {
-    fn drop(&mut self) {
-        self.me().alive.store(false, Ordering::Release);
+impl LocalFabric {
+    /// Makes this rank dead to its peers at once, as a crash would: their pending and later
+    /// operations with it fail with `PeerFailed`. For tests of failure handling, where a rank
+    /// "crashes" by unwinding, which would otherwise drop its regions (and so make peers' gets
+    /// fail with `BadKey`) before the rank itself is gone. Dropping the rank does the same.
+    pub fn fail(&self) {
+        if !self.me().alive.swap(false, Ordering::AcqRel) {
+            return;
+        }
         for (r, ep) in self.world.endpoints.iter().enumerate() {
             if r as Rank != self.rank && ep.alive.load(Ordering::Acquire) {
                 ep.events.push(Event::PeerFailed { rank: self.rank });
             }
         }
+    }
+}
+
+impl Drop for LocalFabric {
+    fn drop(&mut self) {
+        self.fail();
     }
 }
