@@ -349,12 +349,12 @@ impl Engine {
 
     /// Sends `data`, blocking until its buffer may be reused.
     pub fn send_from(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
-        // SAFETY: `data` is borrowed for the whole call and the request completes before it
-        // returns.
         if data.len() <= self.cfg.eager_limit {
             // Complete when the put call returns: no request to track.
             return self.send_eager(data, dest, tag, context);
         }
+        // SAFETY: `data` is borrowed for the whole call and the request completes before it
+        // returns.
         let id = unsafe { self.isend(data.as_ptr(), data.len(), dest, tag, context)? };
         self.wait(id).map(drop)
     }

@@ -68,17 +68,18 @@ pub(crate) struct View<'a> {
 
 impl<'a> View<'a> {
     fn word64(&self, off: usize) -> &'a AtomicU64 {
-        // SAFETY: callers pass fixed offsets inside the control block or table, 8-aligned,
-        // within the mapping (checked by `at`, which panics never: the layout fits by
-        // construction, and a failure falls back to a dangling-free static).
+        // `at` checks the range (it never panics: the layout fits by construction, and a
+        // failure falls back to a static).
         match self.seg.at(off, 8) {
+            // SAFETY: callers pass fixed offsets inside the control block or table, 8-aligned,
+            // and `at` returned a pointer within the mapping, which outlives the view.
             Ok(p) => unsafe { &*(p as *const AtomicU64) },
             Err(_) => &FALLBACK64,
         }
     }
     fn word32(&self, off: usize) -> &'a AtomicU32 {
-        // SAFETY: as for `word64`, 4-aligned.
         match self.seg.at(off, 4) {
+            // SAFETY: as for `word64`, 4-aligned.
             Ok(p) => unsafe { &*(p as *const AtomicU32) },
             Err(_) => &FALLBACK32,
         }
