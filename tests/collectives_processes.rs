@@ -109,14 +109,7 @@ fn job(ranks: usize, transport: &str, cases: &str) {
 
 /// [`job`] with extra environment for every rank.
 fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, &str)]) {
-    let mut spec = JobSpec::new(ranks, rank_command());
-    spec.transport = Some(transport.into());
-    spec.prefix_output = true;
-    spec.env.push((CASES_VAR.into(), cases.into()));
-    for (k, v) in env {
-        spec.env.push(((*k).into(), (*v).into()));
-    }
-    let report = run_job(&spec).unwrap();
+    let report = run_job(&spec(ranks, transport, cases, env)).unwrap();
     for e in &report.exits {
         assert!(
             e.status.success(),
@@ -125,6 +118,18 @@ fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, &str)]) {
             describe(e.status)
         );
     }
+}
+
+/// A job of `ranks` copies of this test binary over `transport`, running `cases`, with `env`.
+fn spec(ranks: usize, transport: &str, cases: &str, env: &[(&str, &str)]) -> JobSpec {
+    let mut spec = JobSpec::new(ranks, rank_command());
+    spec.transport = Some(transport.into());
+    spec.prefix_output = true;
+    spec.env.push((CASES_VAR.into(), cases.into()));
+    for (k, v) in env {
+        spec.env.push(((*k).into(), (*v).into()));
+    }
+    spec
 }
 
 /// A fresh empty directory for one job's barrier records.
@@ -208,14 +213,8 @@ fn reductions_over_tcp() {
 /// The last rank dies; the survivors must fail their broadcasts (or barriers: `case`), not
 /// hang.
 fn death(transport: &str, case: &str, env: &[(&str, &str)]) {
-    let mut spec = JobSpec::new(4, rank_command());
-    spec.transport = Some(transport.into());
-    spec.prefix_output = true;
+    let mut spec = spec(4, transport, case, env);
     spec.stop_on_failure = false;
-    spec.env.push((CASES_VAR.into(), case.into()));
-    for (k, v) in env {
-        spec.env.push(((*k).into(), (*v).into()));
-    }
     spec.env
         .push(("RDCOLL_PEER_TIMEOUT_MS".into(), "1000".into()));
     let report = run_job(&spec).unwrap();

@@ -28,6 +28,16 @@ pub(crate) fn byte_len(count: i64, dt: c_int) -> Result<usize, c_int> {
     Ok(bytes)
 }
 
+/// Bytes of `count` elements of `dt` at `buf`, which may be NULL only for zero bytes (for
+/// buffers handed on as pointers, not slices).
+fn pointer_len(buf: *const c_void, count: i64, dt: c_int) -> Result<usize, c_int> {
+    let len = byte_len(count, dt)?;
+    if buf.is_null() && len > 0 {
+        return Err(RDC_ERR_NULL);
+    }
+    Ok(len)
+}
+
 /// `len` bytes at `ptr` as a slice (NULL only for zero bytes).
 ///
 /// # Safety
@@ -194,10 +204,7 @@ pub extern "C" fn rdc_isend(
             return RDC_ERR_NULL;
         }
         finish((|| {
-            let len = byte_len(count, dt)?;
-            if buf.is_null() && len > 0 {
-                return Err(RDC_ERR_NULL);
-            }
+            let len = pointer_len(buf, count, dt)?;
             let c = comm_of(comm)?;
             let (dest, tag) = (dest_rank(&c, dest)?, send_tag(tag)?);
             // SAFETY: the caller keeps `buf` valid and unchanged until the request completes
@@ -226,10 +233,7 @@ pub extern "C" fn rdc_irecv(
             return RDC_ERR_NULL;
         }
         finish((|| {
-            let len = byte_len(count, dt)?;
-            if buf.is_null() && len > 0 {
-                return Err(RDC_ERR_NULL);
-            }
+            let len = pointer_len(buf, count, dt)?;
             let c = comm_of(comm)?;
             let (source, tag) = (source_rank(&c, source)?, recv_tag(tag)?);
             // SAFETY: the caller keeps `buf` valid and untouched until the request completes
