@@ -69,53 +69,39 @@ impl Collective for RdcollCollective {
 }
 
 struct Extra {
-    ranks: Option<usize>,
-    transport: Option<String>,
+    launch: compare::Launch,
     algorithm: Option<String>,
     large: bool,
     rdmc: bool,
-    vs_mpi: bool,
     vs_algorithms: bool,
-    rounds: usize,
     calibrate: bool,
 }
 
 fn parse_extra(rest: &[String]) -> Result<Extra, String> {
     let mut e = Extra {
-        ranks: None,
-        transport: None,
+        launch: compare::Launch::new(),
         algorithm: None,
         large: false,
         rdmc: false,
-        vs_mpi: false,
         vs_algorithms: false,
-        rounds: 3,
         calibrate: false,
     };
     let mut it = rest.iter();
     while let Some(a) = it.next() {
-        let mut value = || it.next().cloned().ok_or(format!("{a} needs a value"));
+        if e.launch.take(a, &mut it, 1)? {
+            continue;
+        }
         match a.as_str() {
-            "--ranks" => {
-                let n = value()?.parse().ok().filter(|&n| n >= 1);
-                e.ranks = Some(n.ok_or("--ranks needs a number >= 1")?);
-            }
-            "--transport" => e.transport = Some(value()?),
             "--algorithm" => {
-                let v = value()?;
+                let v = it.next().ok_or("--algorithm needs a value")?.clone();
                 rdcoll::BcastAlgorithm::from_name(&v)
                     .ok_or(format!("unknown broadcast algorithm {v:?}"))?;
                 e.algorithm = Some(v);
             }
             "--large" => e.large = true,
             "--rdmc" => e.rdmc = true,
-            "--vs-mpi" => e.vs_mpi = true,
             "--vs-algorithms" => e.vs_algorithms = true,
             "--calibrate" => e.calibrate = true,
-            "--rounds" => {
-                let n = value()?.parse().ok().filter(|&n| n >= 1);
-                e.rounds = n.ok_or("--rounds needs a number >= 1")?;
-            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -124,13 +110,7 @@ fn parse_extra(rest: &[String]) -> Result<Extra, String> {
 
 /// Runs `rdcoll-bench bcast|barrier ...`; returns the exit code.
 pub fn run(kind: CollKind, args: &[String]) -> i32 {
-    match run_inner(kind, args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("rdcoll-bench {}: {e}", kind.name());
-            1
-        }
-    }
+    compare::exit_code(kind.name(), run_inner(kind, args))
 }
 
 fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
@@ -145,10 +125,10 @@ fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
             (_, false) => (1, 4 << 20),
         };
     }
-    if extra.vs_mpi || extra.vs_algorithms {
+    if extra.launch.vs_mpi || extra.vs_algorithms {
         return compare(kind, &opts, &extra);
     }
-    if let Some(n) = extra.ranks {
+    if let Some(n) = extra.launch.ranks {
         return launch(kind, &opts, &extra, n);
     }
     let world = rdcoll::init().map_err(s)?;
@@ -246,7 +226,13 @@ fn launch(kind: CollKind, opts: &Options, extra: &Extra, n: usize) -> Result<(),
     let mut command = vec![exe.into_os_string()];
     command.extend(pass_on(kind, opts, extra).into_iter().map(Into::into));
     let mut spec = JobSpec::new(n, command);
-    spec.transport = Some(extra.transport.clone().unwrap_or_else(|| "shm".into()));
+    spec.transport = Some(
+        extra
+            .launch
+            .transport
+            .clone()
+            .unwrap_or_else(|| "shm".into()),
+    );
     if let Some(a) = &extra.algorithm {
         spec.env
             .push(("RDCOLL_BCAST_ALGORITHM".into(), a.clone().into()));
@@ -273,7 +259,10 @@ fn self_command(
     let mut c = Command::new(exe);
     c.args(pass_on(kind, opts, extra))
         .args(["--ranks", &n.to_string()])
-        .args(["--transport", extra.transport.as_deref().unwrap_or("shm")]);
+        .args([
+            "--transport",
+            extra.launch.transport.as_deref().unwrap_or("shm"),
+        ]);
     if let Some(a) = algorithm {
         c.args(["--algorithm", a]);
     }
@@ -281,7 +270,7 @@ fn self_command(
 }
 
 fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> {
-    let n = extra.ranks.unwrap_or(4);
+    let n = extra.launch.ranks.unwrap_or(4);
     let mut columns: Vec<Column> = Vec::new();
     if extra.vs_algorithms {
         let mut names = vec!["counter"];
@@ -294,11 +283,14 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
         }
     } else {
         columns.push(Column {
-            label: format!("rdcoll/{}", extra.transport.as_deref().unwrap_or("shm")),
+            label: format!(
+                "rdcoll/{}",
+                extra.launch.transport.as_deref().unwrap_or("shm")
+            ),
             build: Box::new(move || self_command(kind, opts, extra, n, extra.algorithm.as_deref())),
         });
     }
-    if extra.vs_mpi {
+    if extra.launch.vs_mpi {
         columns.extend(compare::mpi_columns(pass_on(kind, opts, extra), n)?);
     }
     // With --rdmc the comparison is of paper 001's bandwidth (the second value column).
@@ -307,14 +299,14 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
     } else {
         (0, "us", false)
     };
-    let (merged, remarks) = compare::run_columns(&columns, extra.rounds, value)?;
+    let (merged, remarks) = compare::run_columns(&columns, extra.launch.rounds, value)?;
     println!("# {n} ranks");
     for r in remarks {
         println!("# {} {r}", columns[0].label);
     }
     print!(
         "{}",
-        compare::side_by_side(kind.title(), unit, higher, &merged, extra.rounds)
+        compare::side_by_side(kind.title(), unit, higher, &merged, extra.launch.rounds)
     );
     Ok(())
 }

@@ -8,6 +8,68 @@ use std::process::Command;
 
 use rdcoll_bench::osu::{self, Row};
 
+/// The options every comparing benchmark takes besides OSU's own: where its ranks run and
+/// what it is compared with.
+pub struct Launch {
+    /// `--ranks N`: the binary starts its own ranks.
+    pub ranks: Option<usize>,
+    /// `--transport shm|tcp`.
+    pub transport: Option<String>,
+    /// `--vs-mpi`: side by side with Open MPI and MPICH.
+    pub vs_mpi: bool,
+    /// `--rounds N`: times each column is run, interleaved; each size reports the median.
+    pub rounds: usize,
+}
+
+impl Launch {
+    /// No options given: three rounds.
+    pub fn new() -> Launch {
+        Launch {
+            ranks: None,
+            transport: None,
+            vs_mpi: false,
+            rounds: 3,
+        }
+    }
+
+    /// Takes option `a` (and its value from `rest`) if it is one of these; `Ok(false)` if it
+    /// is not. `--ranks` takes at least `min_ranks`.
+    pub fn take<'a>(
+        &mut self,
+        a: &str,
+        rest: &mut impl Iterator<Item = &'a String>,
+        min_ranks: usize,
+    ) -> Result<bool, String> {
+        let mut number = |at_least: usize| {
+            rest.next()
+                .and_then(|v| v.parse().ok())
+                .filter(|&n| n >= at_least)
+                .ok_or(format!("{a} needs a number >= {at_least}"))
+        };
+        match a {
+            "--ranks" => self.ranks = Some(number(min_ranks)?),
+            "--rounds" => self.rounds = number(1)?,
+            "--transport" => {
+                self.transport = Some(rest.next().ok_or("--transport needs a value")?.clone())
+            }
+            "--vs-mpi" => self.vs_mpi = true,
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+}
+
+/// The exit code of benchmark `name`'s `result`, saying what went wrong.
+pub fn exit_code(name: &str, result: Result<(), String>) -> i32 {
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("rdcoll-bench {name}: {e}");
+            1
+        }
+    }
+}
+
 /// Builds one column's command (anew for every round).
 pub type Build<'a> = Box<dyn Fn() -> Result<Command, String> + 'a>;
 

@@ -78,40 +78,22 @@ impl Messenger for RdcollMessenger {
 }
 
 struct Extra {
-    ranks: Option<usize>,
-    transport: Option<String>,
-    vs_mpi: bool,
+    launch: compare::Launch,
     vs_single_get: bool,
-    /// Times each column is run, interleaved; each size reports the median.
-    rounds: usize,
 }
 
 fn parse_extra(rest: &[String]) -> Result<Extra, String> {
     let mut e = Extra {
-        ranks: None,
-        transport: None,
-        vs_mpi: false,
+        launch: compare::Launch::new(),
         vs_single_get: false,
-        rounds: 3,
     };
     let mut it = rest.iter();
     while let Some(a) = it.next() {
+        if e.launch.take(a, &mut it, 2)? {
+            continue;
+        }
         match a.as_str() {
-            "--ranks" => {
-                let n = it.next().and_then(|v| v.parse().ok());
-                e.ranks = Some(n.filter(|&n| n >= 2).ok_or("--ranks needs a number >= 2")?);
-            }
-            "--transport" => {
-                e.transport = Some(it.next().ok_or("--transport needs a value")?.clone())
-            }
-            "--vs-mpi" => e.vs_mpi = true,
             "--vs-single-get" => e.vs_single_get = true,
-            "--rounds" => {
-                let n = it.next().and_then(|v| v.parse().ok());
-                e.rounds = n
-                    .filter(|&n| n >= 1)
-                    .ok_or("--rounds needs a number >= 1")?;
-            }
             other => return Err(format!("unknown option {other}")),
         }
     }
@@ -120,23 +102,17 @@ fn parse_extra(rest: &[String]) -> Result<Extra, String> {
 
 /// Runs `rdcoll-bench <kind> ...`; returns the exit code.
 pub fn run(kind: Kind, args: &[String]) -> i32 {
-    match run_inner(kind, args) {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("rdcoll-bench {}: {e}", kind.name());
-            1
-        }
-    }
+    compare::exit_code(kind.name(), run_inner(kind, args))
 }
 
 fn run_inner(kind: Kind, args: &[String]) -> Result<(), String> {
     let (opts, rest) = Options::parse(args)?;
     let extra = parse_extra(&rest)?;
-    if extra.vs_mpi || extra.vs_single_get {
+    if extra.launch.vs_mpi || extra.vs_single_get {
         return compare(kind, &opts, &extra);
     }
-    if let Some(n) = extra.ranks {
-        return launch(kind, &opts, n, extra.transport.as_deref(), &[]);
+    if let Some(n) = extra.launch.ranks {
+        return launch(kind, &opts, n, extra.launch.transport.as_deref(), &[]);
     }
     let world = rdcoll::init().map_err(s)?;
     let what = format!("rdcoll over {}", world.backend());
@@ -184,7 +160,7 @@ fn self_command(kind: Kind, opts: &Options, transport: Option<&str>) -> Result<C
 }
 
 fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
-    let transport = extra.transport.as_deref();
+    let transport = extra.launch.transport.as_deref();
     let mut columns = vec![Column {
         label: format!("rdcoll/{}", transport.unwrap_or("shm")),
         build: Box::new(move || self_command(kind, opts, transport)),
@@ -204,12 +180,12 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
             }),
         });
     }
-    if extra.vs_mpi {
+    if extra.launch.vs_mpi {
         let mut args = vec![kind.name().to_string()];
         args.extend(opts.to_args());
         columns.extend(compare::mpi_columns(args, 2)?);
     }
-    let (merged, _) = compare::run_columns(&columns, extra.rounds, 0)?;
+    let (merged, _) = compare::run_columns(&columns, extra.launch.rounds, 0)?;
     let unit = if kind.higher_is_better() {
         "MB/s"
     } else {
@@ -222,7 +198,7 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
             unit,
             kind.higher_is_better(),
             &merged,
-            extra.rounds
+            extra.launch.rounds
         )
     );
     Ok(())
