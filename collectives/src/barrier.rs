@@ -30,11 +30,7 @@ use crate::Puts;
 /// The algorithm `setting` means for `n` ranks of `engine`. The same on every rank.
 fn resolve(setting: BarrierAlgorithm, engine: &Engine) -> BarrierAlgorithm {
     match setting {
-        BarrierAlgorithm::Auto
-            if placement::one_host(engine) && placement::oversubscribed(engine.size()) =>
-        {
-            BarrierAlgorithm::Flat
-        }
+        BarrierAlgorithm::Auto if placement::crowded_host(engine) => BarrierAlgorithm::Flat,
         BarrierAlgorithm::Auto => BarrierAlgorithm::Dissemination,
         chosen => chosen,
     }

@@ -87,6 +87,8 @@ pub struct Collectives {
     waiter: Waiter,
     context: Context,
     cfg: CollConfig,
+    /// `cfg.bcast_small_max`, or its default for where the ranks run.
+    bcast_small_max: usize,
     inner: Mutex<Inner>,
 }
 
@@ -116,7 +118,15 @@ impl Collectives {
         cfg: CollConfig,
     ) -> Result<Collectives> {
         let ct = engine.ni().ct_alloc()?;
+        let bcast_small_max = cfg
+            .bcast_small_max
+            .unwrap_or(if placement::crowded_host(&engine) {
+                config::OVERSUBSCRIBED_BCAST_SMALL_MAX
+            } else {
+                config::DEFAULT_BCAST_SMALL_MAX
+            });
         Ok(Collectives {
+            bcast_small_max,
             waiter: Waiter::new(engine),
             context: context | COLLECTIVE_CONTEXT_BIT,
             cfg,

@@ -41,13 +41,11 @@ impl Waiter {
     pub(crate) fn new(engine: Arc<Engine>) -> Waiter {
         let fabric = engine.ni().fabric().clone();
         let inline = engine.ni().mode() == Mode::Inline;
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let crowded = engine.ranks_here() > cores;
         Waiter {
+            crowded: engine.crowded(),
             engine,
             fabric,
             inline,
-            crowded,
             aborts: OnceLock::new(),
         }
     }

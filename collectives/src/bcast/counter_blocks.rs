@@ -86,12 +86,12 @@ impl CounterBcast {
         let area = Area::new(engine, context, notify + engine.size())?;
         // Every rank sees the same backend, size and host (shm and local span one host).
         let n = engine.size();
-        let one_block_shape =
-            if placement::one_host(engine) && (n <= FLAT_MAX || placement::oversubscribed(n)) {
-                tree::Shape::Flat
-            } else {
-                tree::Shape::Binomial
-            };
+        let one_block_shape = if placement::one_host(engine) && (n <= FLAT_MAX || engine.crowded())
+        {
+            tree::Shape::Flat
+        } else {
+            tree::Shape::Binomial
+        };
         Ok(CounterBcast {
             area,
             notify,

@@ -17,7 +17,7 @@ use rdcoll_transport::Rank;
 use crate::config::BcastAlgorithm;
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
-use crate::{placement, Collectives, Inner};
+use crate::{Collectives, Inner};
 
 impl Collectives {
     /// Broadcasts `buf` from `root` to every rank; every rank passes a buffer of the same
@@ -92,7 +92,7 @@ impl Collectives {
         Ok(match self.cfg.bcast_algorithm {
             BcastAlgorithm::Counter => None,
             BcastAlgorithm::Rdmc(a) => Some(a),
-            BcastAlgorithm::Auto if len <= self.bcast_small_max() => None,
+            BcastAlgorithm::Auto if len <= self.bcast_small_max => None,
             BcastAlgorithm::Auto => {
                 let groups = self.groups(inner)?;
                 let several = groups.iter().any(|&g| g != groups[0]);
@@ -101,18 +101,6 @@ impl Collectives {
                 } else {
                     Algorithm::BinomialPipeline
                 })
-            }
-        })
-    }
-
-    /// The largest broadcast that goes as counter-byte blocks with `Auto`.
-    pub fn bcast_small_max(&self) -> usize {
-        self.cfg.bcast_small_max.unwrap_or_else(|| {
-            let engine = self.waiter.engine();
-            if placement::one_host(engine) && placement::oversubscribed(engine.size()) {
-                crate::config::OVERSUBSCRIBED_BCAST_SMALL_MAX
-            } else {
-                crate::config::DEFAULT_BCAST_SMALL_MAX
             }
         })
     }

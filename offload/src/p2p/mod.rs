@@ -244,6 +244,13 @@ impl Engine {
         self.ranks_here
     }
 
+    /// Whether the ranks on this host outnumber the cores this process may run on: waiting
+    /// ranks then take turns on cores, spinning only keeps the awaited rank off its core, and
+    /// every wait can cost a context switch.
+    pub fn crowded(&self) -> bool {
+        self.crowded
+    }
+
     /// This rank.
     pub fn rank(&self) -> Rank {
         self.ni.rank()
