@@ -19,10 +19,10 @@ mod progress;
 pub mod reduce;
 pub mod schedule;
 mod tree;
+mod turn;
 
 use std::sync::Arc;
 
-use parking_lot::Mutex;
 use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Rank, TransportError};
@@ -89,7 +89,7 @@ pub struct Collectives {
     cfg: CollConfig,
     /// `cfg.bcast_small_max`, or its default for where the ranks run.
     bcast_small_max: usize,
-    inner: Mutex<Inner>,
+    inner: turn::Turn<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -130,7 +130,7 @@ impl Collectives {
             waiter: Waiter::new(engine),
             context: context | COLLECTIVE_CONTEXT_BIT,
             cfg,
-            inner: Mutex::new(Inner {
+            inner: turn::Turn::new(Inner {
                 broken: None,
                 puts: Puts { ct, issued: 0 },
                 counter: None,

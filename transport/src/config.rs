@@ -26,6 +26,10 @@ pub struct FabricConfig {
     pub shm_heap_bytes: usize,
     /// Whether shm may use `process_vm_readv/writev` (`RDCOLL_SHM_CMA=0` forces the bounce path).
     pub shm_cma: bool,
+    /// Whether shm wake-ups use an asymmetric fence (`membarrier`, paid by a rank about to
+    /// sleep) so that senders publish with plain release stores (`RDCOLL_SHM_MEMBARRIER=0`
+    /// makes every sender pay a full fence instead).
+    pub shm_membarrier: bool,
     /// Most regions one rank may have registered at once (`RDCOLL_MAX_REGIONS`).
     pub max_regions: usize,
     /// Testing knob (`RDCOLL_SINK_RATE`, bytes/s, `K`/`M`/`G` suffixes): data deposited into
@@ -42,6 +46,7 @@ impl Default for FabricConfig {
             shm_ring_bytes: 256 * 1024,
             shm_heap_bytes: 256 << 20,
             shm_cma: true,
+            shm_membarrier: true,
             max_regions: 16384,
             sink_rate: None,
         }
@@ -75,6 +80,9 @@ impl FabricConfig {
         }
         if let Some(v) = env_num("RDCOLL_SHM_CMA")? {
             c.shm_cma = v != 0;
+        }
+        if let Some(v) = env_num("RDCOLL_SHM_MEMBARRIER")? {
+            c.shm_membarrier = v != 0;
         }
         if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
             c.max_regions = usize::try_from(v).unwrap_or(usize::MAX);

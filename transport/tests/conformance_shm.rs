@@ -1,6 +1,7 @@
 //! The conformance suite over the `shm` backend, every rank a process: once with cross-memory
-//! attach (`process_vm_readv`), once forced through the bounce path, and once with a heap too
-//! small for the test regions (so fabric-allocated regions fall back to private memory).
+//! attach (`process_vm_readv`), once forced through the bounce path, once with a heap too
+//! small for the test regions (so fabric-allocated regions fall back to private memory), and
+//! once without the asymmetric (membarrier) fence.
 
 mod common;
 
@@ -38,6 +39,14 @@ fn every_case_over_shm_with_private_regions_and_cma() {
 #[test]
 fn every_case_over_shm_with_private_regions_and_bounce() {
     all_cases(&[("RDCOLL_SHM_HEAP_BYTES", "65536"), ("RDCOLL_SHM_CMA", "0")]);
+}
+
+/// Without membarriers (refused by the kernel, a seccomp filter or valgrind, or turned off)
+/// senders fence before they look for sleepers, and copies into peers' heaps are counted in
+/// the shared table instead of announced in per-thread slots.
+#[test]
+fn every_case_over_shm_with_full_fences() {
+    all_cases(&[("RDCOLL_SHM_MEMBARRIER", "0")]);
 }
 
 #[test]

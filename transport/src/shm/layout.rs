@@ -1,7 +1,8 @@
 //! Where things are in a rank's segment, and the atomics that live there.
 //!
 //! ```text
-//! [0, 4096)            control: magic, pid, doorbell (own line), sleepers (own line), closed
+//! [0, 4096)            control: magic, pid, doorbell (own line), sleepers (own line), closed,
+//!                      the owner's threads' copy slots (from 1024)
 //! [4096, +table)       region table: one 64-byte seqlocked entry per region slot
 //! [.., +size*stride)   incoming rings, one per sender, each a control line + data
 //! [.., +heap)          heap for regions the fabric allocates (peers store into it directly)
@@ -15,6 +16,9 @@ pub(crate) const MAGIC: u64 = 0x5244_434f_4c4c_5348; // "RDCOLLSH"
 pub(crate) const CONTROL_BYTES: usize = 4096;
 pub(crate) const ENTRY_BYTES: usize = 64;
 pub(crate) const RING_CONTROL: usize = 128;
+/// Where the copy slots start in the control block.
+const COPY_SLOTS_OFFSET: usize = 1024;
+const _: () = assert!(COPY_SLOTS_OFFSET + super::copy_slot::COPY_SLOTS * 8 <= CONTROL_BYTES);
 
 /// Offsets inside one segment, the same for every rank of a job.
 #[derive(Debug, Clone, Copy)]
@@ -103,6 +107,11 @@ impl<'a> View<'a> {
     /// Set once the owner's fabric is gone (dropped while its process lives on).
     pub(crate) fn closed(&self) -> &'a AtomicU32 {
         self.word32(192)
+    }
+    /// Copy slot `i` of the owner's threads: the tag of the peer region one of them copies
+    /// into or out of right now, or 0 (see `copy_slot`).
+    pub(crate) fn copy_slot(&self, i: usize) -> &'a AtomicU64 {
+        self.word64(COPY_SLOTS_OFFSET + i * 8)
     }
     /// Field `field` of region-table entry `index`: 0 seq, 1 kind, 2 addr, 3 len, and 4 the
     /// number of peers copying directly into or out of the region right now.

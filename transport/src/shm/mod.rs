@@ -13,10 +13,13 @@
 //!   initiator, puts by the target pulling from the initiator. When the kernel refuses (EPERM),
 //!   or with `RDCOLL_SHM_CMA=0`, data goes through bounce chunks in the rings instead.
 //! - Waiting: spin, yield, then sleep on a futex in the segment; senders wake sleepers only when
-//!   one is registered (a Dekker-style flag, so there is no syscall on the fast path).
+//!   one is registered (a Dekker-style flag, so there is no syscall on the fast path). The
+//!   flag's store-load ordering is paid by the sleeper with a membarrier where every rank has
+//!   a core and the kernel allows it (senders then need no fence), else by the senders.
 //! - Liveness: a watchdog thread waits on pidfds of all peers; a dead peer fails every pending
 //!   and later operation that involves it.
 
+mod copy_slot;
 mod heap;
 mod layout;
 mod liveness;
@@ -31,7 +34,7 @@ mod spin;
 mod table;
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -202,6 +205,10 @@ pub(crate) struct Inner {
     next_op: AtomicU64,
     /// How long a dropped fabric waits for a peer that takes none of its queued records.
     close_patience: Duration,
+    /// Every rank registered for expedited membarriers: a rank about to sleep runs one, so a
+    /// sender's check for sleepers needs only a compiler fence after its release store (see
+    /// `ring_doorbell`). Otherwise the sender fences.
+    asymmetric_fence: bool,
 }
 
 /// Unpublishes regions from both the shared table and the local one.
@@ -268,12 +275,21 @@ impl Inner {
         self.ring_doorbell(self.rank);
     }
 
-    /// Wakes `rank` if any of its threads sleeps. Every publication before this is a SeqCst
-    /// store (the ring record's sequence word, the local queue's length), and a sleeper raises
-    /// `sleepers` and fences before its last look, so either it sees our record or we see it.
+    /// Wakes `rank` if any of its threads sleeps; called after every publication it may wait
+    /// for (a ring record's sequence word, a flag byte, the local queue's length). The
+    /// publication and the look at `sleepers` must not be reordered (a store-load pair), and
+    /// neither may a sleeper's raising of `sleepers` and its last look for work (see
+    /// `block_unless`): then either it sees our publication or we see it. With the asymmetric
+    /// fence the sleeper's membarrier orders both sides, and here the compiler only must keep
+    /// the order; otherwise this side pays a full fence.
     fn ring_doorbell(&self, rank: Rank) {
+        if self.asymmetric_fence {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+        }
         let ring = &self.outgoing[rank as usize];
-        if ring.sleepers().load(Ordering::SeqCst) > 0 {
+        if ring.sleepers().load(Ordering::Relaxed) > 0 {
             let v = self.view(rank);
             v.doorbell().fetch_add(1, Ordering::Release);
             os::futex_wake(v.doorbell());
@@ -523,12 +539,14 @@ impl Fabric for ShmFabric {
         let seen = own.doorbell().load(Ordering::Acquire);
         own.sleepers().fetch_add(1, Ordering::SeqCst);
         fence(Ordering::SeqCst);
-        // A flag's writer stores it (SeqCst) before it looks at `sleepers`: either it sees us
-        // and rings, or we see its flag here.
+        // A publisher stores before it looks at `sleepers` (`ring_doorbell`): either it sees
+        // us and rings, or we see its publication here. Without our membarrier its look could
+        // pass its own store, so if the barrier fails the sleep is kept short instead.
+        let barrier_ok = !inner.asymmetric_fence || os::membarrier_global();
         if !inner.anything_ready() && !ready() {
             // With a backlog, the receiver wakes us when it frees ring space; the short cap
             // covers the race where it looked before we raised the flag.
-            let timeout = if inner.any_backlog.load(Ordering::Acquire) {
+            let timeout = if inner.any_backlog.load(Ordering::Acquire) || !barrier_ok {
                 timeout.min(Duration::from_millis(1))
             } else {
                 timeout

@@ -93,11 +93,11 @@ impl Producer {
             }
             std::ptr::write(h.add(8) as *mut u32, len as u32);
             std::ptr::write(h.add(12) as *mut u32, kind);
-            // Ordered before the store below by its SeqCst (release) semantics.
+            // Ordered before the store below by its release semantics.
             seq_at(data, (off + size) & (cap - 1)).store(0, Ordering::Relaxed);
-            // SeqCst, not just Release: it pairs with the consumer's check of its sleep flag
-            // (see `Inner::ring_doorbell`), and on x86 an exchange is cheaper than a fence.
-            seq_at(data, off).store(self.tail + 1, Ordering::SeqCst);
+            // A plain release store: a consumer that may be asleep is woken by the caller's
+            // `Inner::ring_doorbell`, which orders this store before its look at the sleepers.
+            seq_at(data, off).store(self.tail + 1, Ordering::Release);
         }
         self.tail += size as u64;
         true

@@ -41,20 +41,19 @@ pub(super) fn put_now(
 ) -> Result<PutStatus> {
     src.check_range(src_offset, len)?;
     inner.check_peer(dst.rank)?;
-    let imm = match tail {
-        PutTail::Imm(v) => Some(v),
-        _ => None,
-    };
     if dst.rank == inner.rank {
         let result = match tail {
             PutTail::Flag(v) => inner.table.put_flag_from(src, src_offset, len, dst, v),
             _ => inner.table.put_from(src, src_offset, len, dst),
         };
-        if let (Ok(()), Some(imm)) = (&result, imm) {
-            inner.push_local(Event::Immediate {
+        match (&result, tail) {
+            (Ok(()), PutTail::Imm(imm)) => inner.push_local(Event::Immediate {
                 src: inner.rank,
                 imm,
-            });
+            }),
+            // Another thread of ours may sleep waiting for exactly this byte.
+            (Ok(()), PutTail::Flag(_)) => inner.ring_doorbell(inner.rank),
+            _ => {}
         }
         if now {
             return result.map(|()| PutStatus::Done);
@@ -86,10 +85,10 @@ pub(super) fn put_now(
                 unsafe {
                     std::ptr::copy_nonoverlapping(s, d, len);
                     if let PutTail::Flag(v) = tail {
-                        // SeqCst (a release store too): ordered before `ring_doorbell`'s look
-                        // at the peer's sleeper count (see `block_unless`).
+                        // Release: the data is visible before the flag. `ring_doorbell`
+                        // below orders it before the look at the peer's sleepers.
                         (*(d.add(len) as *const std::sync::atomic::AtomicU8))
-                            .store(v, Ordering::SeqCst);
+                            .store(v, Ordering::Release);
                     }
                 }
             })

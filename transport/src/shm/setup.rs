@@ -20,19 +20,41 @@ use crate::error::{Result, TransportError};
 use crate::region::RegionTable;
 use crate::types::Rank;
 
-fn parse_peer(bytes: &[u8]) -> Option<(String, usize, i32, [usize; 3])> {
+fn parse_peer(bytes: &[u8]) -> Option<PeerInfo> {
     let s = std::str::from_utf8(bytes).ok()?;
     let f: Vec<&str> = s.split(' ').collect();
-    if f.len() != 6 {
+    if f.len() != 7 {
         return None;
     }
     let n = |i: usize| f[i].parse::<usize>().ok();
-    Some((
-        f[0].to_string(),
-        n(1)?,
-        f[2].parse().ok()?,
-        [n(3)?, n(4)?, n(5)?],
-    ))
+    Some(PeerInfo {
+        name: f[0].to_string(),
+        total: n(1)?,
+        pid: f[2].parse().ok()?,
+        shape: [n(3)?, n(4)?, n(5)?],
+        membarrier: match f[6] {
+            "1" => true,
+            "0" => false,
+            _ => return None,
+        },
+    })
+}
+
+/// What a rank publishes about its segment.
+struct PeerInfo {
+    name: String,
+    total: usize,
+    pid: i32,
+    shape: [usize; 3],
+    /// Whether its process is registered for expedited membarriers.
+    membarrier: bool,
+}
+
+/// Every rank's mapped segment and pid, and whether all of them registered for membarriers.
+struct Mapped {
+    segs: Vec<Arc<Segment>>,
+    pids: Vec<i32>,
+    all_membarrier: bool,
 }
 
 impl ShmFabric {
@@ -64,8 +86,7 @@ impl ShmFabric {
         // Unlinked in every case: on success all ranks have mapped it, on failure it must not
         // outlive this process.
         own.unlink();
-        let (segs, pids) = mapped?;
-        Self::start(rank, size, cfg, layout, segs, pids)
+        Self::start(rank, size, cfg, layout, mapped?)
     }
 
     /// Publishes our segment, maps every peer's, and waits until all ranks have done so.
@@ -76,8 +97,15 @@ impl ShmFabric {
         cfg: &FabricConfig,
         layout: Layout,
         (name, own): (&str, &Arc<Segment>),
-    ) -> Result<(Vec<Arc<Segment>>, Vec<i32>)> {
+    ) -> Result<Mapped> {
         let timeout = cfg.bootstrap_timeout;
+        // Registered before anyone can write to us: a peer that relies on our membarriers
+        // learns that we take them only from what we publish below. Not when the ranks
+        // outnumber the cores: then they sleep at almost every wait, and a membarrier per sleep
+        // (an interrupt to every other core) cost more than the senders' fences (4 ranks on 2
+        // cores: barrier 6.4 vs 5.1 us, docs/PERFORMANCE.md).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let membarrier = cfg.shm_membarrier && size <= cores && os::membarrier_register();
         let pid = std::process::id() as i32;
         {
             let v = View { seg: own, layout };
@@ -90,15 +118,17 @@ impl ShmFabric {
         unsafe { libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0) };
         let shape = [layout.max_regions, layout.ring_bytes, layout.heap_bytes];
         let me = format!(
-            "{name} {} {pid} {} {} {}",
+            "{name} {} {pid} {} {} {} {}",
             layout.total(),
             shape[0],
             shape[1],
-            shape[2]
+            shape[2],
+            u8::from(membarrier)
         );
         store.set(&format!("shm/{rank}"), me.as_bytes())?;
         let mut segs = Vec::with_capacity(size);
         let mut pids = Vec::with_capacity(size);
+        let mut all_membarrier = membarrier;
         for r in 0..size {
             if r == rank as usize {
                 segs.push(own.clone());
@@ -106,25 +136,31 @@ impl ShmFabric {
                 continue;
             }
             let info = store.get(&format!("shm/{r}"), timeout)?;
-            let (pname, total, ppid, pshape) = parse_peer(&info).ok_or_else(|| {
+            let peer = parse_peer(&info).ok_or_else(|| {
                 TransportError::Bootstrap(format!("rank {r} published a malformed shm entry"))
             })?;
-            if pshape != shape || total != layout.total() {
+            if peer.shape != shape || peer.total != layout.total() {
                 return Err(TransportError::Bootstrap(format!(
-                    "rank {r} uses a different shm layout {pshape:?} from ours {shape:?}: set the same RDCOLL_SHM_* on every rank"
+                    "rank {r} uses a different shm layout {:?} from ours {shape:?}: set the same RDCOLL_SHM_* on every rank",
+                    peer.shape
                 )));
             }
-            let seg = Segment::open(&pname, total)?;
+            all_membarrier &= peer.membarrier;
+            let seg = Segment::open(&peer.name, peer.total)?;
             if (View { seg: &seg, layout }).magic().load(Ordering::Acquire) != MAGIC {
                 return Err(TransportError::Bootstrap(format!(
                     "rank {r}'s segment is not initialised"
                 )));
             }
             segs.push(Arc::new(seg));
-            pids.push(ppid);
+            pids.push(peer.pid);
         }
         store.barrier("shm-mapped", size, timeout)?;
-        Ok((segs, pids))
+        Ok(Mapped {
+            segs,
+            pids,
+            all_membarrier,
+        })
     }
 
     /// Builds the endpoint over the mapped segments and starts its watchdog.
@@ -133,9 +169,13 @@ impl ShmFabric {
         size: usize,
         cfg: &FabricConfig,
         layout: Layout,
-        segs: Vec<Arc<Segment>>,
-        pids: Vec<i32>,
+        mapped: Mapped,
     ) -> Result<ShmFabric> {
+        let Mapped {
+            segs,
+            pids,
+            all_membarrier,
+        } = mapped;
         let cma_ok: Vec<AtomicBool> = (0..size)
             .map(|r| {
                 let ok =
@@ -188,6 +228,7 @@ impl ShmFabric {
             cma_ok,
             next_op: AtomicU64::new(0),
             close_patience: cfg.peer_timeout,
+            asymmetric_fence: all_membarrier,
         });
         let publisher = Arc::new(ShmPublisher {
             inner: Arc::downgrade(&inner),

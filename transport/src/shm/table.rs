@@ -3,14 +3,15 @@
 //!
 //! An entry's sequence word is `generation << 1` while the region is published and odd while
 //! it is being written or after it was withdrawn, so a key only matches a live entry of its
-//! own generation. Direct copies into or out of the heap announce themselves in the entry's
-//! `users` word first; the owner, withdrawing a region, waits for that word to drain before
-//! the memory can be handed out again.
+//! own generation. Direct copies into or out of the heap announce themselves first: in the
+//! copying thread's slot of its own segment (`copy_slot`, with the asymmetric fence) or in the
+//! entry's `users` word; the owner, withdrawing a region, waits until no announcement names it
+//! before the memory can be handed out again.
 
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{compiler_fence, fence, Ordering};
 use std::time::{Duration, Instant};
 
-use super::Inner;
+use super::{copy_slot, os, Inner};
 use crate::error::{Result, TransportError};
 use crate::types::{range_fits, Rank, RegionKey};
 
@@ -56,8 +57,8 @@ impl Inner {
 
     /// Withdraws one of our regions: no peer starts a direct copy after this, and the ones
     /// under way have finished when it returns. Returns false if some did not finish in time
-    /// (a peer died inside one): the slot and, for heap regions, the block must then be
-    /// retired, never reused.
+    /// (a peer died inside one), or their end could not be ordered: the slot and, for heap
+    /// regions, the block must then be retired, never reused.
     pub(super) fn retract(&self, key: RegionKey) -> bool {
         let v = self.view(self.rank);
         let i = key.index() as usize;
@@ -65,18 +66,33 @@ impl Inner {
         // (see `direct_copy`): either they see the odd value, or we see their count.
         v.entry(i, SEQ)
             .store(((key.generation() as u64) << 1) | 1, Ordering::SeqCst);
-        let users = v.entry(i, USERS);
+        let heap = v.entry(i, KIND).load(Ordering::Relaxed) == KIND_HEAP;
+        // Copies announced in slots (heap regions only): after the membarrier, a peer thread
+        // either had its slot store visible or will see the odd sequence.
+        let slots_ordered = !heap || !self.asymmetric_fence || os::membarrier_global();
+        let tag = copy_slot::tag(self.rank as usize, i);
+        let copying = || {
+            v.entry(i, USERS).load(Ordering::SeqCst) != 0
+                || (heap
+                    && self.asymmetric_fence
+                    && (0..self.size).any(|r| {
+                        r != self.rank as usize
+                            && (0..copy_slot::COPY_SLOTS).any(|t| {
+                                self.view(r as Rank).copy_slot(t).load(Ordering::Acquire) == tag
+                            })
+                    }))
+        };
         let start = Instant::now();
         let mut spins = 0u32;
-        while users.load(Ordering::SeqCst) != 0 {
+        while !slots_ordered || copying() {
             let waited = start.elapsed();
             let limit = if self.failed.iter().any(|f| f.load(Ordering::Acquire)) {
                 DRAIN_LIMIT_WITH_DEAD_PEER
             } else {
                 DRAIN_LIMIT
             };
-            if waited > limit {
-                if v.entry(i, KIND).load(Ordering::Relaxed) == KIND_HEAP {
+            if waited > limit || !slots_ordered {
+                if heap {
                     let addr = v.entry(i, ADDR).load(Ordering::Relaxed) as usize;
                     self.heap.lock().quarantine(addr);
                 }
@@ -180,8 +196,13 @@ impl Inner {
             == e.seq
     }
 
-    /// Runs `copy` on a peer's heap region while announced in its `users` word, so the owner
-    /// cannot free and reuse the block in the middle; a withdrawn region is `BadKey`.
+    /// Runs `copy` on a peer's heap region while announced to its owner, so the owner cannot
+    /// free and reuse the block in the middle; a withdrawn region is `BadKey`.
+    ///
+    /// With the asymmetric fence the announcement is this thread's copy slot, written with
+    /// plain stores (the owner's membarrier in `retract` orders it against the sequence
+    /// check); otherwise, or for a thread without a slot, the entry's shared `users` count,
+    /// whose locked increment and decrement order it themselves.
     pub(super) fn direct_copy(
         &self,
         rank: Rank,
@@ -191,14 +212,36 @@ impl Inner {
     ) -> Result<()> {
         let v = self.view(rank);
         let i = key.index() as usize;
+        let seq = v.entry(i, SEQ);
+        let slot = self
+            .asymmetric_fence
+            .then(copy_slot::this_thread)
+            .flatten()
+            .map(|t| self.view(self.rank).copy_slot(t));
         let users = v.entry(i, USERS);
-        users.fetch_add(1, Ordering::SeqCst);
-        let result = if v.entry(i, SEQ).load(Ordering::SeqCst) == e.seq {
+        match slot {
+            Some(slot) => {
+                slot.store(copy_slot::tag(rank as usize, i), Ordering::Relaxed);
+                // The store above and the load below stay in this order in the program; the
+                // owner's membarrier orders them for the CPU.
+                compiler_fence(Ordering::SeqCst);
+            }
+            None => {
+                users.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        let result = if seq.load(Ordering::SeqCst) == e.seq {
             copy()
         } else {
             Err(TransportError::BadKey { rank, key: key.0 })
         };
-        users.fetch_sub(1, Ordering::Release);
+        // Release: the copy's accesses are done before the owner may reuse the memory.
+        match slot {
+            Some(slot) => slot.store(0, Ordering::Release),
+            None => {
+                users.fetch_sub(1, Ordering::Release);
+            }
+        }
         result
     }
 }
