@@ -136,9 +136,10 @@ impl CounterBcast {
             let base = slot * BLOCK;
             let (data, flag) = (base + in_block, base + BLOCK - 1);
             let local = self.area.local();
-            if rel == 0 {
-                local.write(data, &buf[lo..lo + len])?;
-            } else {
+            // At the root the chunk goes from `buf` straight into the children's blocks where
+            // the fabric can store there directly; otherwise it is staged in our own block.
+            let mut staged = false;
+            if rel != 0 {
                 let byte = self.area.flag(flag);
                 w.until(parent, &|| {
                     byte.load(std::sync::atomic::Ordering::Acquire) != 0
@@ -153,6 +154,14 @@ impl CounterBcast {
             }
             for &child in &children {
                 self.wait_released(w, child, epoch)?;
+                if rel == 0 && !staged {
+                    let to = self.area.at(child, data);
+                    if fabric.store_now(&buf[lo..lo + len], to, Some(counter))? {
+                        continue;
+                    }
+                    local.write(data, &buf[lo..lo + len])?;
+                    staged = true;
+                }
                 puts.put(
                     w,
                     local,

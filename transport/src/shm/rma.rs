@@ -4,7 +4,7 @@
 use std::sync::atomic::Ordering;
 
 use super::records::*;
-use super::table::KIND_HEAP;
+use super::table::{Entry, KIND_HEAP};
 use super::{os, service, Inner, Pending, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
@@ -76,23 +76,11 @@ pub(super) fn put_now(
         }
     };
     if e.kind == KIND_HEAP {
-        let result = inner.direct_copy(dst.rank, dst.key, &e, || {
-            let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, span)?;
-            src.with_range(src_offset, len, |s| {
-                // SAFETY: `d` is inside the peer's heap block for `span` bytes (validated
-                // entry and range, held by `direct_copy`), `s` inside our live source region;
-                // `AtomicU8` has the layout of `u8`.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(s, d, len);
-                    if let PutTail::Flag(v) = tail {
-                        // Release: the data is visible before the flag. `ring_doorbell`
-                        // below orders it before the look at the peer's sleepers.
-                        (*(d.add(len) as *const std::sync::atomic::AtomicU8))
-                            .store(v, Ordering::Release);
-                    }
-                }
-            })
+        let result = src.with_range(src_offset, len, |s| {
+            // SAFETY: `s` is inside our live source region for `len` bytes.
+            unsafe { store_into_heap(inner, &e, dst, s, len, tail) }
         });
+        let result = result.and_then(|r| r);
         let result = match (result, tail) {
             (Ok(()), PutTail::Imm(imm)) => {
                 inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()])
@@ -146,6 +134,70 @@ pub(super) fn put_now(
         Ok(()) => Ok(PutStatus::Pending(op)),
         Err(e) => inner.abandon(op, e).map(PutStatus::Pending),
     }
+}
+
+/// Stores `len` bytes at `s`, then the flag of `tail` if it has one (release: after the
+/// data), straight into the peer heap block that entry `e` describes, announced to its owner
+/// (see `Inner::direct_copy`).
+///
+/// # Safety
+/// `s` must be valid for reads of `len` bytes, none of them in the destination range.
+unsafe fn store_into_heap(
+    inner: &Inner,
+    e: &Entry,
+    dst: RemoteAddr,
+    s: *const u8,
+    len: usize,
+    tail: PutTail,
+) -> Result<()> {
+    let span = len.saturating_add(tail.extra());
+    inner.direct_copy(dst.rank, dst.key, e, || {
+        let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, span)?;
+        // SAFETY: `d` is inside the peer's heap block for `span` bytes (validated entry and
+        // range, held by `direct_copy`), `s` valid for `len` bytes (the caller's promise);
+        // `AtomicU8` has the layout of `u8`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(s, d, len);
+            if let PutTail::Flag(v) = tail {
+                // Release: the data is visible before the flag. The caller's `ring_doorbell`
+                // orders it before the look at the peer's sleepers.
+                (*(d.add(len) as *const std::sync::atomic::AtomicU8)).store(v, Ordering::Release);
+            }
+        }
+        Ok(())
+    })
+}
+
+/// Writes caller bytes to `dst` as a direct store into a peer's heap, the flag after them, done
+/// on return (see `Fabric::store_now`); `Ok(false)` when `dst` is not in a peer's heap.
+pub(super) fn store_now(
+    inner: &Inner,
+    data: &[u8],
+    dst: RemoteAddr,
+    flag: Option<u8>,
+) -> Result<bool> {
+    inner.check_peer(dst.rank)?;
+    if dst.rank == inner.rank {
+        return Ok(false);
+    }
+    let tail = flag.map_or(PutTail::None, PutTail::Flag);
+    let e = inner.entry_for(
+        dst.rank,
+        dst.key,
+        dst.offset,
+        data.len().saturating_add(tail.extra()),
+    )?;
+    if e.kind != KIND_HEAP {
+        return Ok(false);
+    }
+    // SAFETY: `data` is a live shared slice; the destination is in a peer's heap, which safe
+    // code cannot borrow, so the two do not overlap.
+    unsafe { store_into_heap(inner, &e, dst, data.as_ptr(), data.len(), tail) }?;
+    if flag.is_some() {
+        // The peer may be asleep waiting for exactly this byte.
+        inner.ring_doorbell(dst.rank);
+    }
+    Ok(true)
 }
 
 /// One-sided read of `len` bytes at `src` into `dst` at `dst_offset` (see `Fabric::get`).

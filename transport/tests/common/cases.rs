@@ -252,9 +252,20 @@ fn flagged_puts(h: &mut Harness) -> Result<(), String> {
         if round % 2 == 1 {
             std::thread::sleep(Duration::from_millis(20));
         }
-        let op =
-            h.f.put_flag(&src, 0, size, inboxes[right as usize].at(off), flag)
-                .map_err(|e| format!("put_flag {size}: {e}"))?;
+        let dst = inboxes[right as usize].at(off);
+        // Every third round from unregistered memory, where the backend stores directly.
+        let stored = round % 3 == 2
+            && h.f
+                .store_now(&pattern_vec(me, round, size), dst, Some(flag))
+                .map_err(|e| format!("store_now {size}: {e}"))?;
+        let op = if stored {
+            None
+        } else {
+            Some(
+                h.f.put_flag(&src, 0, size, dst, flag)
+                    .map_err(|e| format!("put_flag {size}: {e}"))?,
+            )
+        };
         let byte = inbox.atomic_u8(off + size).map_err(|e| e.to_string())?;
         let ready = || byte.load(std::sync::atomic::Ordering::Acquire) == flag;
         let start = Instant::now();
@@ -278,7 +289,9 @@ fn flagged_puts(h: &mut Harness) -> Result<(), String> {
                 format!("flagged put of {size} bytes from {left} landed wrong"),
             );
         }
-        h.op_ok(op, &format!("put_flag of {size} bytes"))?;
+        if let Some(op) = op {
+            h.op_ok(op, &format!("put_flag of {size} bytes"))?;
+        }
     }
     h.barrier()?;
     // The flag byte must fit too: data up to the region's end leaves no room for it.
@@ -380,6 +393,22 @@ fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
         "get from an unknown key",
         is_key,
     )?;
+    // A direct store is refused at once, or not offered (then it wrote nothing either).
+    for (what, dst, ok) in [
+        (
+            "past the end",
+            guardeds[r].at(60),
+            &is_range as &dyn Fn(&TransportError) -> bool,
+        ),
+        ("to a deregistered region", doomeds[r].at(0), &is_key),
+        ("to an unknown key", unknown, &is_key),
+    ] {
+        match h.f.store_now(&[0xCD; 8], dst, Some(9)) {
+            Ok(false) => {}
+            Err(e) if ok(&e) => {}
+            other => return fail(h, format!("store_now {what}: {other:?}")),
+        }
+    }
     // Local mistakes are reported at once.
     if !matches!(
         h.f.put(&src, 100, 29, guardeds[r].at(0), None),
