@@ -19,13 +19,12 @@ mod progress;
 pub mod reduce;
 pub mod schedule;
 mod tree;
-mod turn;
 
 use std::sync::Arc;
 
 use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
-use rdcoll_transport::{Rank, TransportError};
+use rdcoll_transport::{Rank, SpinLock, TransportError};
 
 pub use config::{BarrierAlgorithm, BcastAlgorithm, CollConfig, ReduceDegree};
 pub use error::{CollError, Result};
@@ -89,7 +88,9 @@ pub struct Collectives {
     cfg: CollConfig,
     /// `cfg.bcast_small_max`, or its default for where the ranks run.
     bcast_small_max: usize,
-    inner: turn::Turn<Inner>,
+    /// Released with a plain store, not a `Mutex`'s locked instruction, which would wait for
+    /// the collective's last store into a peer's memory to land (see `SpinLock`).
+    inner: SpinLock<Inner>,
 }
 
 pub(crate) struct Inner {
@@ -130,7 +131,7 @@ impl Collectives {
             waiter: Waiter::new(engine),
             context: context | COLLECTIVE_CONTEXT_BIT,
             cfg,
-            inner: turn::Turn::new(Inner {
+            inner: SpinLock::new(Inner {
                 broken: None,
                 puts: Puts { ct, issued: 0 },
                 counter: None,

@@ -19,6 +19,7 @@ pub mod launch;
 pub mod local;
 mod region;
 pub mod shm;
+mod spin;
 pub mod tcp;
 mod types;
 mod wait;
@@ -27,6 +28,7 @@ pub use config::FabricConfig;
 pub use error::{Result, TransportError};
 pub use fabric::Fabric;
 pub use region::{Region, REGION_ALIGN};
+pub use spin::{SpinGuard, SpinLock};
 pub use types::{
     Event, EventRef, OpId, Payload, PeerCounters, PutStatus, Rank, RegionKey, RemoteAddr,
     RemoteRegion, MAX_MESSAGE_SIZE, REMOTE_REGION_BYTES,

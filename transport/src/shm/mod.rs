@@ -30,7 +30,6 @@ mod rma;
 mod segment;
 mod service;
 mod setup;
-mod spin;
 mod table;
 
 use std::collections::{HashMap, VecDeque};
@@ -43,12 +42,12 @@ use parking_lot::Mutex;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Publisher, Region, RegionTable};
+use crate::spin::SpinLock;
 use crate::types::{Event, OpId, Rank, RegionKey, RemoteAddr};
 use heap::HeapAlloc;
 use layout::{Layout, View};
 use records::*;
 use segment::Segment;
-use spin::SpinLock;
 use table::{KIND_EXTERNAL, KIND_HEAP};
 
 /// Raw addresses of one ring's data and control words, computed once: the message path should

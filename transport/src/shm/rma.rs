@@ -76,11 +76,12 @@ pub(super) fn put_now(
         }
     };
     if e.kind == KIND_HEAP {
-        let result = src.with_range(src_offset, len, |s| {
-            // SAFETY: `s` is inside our live source region for `len` bytes.
-            unsafe { store_into_heap(inner, &e, dst, s, len, tail) }
-        });
-        let result = result.and_then(|r| r);
+        let result = src
+            .with_range(src_offset, len, |s| {
+                // SAFETY: `s` is inside our live source region for `len` bytes.
+                unsafe { store_into_heap(inner, &e, dst, s, len, tail) }
+            })
+            .and_then(|stored| stored);
         let result = match (result, tail) {
             (Ok(()), PutTail::Imm(imm)) => {
                 inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()])

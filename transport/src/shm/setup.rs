@@ -10,7 +10,6 @@ use parking_lot::Mutex;
 use super::heap::HeapAlloc;
 use super::layout::{Layout, View, MAGIC};
 use super::segment::Segment;
-use super::spin::SpinLock;
 use super::{
     liveness, os, ring, Inner, LocalQueue, ProducerSide, RingRef, ShmFabric, ShmPublisher,
 };
@@ -18,6 +17,7 @@ use crate::bootstrap::{Store, JOB_ID_KEY};
 use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::region::RegionTable;
+use crate::spin::SpinLock;
 use crate::types::Rank;
 
 fn parse_peer(bytes: &[u8]) -> Option<PeerInfo> {

@@ -67,36 +67,33 @@ impl Inner {
         v.entry(i, SEQ)
             .store(((key.generation() as u64) << 1) | 1, Ordering::SeqCst);
         let heap = v.entry(i, KIND).load(Ordering::Relaxed) == KIND_HEAP;
+        let quarantine = || {
+            if heap {
+                let addr = v.entry(i, ADDR).load(Ordering::Relaxed) as usize;
+                self.heap.lock().quarantine(addr);
+            }
+            false
+        };
         // Copies announced in slots (heap regions only): after the membarrier, a peer thread
         // either had its slot store visible or will see the odd sequence.
-        let slots_ordered = !heap || !self.asymmetric_fence || os::membarrier_global();
+        let in_slots = heap && self.asymmetric_fence;
+        if in_slots && !os::membarrier_global() {
+            return quarantine();
+        }
         let tag = copy_slot::tag(self.rank as usize, i);
-        let copying = || {
-            v.entry(i, USERS).load(Ordering::SeqCst) != 0
-                || (heap
-                    && self.asymmetric_fence
-                    && (0..self.size).any(|r| {
-                        r != self.rank as usize
-                            && (0..copy_slot::COPY_SLOTS).any(|t| {
-                                self.view(r as Rank).copy_slot(t).load(Ordering::Acquire) == tag
-                            })
-                    }))
-        };
         let start = Instant::now();
         let mut spins = 0u32;
-        while !slots_ordered || copying() {
+        while v.entry(i, USERS).load(Ordering::SeqCst) != 0
+            || (in_slots && self.announced_by_a_peer(tag))
+        {
             let waited = start.elapsed();
             let limit = if self.failed.iter().any(|f| f.load(Ordering::Acquire)) {
                 DRAIN_LIMIT_WITH_DEAD_PEER
             } else {
                 DRAIN_LIMIT
             };
-            if waited > limit || !slots_ordered {
-                if heap {
-                    let addr = v.entry(i, ADDR).load(Ordering::Relaxed) as usize;
-                    self.heap.lock().quarantine(addr);
-                }
-                return false;
+            if waited > limit {
+                return quarantine();
             }
             spins += 1;
             if spins < 1000 {
@@ -106,6 +103,14 @@ impl Inner {
             }
         }
         true
+    }
+
+    /// Whether a thread of some peer announces a direct copy tagged `tag` in its copy slot.
+    fn announced_by_a_peer(&self, tag: u64) -> bool {
+        (0..self.size as Rank).filter(|&r| r != self.rank).any(|r| {
+            let v = self.view(r);
+            (0..copy_slot::COPY_SLOTS).any(|t| v.copy_slot(t).load(Ordering::Acquire) == tag)
+        })
     }
 
     /// Reads and validates entry `key` of `rank`'s region table.
