@@ -30,6 +30,11 @@ pub struct FabricConfig {
     /// sleep) so that senders publish with plain release stores (`RDCOLL_SHM_MEMBARRIER=0`
     /// makes every sender pay a full fence instead).
     pub shm_membarrier: bool,
+    /// Whether a large shm put into memory a peer registered is split between the two
+    /// processes (`RDCOLL_SHM_SPLIT_PUTS=0` leaves every byte to the target): the target pulls
+    /// the first part while the initiator writes the rest, so two cores copy at once. Only
+    /// when every rank has a core of its own.
+    pub shm_split_puts: bool,
     /// Most regions one rank may have registered at once (`RDCOLL_MAX_REGIONS`).
     pub max_regions: usize,
     /// Testing knob (`RDCOLL_SINK_RATE`, bytes/s, `K`/`M`/`G` suffixes): data deposited into
@@ -47,6 +52,7 @@ impl Default for FabricConfig {
             shm_heap_bytes: 256 << 20,
             shm_cma: true,
             shm_membarrier: true,
+            shm_split_puts: true,
             max_regions: 16384,
             sink_rate: None,
         }
@@ -83,6 +89,9 @@ impl FabricConfig {
         }
         if let Some(v) = env_num("RDCOLL_SHM_MEMBARRIER")? {
             c.shm_membarrier = v != 0;
+        }
+        if let Some(v) = env_num("RDCOLL_SHM_SPLIT_PUTS")? {
+            c.shm_split_puts = v != 0;
         }
         if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
             c.max_regions = usize::try_from(v).unwrap_or(usize::MAX);

@@ -86,6 +86,7 @@ impl Inner {
             ids
         };
         self.producers[rank as usize].lock().backlog.clear();
+        super::split::forget_peer(self, rank);
         for op in drained {
             self.local_events.push(Event::Completed {
                 op: OpId(op),

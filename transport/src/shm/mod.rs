@@ -30,6 +30,7 @@ mod rma;
 mod segment;
 mod service;
 mod setup;
+mod split;
 mod table;
 
 use std::collections::{HashMap, VecDeque};
@@ -208,6 +209,11 @@ pub(crate) struct Inner {
     /// sender's check for sleepers needs only a compiler fence after its release store (see
     /// `ring_doorbell`). Otherwise the sender fences.
     asymmetric_fence: bool,
+    /// Large puts into a peer's registered memory are split between the two processes
+    /// (`split`): every rank has a core, and `RDCOLL_SHM_SPLIT_PUTS` allows it.
+    split_puts: bool,
+    /// Split puts from a peer whose first part we pulled, waiting for its `K_PUSHED`.
+    halves: Mutex<HashMap<(Rank, u64), split::PulledPart>>,
 }
 
 /// Unpublishes regions from both the shared table and the local one.

@@ -40,6 +40,24 @@ pub(crate) fn futex_wake(word: &AtomicU32) {
 /// Copies `len` bytes from `remote` in process `pid` to `local`. Returns the OS error number
 /// on failure (EPERM when the kernel refuses cross-memory attach).
 pub(crate) fn read_remote(pid: i32, remote: usize, local: *mut u8, len: usize) -> Result<(), i32> {
+    cross_copy(pid, remote, local, len, false)
+}
+
+/// Copies `len` bytes from `local` to `remote` in process `pid` (`process_vm_writev`); errors
+/// as for [`read_remote`]. The caller must hold the remote range against reuse (see
+/// `Inner::direct_copy`): the kernel checks only that it is mapped.
+pub(crate) fn write_remote(
+    pid: i32,
+    remote: usize,
+    local: *const u8,
+    len: usize,
+) -> Result<(), i32> {
+    cross_copy(pid, remote, local as *mut u8, len, true)
+}
+
+/// `process_vm_readv` (or with `write`, `process_vm_writev`) of `len` bytes, resumed after a
+/// partial transfer.
+fn cross_copy(pid: i32, remote: usize, local: *mut u8, len: usize, write: bool) -> Result<(), i32> {
     let mut done = 0;
     while done < len {
         let l = libc::iovec {
@@ -50,9 +68,16 @@ pub(crate) fn read_remote(pid: i32, remote: usize, local: *mut u8, len: usize) -
             iov_base: (remote + done) as *mut libc::c_void,
             iov_len: len - done,
         };
-        // SAFETY: the local iovec covers memory the caller owns for `len` bytes; the remote one
-        // is checked by the kernel against the other process's mappings.
-        let n = unsafe { libc::process_vm_readv(pid, &l, 1, &r, 1, 0) };
+        // SAFETY: the local iovec covers memory the caller owns for `len` bytes (written only
+        // when reading); the remote one is checked by the kernel against the other process's
+        // mappings.
+        let n = unsafe {
+            if write {
+                libc::process_vm_writev(pid, &l, 1, &r, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
+            }
+        };
         if n <= 0 {
             return Err(if n == 0 {
                 libc::EFAULT

@@ -2,7 +2,8 @@
 //!
 //! Besides active messages and put immediates, the rings carry the target-served operations:
 //! puts into memory the caller registered (the target pulls with `process_vm_readv`, or takes
-//! bounce chunks when the kernel refuses cross-memory attach) and bounce gets.
+//! bounce chunks when the kernel refuses cross-memory attach), split puts (the target pulls the
+//! first part while the initiator writes the rest) and bounce gets.
 
 /// An active message; payload = the message.
 pub(crate) const K_MSG: u32 = 1;
@@ -18,6 +19,13 @@ pub(crate) const K_GET_REQ: u32 = 5;
 pub(crate) const K_GET_CHUNK: u32 = 6;
 /// End of a target-served operation: [op, status, region_len].
 pub(crate) const K_DONE: u32 = 7;
+/// Split put: as `K_PUT_PULL`, plus `pulled`; the target pulls only the first `pulled` bytes
+/// while the initiator writes the rest itself, then sends `K_PUSHED`:
+/// [op, key, offset, len, src_addr, tail_kind, tail_value, pulled].
+pub(crate) const K_PUT_SPLIT: u32 = 8;
+/// The initiator's part of a split put is in (status `ST_OK`) or was not written (any other
+/// status: the target pulls it too): [op, status].
+pub(crate) const K_PUSHED: u32 = 9;
 
 /// Status: done.
 pub(crate) const ST_OK: u64 = 0;

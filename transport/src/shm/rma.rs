@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::records::*;
 use super::table::{Entry, KIND_HEAP};
-use super::{os, service, Inner, Pending, PendingKind, PutTail};
+use super::{os, service, split, Inner, Pending, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{Event, OpId, PutStatus, RemoteAddr};
@@ -117,7 +117,10 @@ pub(super) fn put_now(
             kind,
         },
     )?;
-    let sent = if inner.cma_ok[dst.rank as usize].load(Ordering::Acquire) {
+    let cma = inner.cma_ok[dst.rank as usize].load(Ordering::Acquire);
+    let sent = if cma && inner.splits_put(len) {
+        split::put_split(inner, op, (src, src_offset), len, dst, &e, tail)
+    } else if cma {
         let words = [
             op.0,
             dst.key.0,

@@ -138,19 +138,24 @@ fn deliver(ev: Option<Event>, f: &mut dyn FnMut(EventRef<'_>)) -> bool {
     }
 }
 
-fn status_of(e: &TransportError) -> (u64, u64) {
+pub(super) fn status_of(e: &TransportError) -> (u64, u64) {
     match e {
         TransportError::OutOfRange { region_len, .. } => (ST_OUT_OF_RANGE, *region_len),
         _ => (ST_BAD_KEY, 0),
     }
 }
 
-fn done(inner: &Inner, to: Rank, op: u64, status: u64, region_len: u64) {
+pub(super) fn done(inner: &Inner, to: Rank, op: u64, status: u64, region_len: u64) {
     let _ = inner.send_record(to, K_DONE, &[&header([op, status, region_len])]);
 }
 
 /// Looks up one of our regions for a peer and checks the range.
-fn target_region(inner: &Inner, key: u64, offset: u64, len: u64) -> Result<(Region, usize, usize)> {
+pub(super) fn target_region(
+    inner: &Inner,
+    key: u64,
+    offset: u64,
+    len: u64,
+) -> Result<(Region, usize, usize)> {
     let region = inner.table.lookup(RegionKey(key))?;
     let (o, l) = (
         usize::try_from(offset).unwrap_or(usize::MAX),
@@ -171,7 +176,7 @@ fn target_region(inner: &Inner, key: u64, offset: u64, len: u64) -> Result<(Regi
 
 /// What a finished put's tail raises at its target: an immediate's event; for a flag (stored
 /// already), a wake-up of this rank's sleepers, which may wait for exactly that byte.
-fn tail_event(inner: &Inner, src: Rank, tail: PutTail) -> Option<Event> {
+pub(super) fn tail_event(inner: &Inner, src: Rank, tail: PutTail) -> Option<Event> {
     match tail {
         PutTail::Imm(imm) => Some(Event::Immediate { src, imm }),
         PutTail::Flag(_) => {
@@ -310,6 +315,8 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
             }
             None
         }
+        K_PUT_SPLIT => super::split::on_split(inner, src, payload),
+        K_PUSHED => super::split::on_pushed(inner, src, payload),
         K_DONE => {
             let ([op, status, region_len], _) = parse::<3>(payload)?;
             finish(inner, src, op, status, region_len)

@@ -229,6 +229,9 @@ impl ShmFabric {
             next_op: AtomicU64::new(0),
             close_patience: cfg.peer_timeout,
             asymmetric_fence: all_membarrier,
+            split_puts: cfg.shm_split_puts
+                && size <= std::thread::available_parallelism().map_or(1, |n| n.get()),
+            halves: Mutex::new(HashMap::new()),
         });
         let publisher = Arc::new(ShmPublisher {
             inner: Arc::downgrade(&inner),

@@ -201,7 +201,8 @@ impl Inner {
             == e.seq
     }
 
-    /// Runs `copy` on a peer's heap region while announced to its owner, so the owner cannot
+    /// Runs `copy` on a peer's region (a heap block, or registered memory written by
+    /// `process_vm_writev`) while announced to its owner, so the owner cannot
     /// free and reuse the block in the middle; a withdrawn region is `BadKey`.
     ///
     /// With the asymmetric fence the announcement is this thread's copy slot, written with
@@ -218,8 +219,9 @@ impl Inner {
         let v = self.view(rank);
         let i = key.index() as usize;
         let seq = v.entry(i, SEQ);
-        let slot = self
-            .asymmetric_fence
+        // Slots only for heap blocks: `retract` scans them for those alone (it would otherwise
+        // pay a membarrier for every withdrawn user buffer).
+        let slot = (self.asymmetric_fence && e.kind == KIND_HEAP)
             .then(copy_slot::this_thread)
             .flatten()
             .map(|t| self.view(self.rank).copy_slot(t));

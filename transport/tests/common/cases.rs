@@ -21,6 +21,7 @@ pub const CASES: &[(&str, usize)] = &[
     ("put_many_peers", 2),
     ("flagged_puts", 2),
     ("bad_keys_and_offsets", 2),
+    ("large_puts_to_user_memory", 2),
     ("reuse_under_fire", 2),
     ("peer_death", 3),
     ("last_words", 2),
@@ -48,6 +49,7 @@ pub fn run_case(name: &str, f: &dyn Fabric, die: &dyn Fn()) -> Result<(), String
         "put_many_peers" => put_many_peers(&mut h),
         "flagged_puts" => flagged_puts(&mut h),
         "bad_keys_and_offsets" => bad_keys_and_offsets(&mut h),
+        "large_puts_to_user_memory" => large_puts_to_user_memory(&mut h),
         "reuse_under_fire" => reuse_under_fire(&mut h),
         "peer_death" => peer_death(&mut h, die),
         "last_words" => last_words(&mut h, Some(die)),
@@ -457,6 +459,89 @@ fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
         return fail(h, "valid put after errors landed wrong");
     }
     h.barrier()
+}
+
+/// Large puts between buffers the caller registered (on shm, split between initiator and
+/// target when every rank has a core): the data, immediate and flag arrive whole, including
+/// lengths that do not split evenly; a stale key or a range past the end is refused and writes
+/// nothing.
+fn large_puts_to_user_memory(h: &mut Harness) -> Result<(), String> {
+    const SIZES: &[usize] = &[300_001, (1 << 20) + 3, (5 << 20) + 17];
+    const ROOM: usize = (5 << 20) + 4096;
+    let (me, n) = (h.f.rank(), h.f.size() as Rank);
+    let (right, left) = ((me + 1) % n, (me + n - 1) % n);
+    let mut src_mem = pattern_vec(me, 0, ROOM);
+    let mut dst_mem = vec![0u8; ROOM];
+    let mut doomed_mem = vec![0u8; 1 << 20];
+    let reg = |m: &mut Vec<u8>| {
+        // SAFETY: every buffer outlives its region: the regions are dropped at the end of
+        // this function, before the vectors (declared earlier).
+        unsafe { h.f.register_memory(m.as_mut_ptr(), m.len()) }.map_err(|e| e.to_string())
+    };
+    let src = reg(&mut src_mem)?;
+    let dst = reg(&mut dst_mem)?;
+    let doomed = reg(&mut doomed_mem)?;
+    let dsts = h.exchange(&dst.remote())?;
+    let doomeds = h.exchange(&doomed.remote())?;
+    drop(doomed);
+    h.barrier()?;
+    let r = right as usize;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 512 << 10, doomeds[r].at(0), Some(1)),
+        "large put to a deregistered region",
+        |e| matches!(e, TransportError::BadKey { .. }),
+    )?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 512 << 10, dsts[r].at(ROOM - (256 << 10)), Some(1)),
+        "large put past the end",
+        |e| matches!(e, TransportError::OutOfRange { .. }),
+    )?;
+    h.barrier()?;
+    let mut got = vec![0u8; ROOM];
+    dst.read(0, &mut got).map_err(|e| e.to_string())?;
+    if got.iter().any(|&b| b != 0) {
+        return fail(h, "a refused large put wrote into memory");
+    }
+    h.barrier()?;
+    for (round, &size) in SIZES.iter().enumerate() {
+        let off = 8 + round;
+        let flagged = round % 2 == 1;
+        let op = if flagged {
+            h.f.put_flag(&src, round, size, dsts[r].at(off), 0xEE)
+        } else {
+            h.f.put(&src, round, size, dsts[r].at(off), Some(size as u64))
+        }
+        .map_err(|e| format!("put of {size}: {e}"))?;
+        h.op_ok(op, &format!("put of {size} bytes into user memory"))?;
+        if flagged {
+            // User memory offers no atomics: the byte is read like the data (the flag is
+            // stored after it, so the data is complete once the flag shows).
+            let start = Instant::now();
+            let mut flag = [0u8];
+            while {
+                dst.read(off + size, &mut flag).map_err(|e| e.to_string())?;
+                flag[0] != 0xEE
+            } {
+                if start.elapsed() > Duration::from_secs(20) {
+                    return fail(h, format!("the flag of a {size}-byte put never showed"));
+                }
+                if let Some(ev) = h.f.poll().map_err(|e| e.to_string())? {
+                    h.file(ev);
+                }
+            }
+        } else if h.imm_from(left)? != size as u64 {
+            return fail(h, format!("wrong immediate after a {size}-byte put"));
+        }
+        dst.read(off, &mut got[..size]).map_err(|e| e.to_string())?;
+        if got[..size] != pattern_vec(left, round, size)[..] {
+            return fail(h, format!("put of {size} bytes from {left} landed wrong"));
+        }
+        h.barrier()?;
+    }
+    drop((src, dst));
+    Ok(())
 }
 
 /// The last rank dies in the middle of large gets the others are making from it; every

@@ -1,0 +1,201 @@
+//! Split puts: a large put into memory a peer registered is copied by both processes at once.
+//!
+//! A pull put (`K_PUT_PULL`) leaves all of the copy to the target, while the initiator's core
+//! waits. When every rank has a core of its own, a put of [`SPLIT_MIN`] bytes or more is split
+//! instead: the initiator sends `K_PUT_SPLIT`, so the target pulls the first part with
+//! `process_vm_readv`, and meanwhile writes the rest into the target's memory with
+//! `process_vm_writev`, announced to the owner like any direct copy (`Inner::direct_copy`), so
+//! the owner cannot withdraw and reuse that memory in the middle. Then it sends `K_PUSHED`. The
+//! target completes the put (flag, immediate, `K_DONE`) once it has both parts; if the
+//! initiator could not write its part, the target pulls that too. Rings are FIFO per pair, so
+//! `K_PUSHED` always arrives after the `K_PUT_SPLIT` it belongs to.
+
+use super::records::*;
+use super::service::{done, status_of, tail_event, target_region};
+use super::table::Entry;
+use super::{os, Inner, PutTail};
+use crate::error::{Result, TransportError};
+use crate::region::Region;
+use crate::types::{Event, OpId, Rank, RemoteAddr};
+
+/// Smallest put that is split.
+pub(super) const SPLIT_MIN: usize = 256 << 10;
+/// Most bytes the initiator writes of one put: its progress does nothing else meanwhile.
+const PUSH_MAX: usize = 2 << 20;
+
+/// What the target keeps of a split put between pulling its part and the initiator's
+/// `K_PUSHED`.
+pub(super) struct PulledPart {
+    key: u64,
+    offset: u64,
+    len: u64,
+    src_addr: u64,
+    tail: PutTail,
+    pulled: u64,
+}
+
+/// How many of `len` bytes the target pulls: the first half, page aligned, and all but
+/// [`PUSH_MAX`] of a longer put.
+fn pulled_part(len: usize) -> usize {
+    let half = (len / 2) & !4095;
+    half.max(len.saturating_sub(PUSH_MAX))
+}
+
+impl Inner {
+    /// Whether a put of `len` bytes into a peer's registered memory is split.
+    pub(super) fn splits_put(&self, len: usize) -> bool {
+        self.split_puts && len >= SPLIT_MIN
+    }
+}
+
+/// The initiator's side: asks the target to pull the first part, writes the rest itself into
+/// the memory entry `e` describes, and reports it. An error only if the request could not be
+/// sent (the put is then abandoned by the caller).
+pub(super) fn put_split(
+    inner: &Inner,
+    op: OpId,
+    (src, src_offset): (&Region, usize),
+    len: usize,
+    dst: RemoteAddr,
+    e: &Entry,
+    tail: PutTail,
+) -> Result<()> {
+    let pulled = pulled_part(len);
+    let words = [
+        op.0,
+        dst.key.0,
+        dst.offset as u64,
+        len as u64,
+        (src.base_addr() + src_offset) as u64,
+        tail.words()[0],
+        tail.words()[1],
+        pulled as u64,
+    ];
+    inner.send_record(dst.rank, K_PUT_SPLIT, &[&header(words)])?;
+    let pid = inner.pids[dst.rank as usize];
+    let rest = len - pulled;
+    // `entry_for` checked `dst.offset .. + len` against the entry; `direct_copy` holds it.
+    let pushed = inner.direct_copy(dst.rank, dst.key, e, || {
+        src.with_range(src_offset + pulled, rest, |s| {
+            os::write_remote(pid, e.addr + dst.offset + pulled, s, rest)
+        })?
+        .map_err(|errno| TransportError::Io {
+            context: "process_vm_writev".into(),
+            message: std::io::Error::from_raw_os_error(errno).to_string(),
+        })
+    });
+    let status = if pushed.is_ok() { ST_OK } else { ST_BAD_KEY };
+    // If this fails the peer has failed, and so has the put (`fail_peer`).
+    let _ = inner.send_record(dst.rank, K_PUSHED, &[&header([op.0, status])]);
+    Ok(())
+}
+
+/// The target's side of `K_PUT_SPLIT` from `src`: pulls the first part and waits for
+/// `K_PUSHED`, or reports the failure at once.
+pub(super) fn on_split(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event> {
+    let ([op, key, offset, len, src_addr, tail_kind, tail_value, pulled], _) = parse::<8>(payload)?;
+    let Some(tail) = PutTail::from_words(tail_kind, tail_value).filter(|_| pulled <= len) else {
+        done(inner, src, op, ST_BAD_KEY, 0);
+        return None;
+    };
+    let span = len.saturating_add(tail.extra() as u64);
+    let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
+        region.with_range(o, pulled as usize, |d| {
+            os::read_remote(
+                inner.pids[src as usize],
+                src_addr as usize,
+                d,
+                pulled as usize,
+            )
+        })
+    });
+    match result {
+        Ok(Ok(())) => {
+            let part = PulledPart {
+                key,
+                offset,
+                len,
+                src_addr,
+                tail,
+                pulled,
+            };
+            inner.halves.lock().insert((src, op), part);
+        }
+        Ok(Err(_)) => done(inner, src, op, ST_CMA_REFUSED, 0),
+        Err(e) => {
+            let (st, rl) = status_of(&e);
+            done(inner, src, op, st, rl);
+        }
+    }
+    None
+}
+
+/// The target's side of `K_PUSHED` from `src`: completes the put whose first part it pulled,
+/// pulling the rest too if the initiator could not write it.
+pub(super) fn on_pushed(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event> {
+    let ([op, status], _) = parse::<2>(payload)?;
+    // Absent if pulling the first part failed: that was reported already.
+    let part = inner.halves.lock().remove(&(src, op))?;
+    let span = part.len.saturating_add(part.tail.extra() as u64);
+    let result = target_region(inner, part.key, part.offset, span).and_then(|(region, o, _)| {
+        let (pulled, len) = (part.pulled as usize, part.len as usize);
+        let read = if status == ST_OK {
+            Ok(())
+        } else {
+            region.with_range(o + pulled, len - pulled, |d| {
+                os::read_remote(
+                    inner.pids[src as usize],
+                    part.src_addr as usize + pulled,
+                    d,
+                    len - pulled,
+                )
+            })?
+        };
+        if let (Ok(()), PutTail::Flag(v)) = (&read, part.tail) {
+            region.store_flag(o + len, v)?;
+        }
+        Ok(read)
+    });
+    match result {
+        Ok(Ok(())) => {
+            done(inner, src, op, ST_OK, 0);
+            tail_event(inner, src, part.tail)
+        }
+        Ok(Err(_)) => {
+            done(inner, src, op, ST_CMA_REFUSED, 0);
+            None
+        }
+        Err(e) => {
+            let (st, rl) = status_of(&e);
+            done(inner, src, op, st, rl);
+            None
+        }
+    }
+}
+
+/// Forgets the half-done split puts from a failed peer: their second part will not come.
+pub(super) fn forget_peer(inner: &Inner, rank: Rank) {
+    inner.halves.lock().retain(|&(src, _), _| src != rank);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_pulls_half_a_put_and_all_but_push_max_of_a_long_one() {
+        assert_eq!(pulled_part(SPLIT_MIN), SPLIT_MIN / 2);
+        assert_eq!(pulled_part(512 << 10), 256 << 10);
+        // Page aligned, the rest to the initiator.
+        assert_eq!(pulled_part((512 << 10) + 100), 256 << 10);
+        assert_eq!(pulled_part(4 << 20), 2 << 20);
+        assert_eq!(pulled_part(64 << 20), (64 << 20) - PUSH_MAX);
+        for len in [SPLIT_MIN, 300_001, 1 << 20, 5 << 20, 100 << 20] {
+            let p = pulled_part(len);
+            assert!(
+                p <= len && len - p <= PUSH_MAX && p.is_multiple_of(4096),
+                "{len}"
+            );
+        }
+    }
+}
