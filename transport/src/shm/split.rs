@@ -19,7 +19,7 @@ use crate::region::Region;
 use crate::types::{Event, OpId, Rank, RemoteAddr};
 
 /// Smallest put that is split.
-pub(super) const SPLIT_MIN: usize = 256 << 10;
+pub(super) const SPLIT_MIN: usize = 64 << 10;
 /// Most bytes the initiator writes of one put: its progress does nothing else meanwhile.
 const PUSH_MAX: usize = 2 << 20;
 
