@@ -89,8 +89,13 @@ impl Inner {
             let waited = start.elapsed();
             let limit = if self.failed.iter().any(|f| f.load(Ordering::Acquire)) {
                 DRAIN_LIMIT_WITH_DEAD_PEER
-            } else {
+            } else if heap {
                 DRAIN_LIMIT
+            } else {
+                // Memory the caller registered cannot be quarantined: it goes back to them when
+                // this returns, so a live peer's write into it (a split put) must end first.
+                // Such a write is one bounded `process_vm_writev`.
+                Duration::MAX
             };
             if waited > limit {
                 return quarantine();
