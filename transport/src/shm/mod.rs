@@ -607,6 +607,7 @@ impl Drop for ShmFabric {
                 inner.rank
             );
         }
+        inner.withdraw_all();
         // Peers fail us once they have drained what we sent (their watchdogs look at this).
         inner.view(inner.rank).closed().store(1, Ordering::SeqCst);
         if let Some(w) = self.watchdog.take() {

@@ -10,6 +10,8 @@
 //! initiator could not write its part, the target pulls that too. Rings are FIFO per pair, so
 //! `K_PUSHED` always arrives after the `K_PUT_SPLIT` it belongs to.
 
+use std::sync::atomic::Ordering;
+
 use super::records::*;
 use super::service::{done, status_of, tail_event, target_region};
 use super::table::Entry;
@@ -24,14 +26,21 @@ pub(super) const SPLIT_MIN: usize = 64 << 10;
 const PUSH_MAX: usize = 2 << 20;
 
 /// What the target keeps of a split put between pulling its part and the initiator's
-/// `K_PUSHED`.
-pub(super) struct PulledPart {
-    key: u64,
-    offset: u64,
-    len: u64,
-    src_addr: u64,
-    tail: PutTail,
-    pulled: u64,
+/// `K_PUSHED`: the put, or why its first part failed (reported only once the initiator's write
+/// has ended, so that no `K_DONE` lets the initiator retry while that write may still land).
+pub(super) enum PulledPart {
+    Pulled {
+        key: u64,
+        offset: u64,
+        len: u64,
+        src_addr: u64,
+        tail: PutTail,
+        pulled: u64,
+    },
+    Failed {
+        status: u64,
+        region_len: u64,
+    },
 }
 
 /// How many of `len` bytes the target pulls: the first half, page aligned, and all but
@@ -91,41 +100,47 @@ pub(super) fn put_split(
 }
 
 /// The target's side of `K_PUT_SPLIT` from `src`: pulls the first part and waits for
-/// `K_PUSHED`, or reports the failure at once.
+/// `K_PUSHED`, which completes the put or reports why it failed.
 pub(super) fn on_split(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event> {
     let ([op, key, offset, len, src_addr, tail_kind, tail_value, pulled], _) = parse::<8>(payload)?;
-    let Some(tail) = PutTail::from_words(tail_kind, tail_value).filter(|_| pulled <= len) else {
-        done(inner, src, op, ST_BAD_KEY, 0);
-        return None;
+    let part = match PutTail::from_words(tail_kind, tail_value).filter(|_| pulled <= len) {
+        None => PulledPart::Failed {
+            status: ST_BAD_KEY,
+            region_len: 0,
+        },
+        Some(tail) => {
+            let span = len.saturating_add(tail.extra() as u64);
+            let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
+                region.with_range(o, pulled as usize, |d| {
+                    let pid = inner.pids[src as usize];
+                    os::read_remote(pid, src_addr as usize, d, pulled as usize)
+                })
+            });
+            match result {
+                Ok(Ok(())) => PulledPart::Pulled {
+                    key,
+                    offset,
+                    len,
+                    src_addr,
+                    tail,
+                    pulled,
+                },
+                Ok(Err(_)) => PulledPart::Failed {
+                    status: ST_CMA_REFUSED,
+                    region_len: 0,
+                },
+                Err(e) => {
+                    let (status, region_len) = status_of(&e);
+                    PulledPart::Failed { status, region_len }
+                }
+            }
+        }
     };
-    let span = len.saturating_add(tail.extra() as u64);
-    let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
-        region.with_range(o, pulled as usize, |d| {
-            os::read_remote(
-                inner.pids[src as usize],
-                src_addr as usize,
-                d,
-                pulled as usize,
-            )
-        })
-    });
-    match result {
-        Ok(Ok(())) => {
-            let part = PulledPart {
-                key,
-                offset,
-                len,
-                src_addr,
-                tail,
-                pulled,
-            };
-            inner.halves.lock().insert((src, op), part);
-        }
-        Ok(Err(_)) => done(inner, src, op, ST_CMA_REFUSED, 0),
-        Err(e) => {
-            let (st, rl) = status_of(&e);
-            done(inner, src, op, st, rl);
-        }
+    let mut halves = inner.halves.lock();
+    // `fail_peer` sets `failed` and then forgets the peer's halves under this lock: nothing
+    // is added for a failed peer after that.
+    if !inner.failed[src as usize].load(Ordering::Acquire) {
+        halves.insert((src, op), part);
     }
     None
 }
@@ -134,24 +149,33 @@ pub(super) fn on_split(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event
 /// pulling the rest too if the initiator could not write it.
 pub(super) fn on_pushed(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event> {
     let ([op, status], _) = parse::<2>(payload)?;
-    // Absent if pulling the first part failed: that was reported already.
     let part = inner.halves.lock().remove(&(src, op))?;
-    let span = part.len.saturating_add(part.tail.extra() as u64);
-    let result = target_region(inner, part.key, part.offset, span).and_then(|(region, o, _)| {
-        let (pulled, len) = (part.pulled as usize, part.len as usize);
+    let (key, offset, len, src_addr, tail, pulled) = match part {
+        PulledPart::Pulled {
+            key,
+            offset,
+            len,
+            src_addr,
+            tail,
+            pulled,
+        } => (key, offset, len, src_addr, tail, pulled),
+        PulledPart::Failed { status, region_len } => {
+            done(inner, src, op, status, region_len);
+            return None;
+        }
+    };
+    let span = len.saturating_add(tail.extra() as u64);
+    let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
+        let (pulled, len) = (pulled as usize, len as usize);
         let read = if status == ST_OK {
             Ok(())
         } else {
             region.with_range(o + pulled, len - pulled, |d| {
-                os::read_remote(
-                    inner.pids[src as usize],
-                    part.src_addr as usize + pulled,
-                    d,
-                    len - pulled,
-                )
+                let pid = inner.pids[src as usize];
+                os::read_remote(pid, src_addr as usize + pulled, d, len - pulled)
             })?
         };
-        if let (Ok(()), PutTail::Flag(v)) = (&read, part.tail) {
+        if let (Ok(()), PutTail::Flag(v)) = (&read, tail) {
             region.store_flag(o + len, v)?;
         }
         Ok(read)
@@ -159,7 +183,7 @@ pub(super) fn on_pushed(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Even
     match result {
         Ok(Ok(())) => {
             done(inner, src, op, ST_OK, 0);
-            tail_event(inner, src, part.tail)
+            tail_event(inner, src, tail)
         }
         Ok(Err(_)) => {
             done(inner, src, op, ST_CMA_REFUSED, 0);

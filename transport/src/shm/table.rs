@@ -74,30 +74,39 @@ impl Inner {
             }
             false
         };
-        // Copies announced in slots (heap regions only): after the membarrier, a peer thread
-        // either had its slot store visible or will see the odd sequence.
-        let in_slots = heap && self.asymmetric_fence;
-        if in_slots && !os::membarrier_global() {
+        // Copies announced in slots: for heap blocks with the asymmetric fence (after the
+        // membarrier, a peer thread either had its slot store visible or will see the odd
+        // sequence), and for memory the caller registered always (the writer's slot store is
+        // SeqCst, pairing with ours above).
+        let in_slots = !heap || self.asymmetric_fence;
+        if heap && in_slots && !os::membarrier_global() {
             return quarantine();
         }
         let tag = copy_slot::tag(self.rank as usize, i);
         let start = Instant::now();
         let mut spins = 0u32;
-        while v.entry(i, USERS).load(Ordering::SeqCst) != 0
-            || (in_slots && self.announced_by_a_peer(tag))
-        {
-            let waited = start.elapsed();
-            let limit = if self.failed.iter().any(|f| f.load(Ordering::Acquire)) {
-                DRAIN_LIMIT_WITH_DEAD_PEER
-            } else if heap {
-                DRAIN_LIMIT
-            } else {
-                // Memory the caller registered cannot be quarantined: it goes back to them when
-                // this returns, so a live peer's write into it (a split put) must end first.
-                // Such a write is one bounded `process_vm_writev`.
-                Duration::MAX
+        loop {
+            // A live peer's announced write: waited for without limit when the memory goes back
+            // to the caller (it cannot be quarantined); such a write is one bounded
+            // `process_vm_writev`. A dead peer writes nothing more.
+            let live_writer = in_slots && self.announced_by_a_live_peer(tag);
+            let counted = v.entry(i, USERS).load(Ordering::SeqCst) != 0;
+            if !live_writer && !counted {
+                return true;
+            }
+            let someone_died = self
+                .failed
+                .iter()
+                .chain(self.dead.iter())
+                .any(|f| f.load(Ordering::Acquire));
+            let limit = match (heap, live_writer) {
+                (false, true) => Duration::MAX,
+                _ if someone_died => DRAIN_LIMIT_WITH_DEAD_PEER,
+                (true, _) => DRAIN_LIMIT,
+                // Counted by a thread without a slot: bounded like a heap copy.
+                (false, false) => DRAIN_LIMIT,
             };
-            if waited > limit {
+            if start.elapsed() > limit {
                 return quarantine();
             }
             spins += 1;
@@ -107,15 +116,32 @@ impl Inner {
                 std::thread::sleep(Duration::from_micros(50));
             }
         }
-        true
     }
 
-    /// Whether a thread of some peer announces a direct copy tagged `tag` in its copy slot.
-    fn announced_by_a_peer(&self, tag: u64) -> bool {
-        (0..self.size as Rank).filter(|&r| r != self.rank).any(|r| {
-            let v = self.view(r);
-            (0..copy_slot::COPY_SLOTS).any(|t| v.copy_slot(t).load(Ordering::Acquire) == tag)
-        })
+    /// Withdraws every region still published (see [`Inner::retract`]): once the fabric is
+    /// gone, deregistering a region no longer reaches the table, so no peer may go on writing
+    /// into memory the caller gets back then.
+    pub(super) fn withdraw_all(&self) {
+        let v = self.view(self.rank);
+        for i in 0..self.layout.max_regions {
+            let seq = v.entry(i, SEQ).load(Ordering::Acquire);
+            if seq != 0 && seq & 1 == 0 {
+                if let Ok(generation) = u32::try_from(seq >> 1) {
+                    self.retract(RegionKey::new(i as u32, generation));
+                }
+            }
+        }
+    }
+
+    /// Whether a thread of a peer not known dead announces a direct copy tagged `tag` in its
+    /// copy slot.
+    fn announced_by_a_live_peer(&self, tag: u64) -> bool {
+        (0..self.size as Rank)
+            .filter(|&r| r != self.rank && !self.dead[r as usize].load(Ordering::Acquire))
+            .any(|r| {
+                let v = self.view(r);
+                (0..copy_slot::COPY_SLOTS).any(|t| v.copy_slot(t).load(Ordering::SeqCst) == tag)
+            })
     }
 
     /// Reads and validates entry `key` of `rank`'s region table.
@@ -224,20 +250,23 @@ impl Inner {
         let v = self.view(rank);
         let i = key.index() as usize;
         let seq = v.entry(i, SEQ);
-        // Slots only for heap blocks: `retract` scans them for those alone (it would otherwise
-        // pay a membarrier for every withdrawn user buffer).
-        let slot = (self.asymmetric_fence && e.kind == KIND_HEAP)
+        // Heap blocks use slots with the asymmetric fence (plain stores, the owner pays a
+        // membarrier); memory the caller registered always does, with SeqCst stores (no
+        // membarrier per withdrawn user buffer), so the owner sees which peer writes.
+        let heap = e.kind == KIND_HEAP;
+        let slot = (self.asymmetric_fence || !heap)
             .then(copy_slot::this_thread)
             .flatten()
             .map(|t| self.view(self.rank).copy_slot(t));
         let users = v.entry(i, USERS);
         match slot {
-            Some(slot) => {
+            Some(slot) if heap => {
                 slot.store(copy_slot::tag(rank as usize, i), Ordering::Relaxed);
                 // The store above and the load below stay in this order in the program; the
                 // owner's membarrier orders them for the CPU.
                 compiler_fence(Ordering::SeqCst);
             }
+            Some(slot) => slot.store(copy_slot::tag(rank as usize, i), Ordering::SeqCst),
             None => {
                 users.fetch_add(1, Ordering::SeqCst);
             }
