@@ -24,6 +24,7 @@ mod heap;
 mod layout;
 mod liveness;
 mod os;
+mod pull;
 mod records;
 mod ring;
 mod rma;

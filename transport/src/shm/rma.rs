@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::records::*;
 use super::table::{Entry, KIND_HEAP};
-use super::{os, service, split, Inner, Pending, PendingKind, PutTail};
+use super::{os, pull, service, split, Inner, Pending, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{Event, OpId, PutStatus, RemoteAddr};
@@ -121,15 +121,7 @@ pub(super) fn put_now(
     let sent = if cma && inner.splits_put(len) {
         split::put_split(inner, op, (src, src_offset), len, dst, &e, tail)
     } else if cma {
-        let words = [
-            op.0,
-            dst.key.0,
-            dst.offset as u64,
-            len as u64,
-            (src.base_addr() + src_offset) as u64,
-            tail.words()[0],
-            tail.words()[1],
-        ];
+        let words = pull::request_words(op, (src, src_offset), len, dst, tail);
         inner.send_record(dst.rank, K_PUT_PULL, &[&header(words)])
     } else {
         service::send_put_chunks(inner, op.0, dst, src, src_offset, len, tail)

@@ -196,34 +196,11 @@ fn handle(inner: &Inner, src: Rank, kind: u32, payload: &[u8]) -> Option<Event> 
         }),
         K_IMM => parse::<1>(payload).map(|([imm], _)| Event::Immediate { src, imm }),
         K_PUT_PULL => {
-            let ([op, key, offset, len, src_addr, tail_kind, tail_value], _) = parse::<7>(payload)?;
-            let Some(tail) = PutTail::from_words(tail_kind, tail_value) else {
-                done(inner, src, op, ST_BAD_KEY, 0);
-                return None;
-            };
-            let span = len.saturating_add(tail.extra() as u64);
-            let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
-                let l = len as usize;
-                let read = region.with_range(o, l, |d| {
-                    os::read_remote(inner.pids[src as usize], src_addr as usize, d, l)
-                })?;
-                if let (Ok(()), PutTail::Flag(v)) = (&read, tail) {
-                    region.store_flag(o + l, v)?;
-                }
-                Ok(read)
-            });
-            match result {
-                Ok(Ok(())) => {
-                    done(inner, src, op, ST_OK, 0);
-                    tail_event(inner, src, tail)
-                }
-                Ok(Err(_)) => {
-                    done(inner, src, op, ST_CMA_REFUSED, 0);
-                    None
-                }
-                Err(e) => {
-                    let (st, rl) = status_of(&e);
-                    done(inner, src, op, st, rl);
+            let (words, _) = parse::<7>(payload)?;
+            match super::pull::PullPut::parse(words) {
+                Ok(put) => put.finish(inner, src, 0),
+                Err(op) => {
+                    done(inner, src, op, ST_BAD_KEY, 0);
                     None
                 }
             }

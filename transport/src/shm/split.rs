@@ -12,8 +12,9 @@
 
 use std::sync::atomic::Ordering;
 
+use super::pull::{self, outcome, PullPut};
 use super::records::*;
-use super::service::{done, status_of, tail_event, target_region};
+use super::service::done;
 use super::table::Entry;
 use super::{os, Inner, PutTail};
 use crate::error::{Result, TransportError};
@@ -26,21 +27,12 @@ pub(super) const SPLIT_MIN: usize = 64 << 10;
 const PUSH_MAX: usize = 2 << 20;
 
 /// What the target keeps of a split put between pulling its part and the initiator's
-/// `K_PUSHED`: the put, or why its first part failed (reported only once the initiator's write
-/// has ended, so that no `K_DONE` lets the initiator retry while that write may still land).
+/// `K_PUSHED`: the put and how much of it it pulled, or why that failed (reported only once
+/// the initiator's write has ended, so that no `K_DONE` lets the initiator retry while that
+/// write may still land).
 pub(super) enum PulledPart {
-    Pulled {
-        key: u64,
-        offset: u64,
-        len: u64,
-        src_addr: u64,
-        tail: PutTail,
-        pulled: u64,
-    },
-    Failed {
-        status: u64,
-        region_len: u64,
-    },
+    Pulled { put: PullPut, pulled: usize },
+    Failed { status: u64, region_len: u64 },
 }
 
 /// How many of `len` bytes the target pulls: the first half, page aligned, and all but
@@ -70,17 +62,9 @@ pub(super) fn put_split(
     tail: PutTail,
 ) -> Result<()> {
     let pulled = pulled_part(len);
-    let words = [
-        op.0,
-        dst.key.0,
-        dst.offset as u64,
-        len as u64,
-        (src.base_addr() + src_offset) as u64,
-        tail.words()[0],
-        tail.words()[1],
-        pulled as u64,
-    ];
-    inner.send_record(dst.rank, K_PUT_SPLIT, &[&header(words)])?;
+    let words = pull::request_words(op, (src, src_offset), len, dst, tail);
+    let request = [&header(words)[..], &header([pulled as u64])[..]];
+    inner.send_record(dst.rank, K_PUT_SPLIT, &request)?;
     let pid = inner.pids[dst.rank as usize];
     let rest = len - pulled;
     // `entry_for` checked `dst.offset .. + len` against the entry; `direct_copy` holds it.
@@ -102,38 +86,23 @@ pub(super) fn put_split(
 /// The target's side of `K_PUT_SPLIT` from `src`: pulls the first part and waits for
 /// `K_PUSHED`, which completes the put or reports why it failed.
 pub(super) fn on_split(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event> {
-    let ([op, key, offset, len, src_addr, tail_kind, tail_value, pulled], _) = parse::<8>(payload)?;
-    let part = match PutTail::from_words(tail_kind, tail_value).filter(|_| pulled <= len) {
-        None => PulledPart::Failed {
-            status: ST_BAD_KEY,
-            region_len: 0,
-        },
-        Some(tail) => {
-            let span = len.saturating_add(tail.extra() as u64);
-            let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
-                region.with_range(o, pulled as usize, |d| {
-                    let pid = inner.pids[src as usize];
-                    os::read_remote(pid, src_addr as usize, d, pulled as usize)
-                })
-            });
-            match result {
-                Ok(Ok(())) => PulledPart::Pulled {
-                    key,
-                    offset,
-                    len,
-                    src_addr,
-                    tail,
-                    pulled,
-                },
-                Ok(Err(_)) => PulledPart::Failed {
-                    status: ST_CMA_REFUSED,
-                    region_len: 0,
-                },
-                Err(e) => {
-                    let (status, region_len) = status_of(&e);
-                    PulledPart::Failed { status, region_len }
-                }
-            }
+    let (words, rest) = parse::<7>(payload)?;
+    let ([pulled], _) = parse::<1>(rest)?;
+    let (op, part) = match PullPut::parse(words) {
+        Ok(put) if pulled <= put.len => {
+            let pulled = pulled as usize;
+            let part = match outcome(&put.pull_head(inner, src, pulled)) {
+                (ST_OK, _) => PulledPart::Pulled { put, pulled },
+                (status, region_len) => PulledPart::Failed { status, region_len },
+            };
+            (put.op, part)
+        }
+        Ok(PullPut { op, .. }) | Err(op) => {
+            let bad = PulledPart::Failed {
+                status: ST_BAD_KEY,
+                region_len: 0,
+            };
+            (op, bad)
         }
     };
     let mut halves = inner.halves.lock();
@@ -149,49 +118,17 @@ pub(super) fn on_split(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event
 /// pulling the rest too if the initiator could not write it.
 pub(super) fn on_pushed(inner: &Inner, src: Rank, payload: &[u8]) -> Option<Event> {
     let ([op, status], _) = parse::<2>(payload)?;
-    let part = inner.halves.lock().remove(&(src, op))?;
-    let (key, offset, len, src_addr, tail, pulled) = match part {
-        PulledPart::Pulled {
-            key,
-            offset,
-            len,
-            src_addr,
-            tail,
-            pulled,
-        } => (key, offset, len, src_addr, tail, pulled),
+    match inner.halves.lock().remove(&(src, op))? {
+        PulledPart::Pulled { put, pulled } => {
+            let from = if status == ST_OK {
+                put.len as usize
+            } else {
+                pulled
+            };
+            put.finish(inner, src, from)
+        }
         PulledPart::Failed { status, region_len } => {
             done(inner, src, op, status, region_len);
-            return None;
-        }
-    };
-    let span = len.saturating_add(tail.extra() as u64);
-    let result = target_region(inner, key, offset, span).and_then(|(region, o, _)| {
-        let (pulled, len) = (pulled as usize, len as usize);
-        let read = if status == ST_OK {
-            Ok(())
-        } else {
-            region.with_range(o + pulled, len - pulled, |d| {
-                let pid = inner.pids[src as usize];
-                os::read_remote(pid, src_addr as usize + pulled, d, len - pulled)
-            })?
-        };
-        if let (Ok(()), PutTail::Flag(v)) = (&read, tail) {
-            region.store_flag(o + len, v)?;
-        }
-        Ok(read)
-    });
-    match result {
-        Ok(Ok(())) => {
-            done(inner, src, op, ST_OK, 0);
-            tail_event(inner, src, tail)
-        }
-        Ok(Err(_)) => {
-            done(inner, src, op, ST_CMA_REFUSED, 0);
-            None
-        }
-        Err(e) => {
-            let (st, rl) = status_of(&e);
-            done(inner, src, op, st, rl);
             None
         }
     }

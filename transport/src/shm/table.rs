@@ -99,12 +99,13 @@ impl Inner {
                 .iter()
                 .chain(self.dead.iter())
                 .any(|f| f.load(Ordering::Acquire));
-            let limit = match (heap, live_writer) {
-                (false, true) => Duration::MAX,
-                _ if someone_died => DRAIN_LIMIT_WITH_DEAD_PEER,
-                (true, _) => DRAIN_LIMIT,
-                // Counted by a thread without a slot: bounded like a heap copy.
-                (false, false) => DRAIN_LIMIT,
+            // A count (from a thread without a slot) is bounded like a heap copy.
+            let limit = if live_writer && !heap {
+                Duration::MAX
+            } else if someone_died {
+                DRAIN_LIMIT_WITH_DEAD_PEER
+            } else {
+                DRAIN_LIMIT
             };
             if start.elapsed() > limit {
                 return quarantine();
