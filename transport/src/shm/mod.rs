@@ -608,9 +608,11 @@ impl Drop for ShmFabric {
                 inner.rank
             );
         }
-        inner.withdraw_all();
         // Peers fail us once they have drained what we sent (their watchdogs look at this).
+        // Stored before the regions are withdrawn, so a peer that finds one withdrawn also sees
+        // why (`Inner::entry` reports `PeerFailed`, not a bad key).
         inner.view(inner.rank).closed().store(1, Ordering::SeqCst);
+        inner.withdraw_all();
         if let Some(w) = self.watchdog.take() {
             w.stop();
         }

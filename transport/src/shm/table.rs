@@ -155,6 +155,11 @@ impl Inner {
         let v = self.view(rank);
         let seq = v.entry(index, SEQ).load(Ordering::Acquire);
         if seq != (key.generation() as u64) << 1 {
+            // A peer that closed its fabric withdrew every region first (`withdraw_all`): the
+            // key is not bad, the peer is gone.
+            if v.closed().load(Ordering::Acquire) != 0 {
+                return Err(TransportError::PeerFailed(rank));
+            }
             return Err(bad());
         }
         let (kind, addr, len) = (
