@@ -247,13 +247,14 @@ pub fn side_by_side(
     let Some((_, first)) = columns.first() else {
         return out;
     };
+    let d = rdcoll_bench::osu::digits();
     for (i, &(size, ours)) in first.iter().enumerate() {
-        let _ = write!(out, "{size:<10}{ours:>width$.2}");
+        let _ = write!(out, "{size:<10}{ours:>width$.d$}");
         let mut best: Option<f64> = None;
         for (_, rows) in &columns[1..] {
             match rows.get(i).filter(|r| r.0 == size).map(|r| r.1) {
                 Some(v) => {
-                    let _ = write!(out, "{v:>width$.2}");
+                    let _ = write!(out, "{v:>width$.d$}");
                     best = Some(match best {
                         None => v,
                         Some(b) if higher_is_better => b.max(v),

@@ -265,13 +265,23 @@ pub fn run(m: &dyn Messenger, kind: Kind, o: &Options) -> Result<Vec<Row>, Strin
     Ok(rows)
 }
 
+/// Decimals printed in the tables: OSU's 2 unless `RDCOLL_BENCH_DIGITS` (0-6) asks for more,
+/// for telling apart latencies that differ by a few nanoseconds.
+pub fn digits() -> usize {
+    std::env::var("RDCOLL_BENCH_DIGITS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .map_or(2, |d| d.min(6))
+}
+
 /// The table in OSU's layout: a title line, a heading, and `%-10d%18.2f` rows.
 pub fn format_table(kind: Kind, what: &str, rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# OSU MPI {} v6.1 ({what})", kind.title());
     let _ = writeln!(s, "{:<10}{:>18}", "# Size", kind.unit());
+    let d = digits();
     for (size, v) in rows {
-        let _ = writeln!(s, "{size:<10}{v:>18.2}");
+        let _ = writeln!(s, "{size:<10}{v:>18.d$}");
     }
     s
 }

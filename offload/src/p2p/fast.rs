@@ -119,7 +119,7 @@ impl Engine {
             });
             self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
         }
-        let fabric = self.ni.fabric().clone();
+        let fabric = self.ni.fabric();
         let mut backoff = Backoff::default();
         let mut idle_polls = 0u32;
         loop {
@@ -148,7 +148,7 @@ impl Engine {
             }
             let mut polled_any = false;
             for _ in 0..16 {
-                match poll_one(&mut st, &fabric, self, sel, buf) {
+                match poll_one(&mut st, fabric, self, sel, buf) {
                     Polled::Nothing => break,
                     Polled::Taken(result) => {
                         self.fast_state.store(FAST_NONE, Ordering::Relaxed);

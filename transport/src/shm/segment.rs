@@ -115,6 +115,30 @@ impl Segment {
         }
     }
 
+    /// Maps the pages of `offset..offset + len` into this process now, so the first lap of a
+    /// message ring does not take a page fault every 64 messages (the first 10,000 8-byte
+    /// ping-pongs of a job measured 0.13 instead of 0.11 us). Only page tables change, never
+    /// the contents, so peers may be using the range meanwhile. Best effort: a kernel without
+    /// MADV_POPULATE_WRITE (before 5.14) just faults the pages on first use.
+    pub(crate) fn prefault(&self, offset: usize, len: usize) {
+        // SAFETY: sysconf has no preconditions.
+        let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096);
+        let start = offset - offset % page.max(1);
+        let end = offset.saturating_add(len).min(self.len);
+        if start >= end {
+            return;
+        }
+        // SAFETY: a page-aligned range inside our mapping; MADV_POPULATE_WRITE only populates
+        // page tables (as a write fault would) and does not modify memory.
+        unsafe {
+            libc::madvise(
+                self.base.add(start) as *mut libc::c_void,
+                end - start,
+                libc::MADV_POPULATE_WRITE,
+            );
+        }
+    }
+
     /// Base address of the mapping.
     pub(crate) fn base(&self) -> *mut u8 {
         self.base
