@@ -12,8 +12,14 @@ const K_REPLY: u8 = 4;
 /// a compact layout: with a short payload the whole record fits one cache line of a ring.
 const K_PUT_QUIET: u8 = 5;
 /// Bytes of a compact quiet put before its data.
-#[cfg(test)]
 const PUT_QUIET_HEADER: usize = 1 + 4 + 4 + 4 + 8 + 8;
+/// [`K_PUT_QUIET`] in a shorter layout, for a portal below 256, a descriptor below 65536, and
+/// header data and length below 65536 (every eager message): kind, portal (u8), descriptor,
+/// match bits, header data and length (u16), 16 bytes in all, so an eager message of up to
+/// 32 bytes and the ring's 16-byte record header make one cache line (19 in the long layout).
+const K_PUT_QUIET_SHORT: u8 = 6;
+/// Bytes of a short quiet put before its data.
+const PUT_QUIET_SHORT_HEADER: usize = 1 + 1 + 2 + 8 + 2 + 2;
 /// In a Done message's list byte: the entry disabled acknowledgement events.
 const NO_ACK_BIT: u8 = 0x80;
 
@@ -25,16 +31,39 @@ pub(crate) const PUT_HEADER: usize = 3 + 4 + 8 * 5;
 /// decoder: a few loads instead of a full decode.
 #[inline]
 pub(crate) fn peek_quiet_put(b: &[u8]) -> Option<(PtIndex, u64, u64, &[u8])> {
-    if b.len() < 29 || b[0] != K_PUT_QUIET {
-        return None;
-    }
+    peek_quiet_put_md(b).map(|(pt, _, bits, hdr_data, payload)| (pt, bits, hdr_data, payload))
+}
+
+/// [`peek_quiet_put`] with the initiator's descriptor.
+#[inline]
+fn peek_quiet_put_md(b: &[u8]) -> Option<(PtIndex, u32, u64, u64, &[u8])> {
+    let u16_at = |o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
     let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
     let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap_or_default());
-    let payload = &b[29..];
-    if payload.len() != u32_at(9) as usize {
-        return None;
+    match b.first() {
+        Some(&K_PUT_QUIET_SHORT) if b.len() >= PUT_QUIET_SHORT_HEADER => {
+            let payload = &b[PUT_QUIET_SHORT_HEADER..];
+            if payload.len() != usize::from(u16_at(14)) {
+                return None;
+            }
+            let (pt, md) = (u32::from(b[1]), u32::from(u16_at(2)));
+            Some((PtIndex(pt), md, u64_at(4), u64::from(u16_at(12)), payload))
+        }
+        Some(&K_PUT_QUIET) if b.len() >= PUT_QUIET_HEADER => {
+            let payload = &b[PUT_QUIET_HEADER..];
+            if payload.len() != u32_at(9) as usize {
+                return None;
+            }
+            Some((
+                PtIndex(u32_at(1)),
+                u32_at(5),
+                u64_at(13),
+                u64_at(21),
+                payload,
+            ))
+        }
+        _ => None,
     }
-    Some((PtIndex(u32_at(1)), u64_at(13), u64_at(21), payload))
 }
 
 /// A buffer messages are encoded into.
@@ -161,6 +190,23 @@ impl Msg<'_> {
                 if let (Some(md), AckReq::None, 0, PutData::Inline(d)) =
                     (quiet_md, ack, *remote_offset, data)
                 {
+                    let short = (
+                        u8::try_from(pt.0),
+                        u16::try_from(md),
+                        u16::try_from(*hdr_data),
+                        u16::try_from(d.len()),
+                    );
+                    if let (Ok(pt), Ok(md), Ok(hdr), Ok(len)) = short {
+                        if *rlength == d.len() as u64 {
+                            v.append_slice(&[K_PUT_QUIET_SHORT, pt]);
+                            v.append_slice(&md.to_le_bytes());
+                            u64s(v, &[*bits]);
+                            v.append_slice(&hdr.to_le_bytes());
+                            v.append_slice(&len.to_le_bytes());
+                            v.append_slice(d);
+                            return;
+                        }
+                    }
                     if *rlength == d.len() as u64 && d.len() <= u32::MAX as usize {
                         v.append_slice(&[K_PUT_QUIET]);
                         v.append_slice(&pt.0.to_le_bytes());
@@ -246,15 +292,8 @@ impl Msg<'_> {
                     data,
                 })
             }
-            K_PUT_QUIET => {
-                let pt = PtIndex(r.u32()?);
-                let md = r.u32()?;
-                let len = r.u32()?;
-                let [bits, hdr_data] = r.u64s::<2>()?;
-                let d = r.rest();
-                if d.len() as u64 != len as u64 {
-                    return None;
-                }
+            K_PUT_QUIET | K_PUT_QUIET_SHORT => {
+                let (pt, md, bits, hdr_data, d) = peek_quiet_put_md(b)?;
                 Some(Msg::Put {
                     op: QUIET_OP | md as u64,
                     pt,
@@ -390,10 +429,9 @@ mod tests {
                 remote_offset: 1,
             },
         ];
-        // The eager message's compact layout: header and 8 bytes in one 64-byte ring record.
-        assert_eq!(msgs[2].encode()[0], K_PUT_QUIET);
-        assert_eq!(msgs[2].encode().len(), PUT_QUIET_HEADER + 8);
-        const { assert!(PUT_QUIET_HEADER + 8 + 16 <= 64) };
+        // The eager message's short layout: header and 8 bytes in one 64-byte ring record.
+        assert_eq!(msgs[2].encode()[0], K_PUT_QUIET_SHORT);
+        assert_eq!(msgs[2].encode().len(), PUT_QUIET_SHORT_HEADER + 8);
         for m in msgs.iter() {
             let b = m.encode();
             assert_eq!(Msg::decode(&b), Some(m.clone()));
@@ -413,5 +451,56 @@ mod tests {
             assert_eq!(peek_quiet_put(&quiet[..cut]), None);
         }
         assert_eq!(peek_quiet_put(&msgs[0].encode()), None);
+    }
+
+    fn quiet(md: u64, pt: u32, hdr_data: u64, data: &[u8]) -> Msg<'_> {
+        Msg::Put {
+            op: QUIET_OP | md,
+            pt: PtIndex(pt),
+            ack: AckReq::None,
+            bits: u64::MAX - 1,
+            remote_offset: 0,
+            hdr_data,
+            rlength: data.len() as u64,
+            data: PutData::Inline(data),
+        }
+    }
+
+    #[test]
+    fn eager_messages_of_up_to_32_bytes_fit_one_ring_line() {
+        // 16 bytes of ring record header, then the message: 64 bytes in all.
+        for len in 0..=32usize {
+            let data = vec![7u8; len];
+            let b = quiet(3, 1, len as u64, &data).encode();
+            assert!(16 + b.len() <= 64, "{len} bytes encode to {}", b.len());
+        }
+    }
+
+    #[test]
+    fn quiet_puts_take_the_short_layout_up_to_its_limits_and_the_long_one_beyond() {
+        let data = [1u8, 2, 3];
+        let cases = [
+            (0, 0, 0, K_PUT_QUIET_SHORT),
+            (65535, 255, 65535, K_PUT_QUIET_SHORT),
+            (65536, 0, 0, K_PUT_QUIET),
+            (0, 256, 0, K_PUT_QUIET),
+            (0, 0, 65536, K_PUT_QUIET),
+            (7, 9, u64::MAX, K_PUT_QUIET),
+        ];
+        for (md, pt, hdr, kind) in cases {
+            let m = quiet(md, pt, hdr, &data);
+            let b = m.encode();
+            assert_eq!(b[0], kind);
+            assert_eq!(Msg::decode(&b), Some(m.clone()));
+            let peeked = (PtIndex(pt), u64::MAX - 1, hdr, &data[..]);
+            assert_eq!(peek_quiet_put(&b), Some(peeked));
+            for cut in 0..b.len() {
+                assert_eq!(Msg::decode(&b[..cut]), None);
+                assert_eq!(peek_quiet_put(&b[..cut]), None);
+            }
+        }
+        // A payload of 65536 bytes does not fit the short layout's length.
+        let big = vec![0u8; 65536];
+        assert_eq!(quiet(1, 1, 1, &big).encode()[0], K_PUT_QUIET);
     }
 }
