@@ -245,8 +245,9 @@ pub fn format(kind: CollKind, what: &str, rows: &[CollRow], notes: &[String]) ->
             );
         }
     }
+    let d = crate::osu::digits();
     for r in rows {
-        let _ = write!(s, "{:<10}{:>18.2}", r.size, r.avg);
+        let _ = write!(s, "{:<10}{:>18.d$}", r.size, r.avg);
         if let Some(bw) = r.rdmc_mbs {
             let _ = write!(s, "{bw:>18.2}");
         }

@@ -35,6 +35,10 @@ pub struct FabricConfig {
     /// the first part while the initiator writes the rest, so two cores copy at once. Only
     /// when every rank has a core of its own.
     pub shm_split_puts: bool,
+    /// Testing knob (`RDCOLL_SHM_FAIL_PUSHES=1`): the initiator's part of every split shm put
+    /// writes half its bytes and then reports failure, so the target falls back to pulling
+    /// that part itself (the path a refused `process_vm_writev` takes).
+    pub shm_fail_pushes: bool,
     /// Most regions one rank may have registered at once (`RDCOLL_MAX_REGIONS`).
     pub max_regions: usize,
     /// Testing knob (`RDCOLL_SINK_RATE`, bytes/s, `K`/`M`/`G` suffixes): data deposited into
@@ -53,6 +57,7 @@ impl Default for FabricConfig {
             shm_cma: true,
             shm_membarrier: true,
             shm_split_puts: true,
+            shm_fail_pushes: false,
             max_regions: 16384,
             sink_rate: None,
         }
@@ -92,6 +97,9 @@ impl FabricConfig {
         }
         if let Some(v) = env_num("RDCOLL_SHM_SPLIT_PUTS")? {
             c.shm_split_puts = v != 0;
+        }
+        if let Some(v) = env_num("RDCOLL_SHM_FAIL_PUSHES")? {
+            c.shm_fail_pushes = v != 0;
         }
         if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
             c.max_regions = usize::try_from(v).unwrap_or(usize::MAX);

@@ -213,6 +213,8 @@ pub(crate) struct Inner {
     /// Large puts into a peer's registered memory are split between the two processes
     /// (`split`): every rank has a core, and `RDCOLL_SHM_SPLIT_PUTS` allows it.
     split_puts: bool,
+    /// `RDCOLL_SHM_FAIL_PUSHES` (testing): the initiator's part of a split put fails midway.
+    fail_pushes: bool,
     /// Split puts from a peer whose first part we pulled, waiting for its `K_PUSHED`.
     halves: Mutex<HashMap<(Rank, u64), split::PulledPart>>,
 }

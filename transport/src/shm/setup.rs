@@ -232,6 +232,7 @@ impl ShmFabric {
             asymmetric_fence: all_membarrier,
             split_puts: cfg.shm_split_puts
                 && size <= std::thread::available_parallelism().map_or(1, |n| n.get()),
+            fail_pushes: cfg.shm_fail_pushes,
             halves: Mutex::new(HashMap::new()),
         });
         let publisher = Arc::new(ShmPublisher {

@@ -68,9 +68,15 @@ pub(super) fn put_split(
     let pid = inner.pids[dst.rank as usize];
     let rest = len - pulled;
     // `entry_for` checked `dst.offset .. + len` against the entry; `direct_copy` holds it.
+    // Testing (`RDCOLL_SHM_FAIL_PUSHES`): write half, then fail, as a refused call might.
+    let (write, fail) = if inner.fail_pushes {
+        (rest / 2, Err(libc::EPERM))
+    } else {
+        (rest, Ok(()))
+    };
     let pushed = inner.direct_copy(dst.rank, dst.key, e, || {
         src.with_range(src_offset + pulled, rest, |s| {
-            os::write_remote(pid, e.addr + dst.offset + pulled, s, rest)
+            os::write_remote(pid, e.addr + dst.offset + pulled, s, write).and(fail)
         })?
         .map_err(|errno| TransportError::Io {
             context: "process_vm_writev".into(),
