@@ -111,8 +111,15 @@ impl Clone for Region {
 impl Drop for Region {
     fn drop(&mut self) {
         if self.owner && self.inner.owners.fetch_sub(1, Ordering::AcqRel) == 1 {
-            // Overlapping peer lookups must not keep a dropped region reachable.
-            self.inner.unpublish();
+            if self.inner.external && self.inner.registered.load(Ordering::Acquire) {
+                // The caller may free its memory once this returns (`register_memory`): wait,
+                // as `deregister` does, for copies still inside it, such as this rank's own
+                // progress serving a peer on another thread through a transient lookup.
+                self.deregister();
+            } else {
+                // Overlapping peer lookups must not keep a dropped region reachable.
+                self.inner.unpublish();
+            }
         }
     }
 }
@@ -645,6 +652,35 @@ mod tests {
         assert_ne!(r2.key(), key);
         assert!(table.lookup(key).is_err());
         assert_eq!(table.live(), 1);
+    }
+
+    #[test]
+    fn dropping_the_last_handle_to_caller_memory_waits_for_copies_inside_it() {
+        let table = RegionTable::new(0, 4);
+        let mut mem = vec![0u8; 64];
+        let ptr = NonNull::new(mem.as_mut_ptr()).unwrap();
+        let r = table
+            .insert(|key, p| Ok(Region::from_raw(0, key, ptr, 64, Backing::External, p)))
+            .unwrap();
+        let peer = table.lookup(r.key()).unwrap();
+        let (inside, started) = std::sync::mpsc::channel();
+        let copier = std::thread::spawn(move || {
+            peer.with_range(0, 64, |p| {
+                inside.send(()).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(200));
+                // SAFETY: 64 bytes of `mem`, held alive by the range.
+                unsafe { std::ptr::write_bytes(p, 1, 64) };
+            })
+            .unwrap();
+            peer
+        });
+        started.recv().unwrap();
+        drop(r);
+        // The copy ended before the drop returned: its bytes are all there.
+        assert!(mem.iter().all(|&b| b == 1));
+        let peer = copier.join().unwrap();
+        assert!(peer.with_range(0, 1, |_| ()).is_err());
+        assert!(table.lookup(peer.key()).is_err());
     }
 
     #[test]
