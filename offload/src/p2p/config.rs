@@ -4,7 +4,7 @@
 use crate::error::{invalid, Result};
 
 /// Default eager limit (see docs/PERFORMANCE.md, "Eager limit", for the measurement).
-pub const DEFAULT_EAGER_LIMIT: usize = 8192;
+pub const DEFAULT_EAGER_LIMIT: usize = 16384;
 /// Default rendezvous chunk. With shm's split puts, 1 MiB chunks made 4 MiB messages as fast
 /// as one single get (1.00-1.03x), where 512 KiB chunks gave 0.88-0.92x (per-chunk round
 /// trips); docs/PERFORMANCE.md, "Split puts".
@@ -113,13 +113,13 @@ mod tests {
     #[test]
     fn validation_names_the_bad_setting() {
         let ok = P2pConfig::default();
-        assert!(ok.validate(16000).is_ok());
+        assert!(ok.validate(32000).is_ok());
         let bad = P2pConfig {
-            eager_limit: 20000,
+            eager_limit: 40000,
             ..ok
         };
         assert!(bad
-            .validate(16000)
+            .validate(32000)
             .unwrap_err()
             .to_string()
             .contains("EAGER"));
@@ -128,7 +128,7 @@ mod tests {
             ..ok
         };
         assert!(bad
-            .validate(16000)
+            .validate(32000)
             .unwrap_err()
             .to_string()
             .contains("CHUNK"));
@@ -136,6 +136,6 @@ mod tests {
             rndv_credits: 0,
             ..ok
         };
-        assert!(bad.validate(16000).is_err());
+        assert!(bad.validate(32000).is_err());
     }
 }

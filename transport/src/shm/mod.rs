@@ -25,6 +25,7 @@ mod layout;
 mod liveness;
 mod os;
 mod pull;
+mod push;
 mod records;
 mod ring;
 mod rma;

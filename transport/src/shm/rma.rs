@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 
 use super::records::*;
 use super::table::{Entry, KIND_HEAP};
-use super::{os, pull, service, split, Inner, Pending, PendingKind, PutTail};
+use super::{os, pull, push, service, split, Inner, Pending, PendingKind, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{Event, OpId, PutStatus, RemoteAddr};
@@ -100,6 +100,17 @@ pub(super) fn put_now(
         inner.push_local(Event::Completed { op, result });
         return Ok(PutStatus::Pending(op));
     }
+    let cma = inner.cma_ok[dst.rank as usize].load(Ordering::Acquire);
+    if cma && push::pushes(inner, len, tail) {
+        if let Some(result) = push::put_pushed(inner, (src, src_offset), len, dst, &e, tail) {
+            if now {
+                return result.map(|()| PutStatus::Done);
+            }
+            let op = inner.new_op();
+            inner.push_local(Event::Completed { op, result });
+            return Ok(PutStatus::Pending(op));
+        }
+    }
     // An operation the target serves: it has an id even when asked for `now`.
     let op = inner.new_op();
     let kind = PendingKind::Put {
@@ -117,7 +128,6 @@ pub(super) fn put_now(
             kind,
         },
     )?;
-    let cma = inner.cma_ok[dst.rank as usize].load(Ordering::Acquire);
     let sent = if cma && inner.splits_put(len) {
         split::put_split(inner, op, (src, src_offset), len, dst, &e, tail)
     } else if cma {
