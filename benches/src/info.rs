@@ -21,7 +21,13 @@ pub fn run(_args: &[String]) -> i32 {
             "RDCOLL_BOOTSTRAP_TIMEOUT_MS {}",
             c.bootstrap_timeout.as_millis()
         );
-        println!("RDCOLL_SHM_RING_BYTES     {}", c.shm_ring_bytes);
+        match c.shm_ring_bytes {
+            Some(b) => println!("RDCOLL_SHM_RING_BYTES     {b}"),
+            None => println!(
+                "RDCOLL_SHM_RING_BYTES     by job size (2 ranks: {})",
+                c.shm_ring_bytes_for(2)
+            ),
+        }
         println!("RDCOLL_SHM_HEAP_BYTES     {}", c.shm_heap_bytes);
         println!("RDCOLL_SHM_CMA            {}", c.shm_cma as u8);
         println!("RDCOLL_MAX_REGIONS        {}", c.max_regions);

@@ -9,7 +9,7 @@ pub type Rank = u32;
 
 /// The largest active message, in bytes, that every backend carries. Larger data moves with
 /// `put`/`get`.
-pub const MAX_MESSAGE_SIZE: usize = 32 * 1024;
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024;
 
 /// The bytes of an active message; short ones live inline, without an allocation.
 pub type Payload = SmallVec<[u8; 64]>;

@@ -74,7 +74,7 @@ impl ShmFabric {
         let layout = Layout {
             size,
             max_regions: cfg.max_regions,
-            ring_bytes: cfg.shm_ring_bytes,
+            ring_bytes: cfg.shm_ring_bytes_for(size),
             heap_bytes: cfg.shm_heap_bytes,
         };
         let total = layout.checked_total().ok_or_else(|| {
@@ -255,7 +255,8 @@ fn cma_probe(pid: i32, seg: &Segment, layout: Layout) -> bool {
 }
 
 /// At most this many bytes of ring, summed over the rings a rank writes, are mapped in ahead
-/// of use (the same again for the rings it reads): 16 ranks with the default 256 KiB rings.
+/// of use (the same again for the rings it reads): every job whose rings are sized by job size
+/// up to 16 ranks ([`FabricConfig::shm_ring_bytes_for`]).
 const PREFAULT_RING_BYTES: usize = 4 << 20;
 
 /// Maps in the rings this rank writes (its ring in every peer's segment) and reads (every
@@ -263,7 +264,7 @@ const PREFAULT_RING_BYTES: usize = 4 << 20;
 /// little; larger jobs fault ring pages in as traffic reaches them.
 fn prefault_rings(rank: usize, segs: &[Arc<Segment>], layout: Layout) {
     let size = segs.len();
-    if size.saturating_mul(layout.ring_stride()) > PREFAULT_RING_BYTES {
+    if size.saturating_mul(layout.ring_bytes) > PREFAULT_RING_BYTES {
         return;
     }
     for seg in segs {
