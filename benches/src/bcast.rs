@@ -145,7 +145,7 @@ fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
     let notes = coll::notes(&c, kind, &opts);
     let rows = coll::run(&c, kind, &opts, extra.rdmc)?;
     if c.rank() == 0 {
-        print!("{}", coll::format(kind, &what, &rows, &notes));
+        print!("{}", coll::format(kind, &what, &rows, &notes, opts.full));
     }
     Ok(())
 }

@@ -93,6 +93,8 @@ pub struct CollRow {
     pub min: f64,
     /// Largest rank mean, µs.
     pub max: f64,
+    /// Timed iterations.
+    pub iterations: usize,
     /// Bytes per second from the root's call to the last rank's completion, MB/s.
     pub rdmc_mbs: Option<f64>,
 }
@@ -190,6 +192,7 @@ pub fn run(
             avg,
             min,
             max,
+            iterations: iters,
             rdmc_mbs,
         });
     }
@@ -223,31 +226,37 @@ fn rdmc_metric(c: &dyn Collective, buf: &mut [u8], iters: usize) -> Result<f64, 
 
 /// The table in OSU's layout (`# Size  Avg Latency(us)`, and the RDMC column if measured),
 /// after `notes` as comment lines.
-pub fn format(kind: CollKind, what: &str, rows: &[CollRow], notes: &[String]) -> String {
+pub fn format(
+    kind: CollKind,
+    what: &str,
+    rows: &[CollRow],
+    notes: &[String],
+    full: bool,
+) -> String {
     let mut s = String::new();
     for n in notes {
         let _ = writeln!(s, "# {n}");
     }
     let _ = writeln!(s, "# OSU MPI {} v6.1 ({what})", kind.title());
-    let rdmc = rows.iter().any(|r| r.rdmc_mbs.is_some());
-    match (kind, rdmc) {
-        (CollKind::Barrier, _) => {
-            let _ = writeln!(s, "{:<10}{:>18}", "# Size", "Avg Latency(us)");
-        }
-        (_, false) => {
-            let _ = writeln!(s, "{:<10}{:>18}", "# Size", "Avg Latency(us)");
-        }
-        (_, true) => {
-            let _ = writeln!(
-                s,
-                "{:<10}{:>18}{:>18}",
-                "# Size", "Avg Latency(us)", "RDMC MB/s"
-            );
-        }
+    let rdmc = kind != CollKind::Barrier && rows.iter().any(|r| r.rdmc_mbs.is_some());
+    let _ = write!(s, "{:<10}{:>18}", "# Size", "Avg Latency(us)");
+    if full {
+        let _ = write!(
+            s,
+            "{:>18}{:>18}{:>12}",
+            "Min Latency(us)", "Max Latency(us)", "Iterations"
+        );
     }
+    if rdmc {
+        let _ = write!(s, "{:>18}", "RDMC MB/s");
+    }
+    let _ = writeln!(s);
     let d = crate::osu::digits();
     for r in rows {
         let _ = write!(s, "{:<10}{:>18.d$}", r.size, r.avg);
+        if full {
+            let _ = write!(s, "{:>18.d$}{:>18.d$}{:>12}", r.min, r.max, r.iterations);
+        }
         if let Some(bw) = r.rdmc_mbs {
             let _ = write!(s, "{bw:>18.2}");
         }

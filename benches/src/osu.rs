@@ -94,6 +94,9 @@ pub struct Options {
     pub warmup: Option<usize>,
     /// Messages per window for bw and bibw (`-W`, default 64).
     pub window: usize,
+    /// Collectives: also the smallest and largest rank's mean latency and the iterations
+    /// (`-f`, OSU's full format).
+    pub full: bool,
 }
 
 impl Default for Options {
@@ -104,6 +107,7 @@ impl Default for Options {
             iterations: None,
             warmup: None,
             window: 64,
+            full: false,
         }
     }
 }
@@ -112,7 +116,7 @@ impl Default for Options {
 const LARGE: usize = 8192;
 
 impl Options {
-    /// Parses `-m [MIN:]MAX`, `-i N`, `-x N`, `-W N` from `args`; returns the options and the
+    /// Parses `-m [MIN:]MAX`, `-i N`, `-x N`, `-W N`, `-f` from `args`; returns the options and the
     /// arguments it did not recognise.
     pub fn parse(args: &[String]) -> Result<(Options, Vec<String>), String> {
         let mut o = Options::default();
@@ -140,6 +144,7 @@ impl Options {
                 "-i" | "--iterations" => o.iterations = Some(number(value()?)?.max(1)),
                 "-x" | "--warmup" => o.warmup = Some(number(value()?)?),
                 "-W" | "--window-size" => o.window = number(value()?)?.max(1),
+                "-f" | "--full" => o.full = true,
                 _ => rest.push(a.clone()),
             }
         }
@@ -156,6 +161,9 @@ impl Options {
             v.extend(["-x".into(), x.to_string()]);
         }
         v.extend(["-W".into(), self.window.to_string()]);
+        if self.full {
+            v.push("-f".into());
+        }
         v
     }
 

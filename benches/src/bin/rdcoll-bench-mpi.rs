@@ -152,7 +152,7 @@ fn collective(kind: CollKind, args: &[String]) {
     match coll::run(&m, kind, &opts, rdmc) {
         Ok(rows) => {
             if Collective::rank(&m) == 0 {
-                print!("{}", coll::format(kind, &what, &rows, &[]));
+                print!("{}", coll::format(kind, &what, &rows, &[], opts.full));
             }
         }
         Err(e) => {
@@ -170,7 +170,7 @@ fn main() {
     }
     let Some(kind) = args.first().and_then(|a| Kind::from_name(a)) else {
         eprintln!(
-            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|allreduce|reduce|barrier> [-m [MIN:]MAX] [-i N] [-x N]"
+            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|allreduce|reduce|barrier> [-m [MIN:]MAX] [-i N] [-x N] [-W N] [-f]"
         );
         std::process::exit(2);
     };
