@@ -7,9 +7,10 @@ use crate::error::{invalid, Result};
 /// rings sized by job size a 32 KiB message goes eagerly without costing bandwidth.
 pub const DEFAULT_EAGER_LIMIT: usize = 32768;
 /// Default rendezvous chunk. With shm's split puts, 1 MiB chunks made 4 MiB messages as fast
-/// as one single get (1.00-1.03x), where 512 KiB chunks gave 0.88-0.92x (per-chunk round
-/// trips); docs/PERFORMANCE.md, "Split puts".
-pub const DEFAULT_RNDV_CHUNK: usize = 1 << 20;
+/// as one single get (1.00-1.03x) on 2026-11-23, 0.90-0.95x a day later with faster copies
+/// (four split handshakes instead of one); 2 MiB chunks gave 0.99x and 3-8 % more bandwidth
+/// from 2 to 16 MiB (docs/PERFORMANCE.md, "Chunked rendezvous vs single get").
+pub const DEFAULT_RNDV_CHUNK: usize = 2 << 20;
 /// Default most gets in flight per rendezvous receive.
 pub const DEFAULT_RNDV_CREDITS: usize = 4;
 
