@@ -130,11 +130,6 @@ fn quiet_inline_msg<'a>(a: &PutArgs, bytes: &'a [u8]) -> Msg<'a> {
     }
 }
 
-/// Encodes an unsignalled quiet inline put into `out` (see `Ni::put_inline_unsignalled`).
-pub(crate) fn encode_quiet_inline<B: crate::wire::WireBuf>(a: &PutArgs, bytes: &[u8], out: &mut B) {
-    quiet_inline_msg(a, bytes).encode_into(out);
-}
-
 /// A quiet put that never left: the failure on its descriptor (if that still exists).
 pub(crate) fn report_put_failure(st: &mut State, a: &PutArgs) {
     report_quiet_failure(

@@ -99,9 +99,6 @@ pub enum RdmaPut {
     Counted,
 }
 
-/// Longest payload an unsignalled inline put encodes on the stack.
-const QUIET_STACK_BYTES: usize = 256;
-
 /// One rank's emulated network interface.
 pub struct Ni {
     shared: Arc<Shared>,
@@ -109,6 +106,8 @@ pub struct Ni {
     agent: Option<JoinHandle<()>>,
     /// Where to pin the agent thread, if anywhere.
     pin_slot: Option<usize>,
+    /// `NiConfig::inline_max`, fixed at creation (read without the state lock).
+    inline_max: usize,
 }
 
 impl Ni {
@@ -136,6 +135,7 @@ impl Ni {
             fabric,
             agent: None,
             pin_slot: cfg.pin_slot,
+            inline_max: cfg.inline_max,
         })
     }
 
@@ -501,13 +501,31 @@ impl Ni {
     /// still leave in its program order. A failure is reported on the descriptor, as for any
     /// quiet put, and returned.
     pub fn put_inline_unsignalled(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
-        if a.ack_req != crate::types::AckReq::None || bytes.len() > QUIET_STACK_BYTES {
+        if a.ack_req != crate::types::AckReq::None
+            || a.remote_offset != 0
+            || bytes.len() > self.inline_max
+        {
             return self.put_inline(a, bytes);
         }
-        let mut wire =
-            crate::wire::StackBuf::<{ QUIET_STACK_BYTES + crate::wire::PUT_HEADER }>::new();
-        crate::initiator::encode_quiet_inline(&a, bytes, &mut wire);
-        if self.fabric.send(a.target, wire.bytes()).is_ok() {
+        // The header alone on the stack; the transport takes it and `bytes` as two parts
+        // (a 32 KiB eager message was copied into a wire buffer first, under the state lock).
+        let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
+        let op = crate::initiator::QUIET_OP | a.md.0 as u64;
+        if !crate::wire::encode_quiet_header(
+            &mut header,
+            op,
+            a.pt,
+            a.match_bits,
+            a.hdr_data,
+            bytes.len(),
+        ) {
+            return self.put_inline(a, bytes);
+        }
+        if self
+            .fabric
+            .send_parts(a.target, &[header.bytes(), bytes])
+            .is_ok()
+        {
             return Ok(());
         }
         let mut st = self.shared.state.lock();

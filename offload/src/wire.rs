@@ -66,6 +66,50 @@ fn peek_quiet_put_md(b: &[u8]) -> Option<(PtIndex, u32, u64, u64, &[u8])> {
     }
 }
 
+/// Appends the header of a quiet put (`op` a quiet operation, no acknowledgement, inline data
+/// at offset 0) of `len` bytes: what [`Msg::encode_into`] writes before the data, so a sender
+/// can hand the header and the caller's bytes to the transport separately (no copy of the
+/// data into a wire buffer). False, with nothing written, when no quiet layout fits.
+pub(crate) fn encode_quiet_header<B: WireBuf>(
+    v: &mut B,
+    op: u64,
+    pt: PtIndex,
+    bits: u64,
+    hdr_data: u64,
+    len: usize,
+) -> bool {
+    if op & QUIET_OP == 0 {
+        return false;
+    }
+    let Ok(md) = u32::try_from(op & !QUIET_OP) else {
+        return false;
+    };
+    let short = (
+        u8::try_from(pt.0),
+        u16::try_from(md),
+        u16::try_from(hdr_data),
+        u16::try_from(len),
+    );
+    if let (Ok(pt), Ok(md), Ok(hdr), Ok(len)) = short {
+        v.append_slice(&[K_PUT_QUIET_SHORT, pt]);
+        v.append_slice(&md.to_le_bytes());
+        v.append_slice(&bits.to_le_bytes());
+        v.append_slice(&hdr.to_le_bytes());
+        v.append_slice(&len.to_le_bytes());
+        return true;
+    }
+    let Ok(len) = u32::try_from(len) else {
+        return false;
+    };
+    v.append_slice(&[K_PUT_QUIET]);
+    v.append_slice(&pt.0.to_le_bytes());
+    v.append_slice(&md.to_le_bytes());
+    v.append_slice(&len.to_le_bytes());
+    v.append_slice(&bits.to_le_bytes());
+    v.append_slice(&hdr_data.to_le_bytes());
+    true
+}
+
 /// A buffer messages are encoded into.
 pub(crate) trait WireBuf {
     /// Appends `b`.
@@ -184,35 +228,10 @@ impl Msg<'_> {
                 rlength,
                 data,
             } => {
-                let quiet_md = (*op & QUIET_OP != 0)
-                    .then(|| u32::try_from(*op & !QUIET_OP).ok())
-                    .flatten();
-                if let (Some(md), AckReq::None, 0, PutData::Inline(d)) =
-                    (quiet_md, ack, *remote_offset, data)
-                {
-                    let short = (
-                        u8::try_from(pt.0),
-                        u16::try_from(md),
-                        u16::try_from(*hdr_data),
-                        u16::try_from(d.len()),
-                    );
-                    if let (Ok(pt), Ok(md), Ok(hdr), Ok(len)) = short {
-                        if *rlength == d.len() as u64 {
-                            v.append_slice(&[K_PUT_QUIET_SHORT, pt]);
-                            v.append_slice(&md.to_le_bytes());
-                            u64s(v, &[*bits]);
-                            v.append_slice(&hdr.to_le_bytes());
-                            v.append_slice(&len.to_le_bytes());
-                            v.append_slice(d);
-                            return;
-                        }
-                    }
-                    if *rlength == d.len() as u64 && d.len() <= u32::MAX as usize {
-                        v.append_slice(&[K_PUT_QUIET]);
-                        v.append_slice(&pt.0.to_le_bytes());
-                        v.append_slice(&md.to_le_bytes());
-                        v.append_slice(&(d.len() as u32).to_le_bytes());
-                        u64s(v, &[*bits, *hdr_data]);
+                if let (AckReq::None, 0, PutData::Inline(d)) = (ack, *remote_offset, data) {
+                    if *rlength == d.len() as u64
+                        && encode_quiet_header(v, *op, *pt, *bits, *hdr_data, d.len())
+                    {
                         v.append_slice(d);
                         return;
                     }

@@ -40,9 +40,10 @@ pub struct FabricConfig {
     /// the first part while the initiator writes the rest, so two cores copy at once. Only
     /// when every rank has a core of its own.
     pub shm_split_puts: bool,
-    /// Testing knob (`RDCOLL_SHM_FAIL_PUSHES=1`): the initiator's part of every split shm put
-    /// writes half its bytes and then reports failure, so the target falls back to pulling
-    /// that part itself (the path a refused `process_vm_writev` takes).
+    /// Testing knob (`RDCOLL_SHM_FAIL_PUSHES=1`): the initiator's write of every shm put into
+    /// registered memory (a whole put below the split size, its part of a split one) writes
+    /// half its bytes and then reports failure, so the target falls back to pulling that part
+    /// itself (the path a refused `process_vm_writev` takes).
     pub shm_fail_pushes: bool,
     /// Most regions one rank may have registered at once (`RDCOLL_MAX_REGIONS`).
     pub max_regions: usize,

@@ -101,6 +101,13 @@ pub trait Fabric: Send + Sync {
     /// Sends an active message to `dest` (which may be this rank).
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()>;
 
+    /// Sends the concatenation of `parts` as one active message (a header and a caller's
+    /// payload without first copying them together). By default it concatenates and sends;
+    /// shm writes the parts straight into the ring.
+    fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
+        self.send(dest, &parts.concat())
+    }
+
     /// The next event, if one is ready, after making what progress can be made without waiting.
     fn poll(&self) -> Result<Option<Event>>;
 

@@ -49,11 +49,11 @@ fn every_case_over_shm_with_full_fences() {
     all_cases(&[("RDCOLL_SHM_MEMBARRIER", "0")]);
 }
 
-/// A split put whose initiator could not write its part (here: wrote half of it, then failed)
-/// still completes with every byte right: the target pulls that part itself. Split puts need
-/// every rank to have a core, so 2 ranks.
+/// A put into registered memory whose initiator could not write its part (here: wrote half of
+/// it, then failed), whole below 32 KiB or split above, still completes with every byte right:
+/// the target pulls that part itself. Split puts need every rank to have a core, so 2 ranks.
 #[test]
-fn split_puts_complete_when_the_initiator_cannot_write_its_part() {
+fn puts_into_user_memory_complete_when_the_initiator_cannot_write_its_part() {
     let env = [("RDCOLL_SHM_FAIL_PUSHES", "1")];
     run_procs("shm", 2, "large_puts_to_user_memory", &env).unwrap();
 }

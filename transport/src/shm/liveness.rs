@@ -69,7 +69,9 @@ impl Inner {
 
     /// Fails `rank` once: pending operations complete with `PeerFailed`, then the event.
     pub(crate) fn fail_peer(&self, rank: Rank) {
-        let drained: Vec<u64> = {
+        // The removed operations are dropped after the lock is released: one may hold the
+        // last handle to caller memory, whose drop waits for copies still inside it.
+        let (drained, removed): (Vec<u64>, Vec<_>) = {
             let mut pending = self.pending.lock();
             if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
                 return;
@@ -80,11 +82,10 @@ impl Inner {
                 .filter(|(_, p)| p.peer == rank)
                 .map(|(k, _)| *k)
                 .collect();
-            for id in &ids {
-                pending.remove(id);
-            }
-            ids
+            let removed = ids.iter().filter_map(|id| pending.remove(id)).collect();
+            (ids, removed)
         };
+        drop(removed);
         self.producers[rank as usize].lock().backlog.clear();
         super::split::forget_peer(self, rank);
         for op in drained {

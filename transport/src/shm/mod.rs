@@ -214,8 +214,12 @@ pub(crate) struct Inner {
     /// Large puts into a peer's registered memory are split between the two processes
     /// (`split`): every rank has a core, and `RDCOLL_SHM_SPLIT_PUTS` allows it.
     split_puts: bool,
-    /// `RDCOLL_SHM_FAIL_PUSHES` (testing): the initiator's part of a split put fails midway.
+    /// `RDCOLL_SHM_FAIL_PUSHES` (testing): the initiator's write of a pushed put, or of its
+    /// part of a split put, fails midway.
     fail_pushes: bool,
+    /// Per peer: the kernel refused a `process_vm_writev` into it (`push`); its puts are
+    /// pulled by the target from then on.
+    push_refused: Vec<AtomicBool>,
     /// Split puts from a peer whose first part we pulled, waiting for its `K_PUSHED`.
     halves: Mutex<HashMap<(Rank, u64), split::PulledPart>>,
 }
@@ -513,19 +517,24 @@ impl Fabric for ShmFabric {
     }
 
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
-        if data.len() > crate::MAX_MESSAGE_SIZE {
+        self.send_parts(dest, &[data])
+    }
+
+    fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        if len > crate::MAX_MESSAGE_SIZE {
             return Err(TransportError::MessageTooLarge {
-                len: data.len(),
+                len,
                 max: crate::MAX_MESSAGE_SIZE,
             });
         }
         if dest == self.inner.rank {
             // Messages to self skip the ring, so `poll` only watches the peers' rings.
-            let data = crate::types::Payload::from_slice(data);
+            let data = crate::types::Payload::from_slice(&parts.concat());
             self.inner.push_local(Event::Message { src: dest, data });
             return Ok(());
         }
-        self.inner.send_record(dest, K_MSG, &[data])
+        self.inner.send_record(dest, K_MSG, parts)
     }
 
     fn poll(&self) -> Result<Option<Event>> {

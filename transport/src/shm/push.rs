@@ -8,20 +8,30 @@
 //! cannot withdraw the memory in the middle, and a region withdrawn before it is `BadKey` as
 //! the target would report. An immediate follows in the ring after the data is in. Flags stay
 //! with the target (it stores them with release order after the data and wakes its sleepers),
-//! and any failure of the write itself leaves the whole put to the target's pull, which
-//! reports what is wrong (a dead peer fails the put there too).
+//! and a failed write leaves the whole put to the target's pull, which rewrites every byte and
+//! reports what is wrong; a dead peer fails the put at once, and a peer the kernel refuses
+//! cross-memory writes to is not written again. A thread without a copy slot leaves its puts
+//! to the target too (`Inner::direct_copy`).
+//!
+//! Puts into the same range are not ordered with each other (as `Fabric` documents): a pushed
+//! put can land before an earlier pulled or split one that the target serves later.
+
+use std::sync::atomic::Ordering;
 
 use super::records::*;
 use super::table::Entry;
 use super::{os, split, Inner, PutTail};
-use crate::error::Result;
+use crate::error::{Result, TransportError};
 use crate::region::Region;
-use crate::types::RemoteAddr;
+use crate::types::{Rank, RemoteAddr};
 
-/// Whether a put of `len` bytes with `tail` into a peer's registered memory is written by the
+/// Whether a put of `len` bytes with `tail` into `peer`'s registered memory is written by the
 /// initiator alone (CMA allowed, checked by the caller).
-pub(super) fn pushes(inner: &Inner, len: usize, tail: PutTail) -> bool {
-    !inner.splits_put(len) && len < split::SPLIT_MIN && !matches!(tail, PutTail::Flag(_))
+pub(super) fn pushes(inner: &Inner, peer: Rank, len: usize, tail: PutTail) -> bool {
+    !inner.splits_put(len)
+        && len < split::SPLIT_MIN
+        && !matches!(tail, PutTail::Flag(_))
+        && !inner.push_refused[peer as usize].load(Ordering::Acquire)
 }
 
 /// Writes the put described by `e` (checked for `dst` by `entry_for`): `Some` with its
@@ -36,19 +46,43 @@ pub(super) fn put_pushed(
     tail: PutTail,
 ) -> Option<Result<()>> {
     let pid = inner.pids[dst.rank as usize];
-    let mut write_failed = false;
+    // Testing (`RDCOLL_SHM_FAIL_PUSHES`): write half, then fail, as a refused call might.
+    let write = if inner.fail_pushes { len / 2 } else { len };
+    let mut errno = None;
     let copied = inner.direct_copy(dst.rank, dst.key, e, || {
         let written = src.with_range(src_offset, len, |s| {
-            os::write_remote(pid, e.addr + dst.offset, s, len)
+            os::write_remote(pid, e.addr + dst.offset, s, write)
         })?;
-        write_failed = written.is_err() || inner.fail_pushes;
+        errno = written.err().or(inner.fail_pushes.then_some(libc::EPERM));
         Ok(())
     });
-    if write_failed {
-        return None;
+    match (errno, copied) {
+        (None, Ok(())) => {}
+        // The region was withdrawn: the put fails as the target would report it.
+        (None, Err(e @ TransportError::BadKey { .. })) => return Some(Err(e)),
+        // No copy slot for this thread: the target pulls the put.
+        (None, Err(_)) => return None,
+        (Some(errno), _) => return written_off(inner, dst.rank, pid, errno),
     }
-    Some(copied.and_then(|()| match tail {
+    Some(match tail {
         PutTail::Imm(imm) => inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()]),
         _ => Ok(()),
-    }))
+    })
+}
+
+/// After `process_vm_writev` failed with `errno`: a peer that is gone fails the put now; a
+/// kernel that refuses cross-memory writes to it is not asked again (its puts are pulled);
+/// anything else leaves this put to the target's pull, which reports what is wrong.
+fn written_off(inner: &Inner, peer: Rank, pid: i32, errno: i32) -> Option<Result<()>> {
+    if errno == libc::EPERM || errno == libc::ENOSYS {
+        if !inner.fail_pushes {
+            inner.push_refused[peer as usize].store(true, Ordering::Release);
+        }
+        return None;
+    }
+    if errno == libc::ESRCH || !os::process_alive(pid) {
+        inner.fail_peer(peer);
+        return Some(Err(TransportError::PeerFailed(peer)));
+    }
+    None
 }

@@ -101,7 +101,7 @@ pub(super) fn put_now(
         return Ok(PutStatus::Pending(op));
     }
     let cma = inner.cma_ok[dst.rank as usize].load(Ordering::Acquire);
-    if cma && push::pushes(inner, len, tail) {
+    if cma && push::pushes(inner, dst.rank, len, tail) {
         if let Some(result) = push::put_pushed(inner, (src, src_offset), len, dst, &e, tail) {
             if now {
                 return result.map(|()| PutStatus::Done);

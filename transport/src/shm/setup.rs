@@ -233,6 +233,7 @@ impl ShmFabric {
             split_puts: cfg.shm_split_puts
                 && size <= std::thread::available_parallelism().map_or(1, |n| n.get()),
             fail_pushes: cfg.shm_fail_pushes,
+            push_refused: (0..size).map(|_| AtomicBool::new(false)).collect(),
             halves: Mutex::new(HashMap::new()),
         });
         let publisher = Arc::new(ShmPublisher {

@@ -245,7 +245,8 @@ impl Inner {
     /// With the asymmetric fence the announcement is this thread's copy slot, written with
     /// plain stores (the owner's membarrier in `retract` orders it against the sequence
     /// check); otherwise, or for a thread without a slot, the entry's shared `users` count,
-    /// whose locked increment and decrement order it themselves.
+    /// whose locked increment and decrement order it themselves. Registered memory needs a
+    /// slot: `OutOfResources` without one (the caller leaves the copy to the owner).
     pub(super) fn direct_copy(
         &self,
         rank: Rank,
@@ -265,6 +266,14 @@ impl Inner {
             .flatten()
             .map(|t| self.view(self.rank).copy_slot(t));
         let users = v.entry(i, USERS);
+        if slot.is_none() && !heap {
+            // Caller memory is withdrawn without a time limit only from writers announced in
+            // a slot (`retract`); a counted writer could outlive the owner's bounded wait. A
+            // thread beyond the slots leaves such copies to the owner (callers fall back).
+            return Err(TransportError::OutOfResources {
+                what: "copy slots for writes into a peer's registered memory",
+            });
+        }
         match slot {
             Some(slot) if heap => {
                 slot.store(copy_slot::tag(rank as usize, i), Ordering::Relaxed);

@@ -466,7 +466,10 @@ fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
 /// lengths that do not split evenly; a stale key or a range past the end is refused and writes
 /// nothing.
 fn large_puts_to_user_memory(h: &mut Harness) -> Result<(), String> {
-    const SIZES: &[usize] = &[300_001, (1 << 20) + 3, (5 << 20) + 17];
+    // Below 32 KiB the initiator writes the whole put (shm `push`), above it both sides do
+    // (`split`); the odd rounds carry a flag (always pulled by the target), the even ones an
+    // immediate.
+    const SIZES: &[usize] = &[20_011, 300_001, (1 << 20) + 3, (5 << 20) + 17, 7, 30_001];
     const ROOM: usize = (5 << 20) + 4096;
     let (me, n) = (h.f.rank(), h.f.size() as Rank);
     let (right, left) = ((me + 1) % n, (me + n - 1) % n);
@@ -496,6 +499,18 @@ fn large_puts_to_user_memory(h: &mut Harness) -> Result<(), String> {
         h,
         h.f.put(&src, 0, 512 << 10, dsts[r].at(ROOM - (256 << 10)), Some(1)),
         "large put past the end",
+        |e| matches!(e, TransportError::OutOfRange { .. }),
+    )?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 4096, doomeds[r].at(0), Some(1)),
+        "small put to a deregistered region",
+        |e| matches!(e, TransportError::BadKey { .. }),
+    )?;
+    expect_remote_error(
+        h,
+        h.f.put(&src, 0, 4096, dsts[r].at(ROOM - 2048), Some(1)),
+        "small put past the end",
         |e| matches!(e, TransportError::OutOfRange { .. }),
     )?;
     h.barrier()?;
