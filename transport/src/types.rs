@@ -14,6 +14,15 @@ pub const MAX_MESSAGE_SIZE: usize = 64 * 1024;
 /// The bytes of an active message; short ones live inline, without an allocation.
 pub type Payload = SmallVec<[u8; 64]>;
 
+/// The concatenation of `parts` as a payload, copied once (for `Fabric::send_parts`).
+pub(crate) fn payload_of(parts: &[&[u8]]) -> Payload {
+    let mut data = Payload::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        data.extend_from_slice(part);
+    }
+    data
+}
+
 /// Key naming a registered region at its owner: slot index in the low 32 bits, the slot's
 /// generation in the high 32, so a key of a deregistered region never names its successor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Region, RegionTable};
-use crate::types::{Event, OpId, Payload, Rank, RemoteAddr};
+use crate::types::{Event, OpId, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 
 struct Endpoint {
@@ -198,16 +198,21 @@ impl Fabric for LocalFabric {
     }
 
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
-        if data.len() > crate::MAX_MESSAGE_SIZE {
+        self.send_parts(dest, &[data])
+    }
+
+    fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
+        let len = parts.iter().map(|p| p.len()).sum();
+        if len > crate::MAX_MESSAGE_SIZE {
             return Err(TransportError::MessageTooLarge {
-                len: data.len(),
+                len,
                 max: crate::MAX_MESSAGE_SIZE,
             });
         }
         let target = self.peer(dest)?;
         target.events.push(Event::Message {
             src: self.rank,
-            data: Payload::from_slice(data),
+            data: crate::types::payload_of(parts),
         });
         Ok(())
     }

@@ -530,7 +530,7 @@ impl Fabric for ShmFabric {
         }
         if dest == self.inner.rank {
             // Messages to self skip the ring, so `poll` only watches the peers' rings.
-            let data = crate::types::Payload::from_slice(&parts.concat());
+            let data = crate::types::payload_of(parts);
             self.inner.push_local(Event::Message { src: dest, data });
             return Ok(());
         }

@@ -46,14 +46,12 @@ pub(super) fn put_pushed(
     tail: PutTail,
 ) -> Option<Result<()>> {
     let pid = inner.pids[dst.rank as usize];
-    // Testing (`RDCOLL_SHM_FAIL_PUSHES`): write half, then fail, as a refused call might.
-    let write = if inner.fail_pushes { len / 2 } else { len };
     let mut errno = None;
     let copied = inner.direct_copy(dst.rank, dst.key, e, || {
         let written = src.with_range(src_offset, len, |s| {
-            os::write_remote(pid, e.addr + dst.offset, s, write)
+            write_remote(inner, pid, e.addr + dst.offset, s, len)
         })?;
-        errno = written.err().or(inner.fail_pushes.then_some(libc::EPERM));
+        errno = written.err();
         Ok(())
     });
     match (errno, copied) {
@@ -68,6 +66,23 @@ pub(super) fn put_pushed(
         PutTail::Imm(imm) => inner.send_record(dst.rank, K_IMM, &[&imm.to_le_bytes()]),
         _ => Ok(()),
     })
+}
+
+/// `os::write_remote` of `len` bytes at `local` to `remote` in process `pid`; with
+/// `RDCOLL_SHM_FAIL_PUSHES` (testing) it writes half and then fails, as a refused call might.
+/// Both the whole pushes here and the initiator's part of a split put write through it.
+pub(super) fn write_remote(
+    inner: &Inner,
+    pid: i32,
+    remote: usize,
+    local: *const u8,
+    len: usize,
+) -> std::result::Result<(), i32> {
+    if inner.fail_pushes {
+        os::write_remote(pid, remote, local, len / 2)?;
+        return Err(libc::EPERM);
+    }
+    os::write_remote(pid, remote, local, len)
 }
 
 /// After `process_vm_writev` failed with `errno`: a peer that is gone fails the put now; a

@@ -68,9 +68,9 @@ impl Producer {
                 return false;
             }
         }
-        // SAFETY (whole block): offsets stay inside the ring (checked sizes, records of whole lines),
-        // and the space between tail and head + cap (which includes the guard past this
-        // record) belongs to the producer.
+        // SAFETY (whole block): offsets stay inside the ring (checked sizes, records of whole
+        // lines), and the space between tail and head + cap (which includes the guard past
+        // this record) belongs to the producer.
         unsafe {
             if filler > 0 {
                 let h = data.add(off);

@@ -55,25 +55,12 @@ pub(super) fn put_now(
             (Ok(()), PutTail::Flag(_)) => inner.ring_doorbell(inner.rank),
             _ => {}
         }
-        if now {
-            return result.map(|()| PutStatus::Done);
-        }
-        let op = inner.new_op();
-        inner.push_local(Event::Completed { op, result });
-        return Ok(PutStatus::Pending(op));
+        return settled(inner, result, now);
     }
     let span = len.saturating_add(tail.extra());
     let e = match inner.entry_for(dst.rank, dst.key, dst.offset, span) {
         Ok(e) => e,
-        Err(err) if now => return Err(err),
-        Err(err) => {
-            let op = inner.new_op();
-            inner.push_local(Event::Completed {
-                op,
-                result: Err(err),
-            });
-            return Ok(PutStatus::Pending(op));
-        }
+        Err(err) => return settled(inner, Err(err), now),
     };
     if e.kind == KIND_HEAP {
         let result = src
@@ -93,22 +80,12 @@ pub(super) fn put_now(
             }
             (result, _) => result,
         };
-        if now {
-            return result.map(|()| PutStatus::Done);
-        }
-        let op = inner.new_op();
-        inner.push_local(Event::Completed { op, result });
-        return Ok(PutStatus::Pending(op));
+        return settled(inner, result, now);
     }
     let cma = inner.cma_ok[dst.rank as usize].load(Ordering::Acquire);
     if cma && push::pushes(inner, dst.rank, len, tail) {
         if let Some(result) = push::put_pushed(inner, (src, src_offset), len, dst, &e, tail) {
-            if now {
-                return result.map(|()| PutStatus::Done);
-            }
-            let op = inner.new_op();
-            inner.push_local(Event::Completed { op, result });
-            return Ok(PutStatus::Pending(op));
+            return settled(inner, result, now);
         }
     }
     // An operation the target serves: it has an id even when asked for `now`.
@@ -140,6 +117,17 @@ pub(super) fn put_now(
         Ok(()) => Ok(PutStatus::Pending(op)),
         Err(e) => inner.abandon(op, e).map(PutStatus::Pending),
     }
+}
+
+/// The outcome of a put that finished in the call (a direct copy, or refused before anything
+/// was sent): returned as is when asked for `now`, else raised as its completion event.
+fn settled(inner: &Inner, result: Result<()>, now: bool) -> Result<PutStatus> {
+    if now {
+        return result.map(|()| PutStatus::Done);
+    }
+    let op = inner.new_op();
+    inner.push_local(Event::Completed { op, result });
+    Ok(PutStatus::Pending(op))
 }
 
 /// Stores `len` bytes at `s`, then the flag of `tail` if it has one (release: after the

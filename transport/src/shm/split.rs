@@ -16,7 +16,7 @@ use super::pull::{self, outcome, PullPut};
 use super::records::*;
 use super::service::done;
 use super::table::Entry;
-use super::{os, Inner, PutTail};
+use super::{push, Inner, PutTail};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{Event, OpId, Rank, RemoteAddr};
@@ -70,15 +70,9 @@ pub(super) fn put_split(
     let pid = inner.pids[dst.rank as usize];
     let rest = len - pulled;
     // `entry_for` checked `dst.offset .. + len` against the entry; `direct_copy` holds it.
-    // Testing (`RDCOLL_SHM_FAIL_PUSHES`): write half, then fail, as a refused call might.
-    let (write, fail) = if inner.fail_pushes {
-        (rest / 2, Err(libc::EPERM))
-    } else {
-        (rest, Ok(()))
-    };
     let pushed = inner.direct_copy(dst.rank, dst.key, e, || {
         src.with_range(src_offset + pulled, rest, |s| {
-            os::write_remote(pid, e.addr + dst.offset + pulled, s, write).and(fail)
+            push::write_remote(inner, pid, e.addr + dst.offset + pulled, s, rest)
         })?
         .map_err(|errno| TransportError::Io {
             context: "process_vm_writev".into(),

@@ -24,7 +24,7 @@ use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Backing, Region, RegionTable};
-use crate::types::{Event, OpId, Payload, PeerCounters, Rank, RemoteAddr};
+use crate::types::{Event, OpId, PeerCounters, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 use wire::{Frame, CHUNK};
 
@@ -510,10 +510,15 @@ impl Fabric for TcpFabric {
     }
 
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()> {
+        self.send_parts(dest, &[data])
+    }
+
+    fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
         let sh = &self.shared;
-        if data.len() > crate::MAX_MESSAGE_SIZE {
+        let len = parts.iter().map(|p| p.len()).sum();
+        if len > crate::MAX_MESSAGE_SIZE {
             return Err(TransportError::MessageTooLarge {
-                len: data.len(),
+                len,
                 max: crate::MAX_MESSAGE_SIZE,
             });
         }
@@ -521,11 +526,11 @@ impl Fabric for TcpFabric {
         if dest == sh.rank {
             sh.events.push(Event::Message {
                 src: dest,
-                data: Payload::from_slice(data),
+                data: crate::types::payload_of(parts),
             });
             return Ok(());
         }
-        sh.enqueue(dest, Frame::Message { data }.encode())
+        sh.enqueue(dest, wire::message_frame(parts))
     }
 
     fn poll(&self) -> Result<Option<Event>> {

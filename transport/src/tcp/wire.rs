@@ -104,11 +104,20 @@ impl Writer {
     }
 }
 
+/// A message frame carrying the concatenation of `parts` (header included), the one copy.
+pub fn message_frame(parts: &[&[u8]]) -> Vec<u8> {
+    let len = parts.iter().map(|p| p.len()).sum();
+    parts
+        .iter()
+        .fold(Writer::new(K_MESSAGE, len), |w, p| w.bytes(p))
+        .finish()
+}
+
 impl Frame<'_> {
     /// Encodes the frame, header included.
     pub fn encode(&self) -> Vec<u8> {
         match *self {
-            Frame::Message { data } => Writer::new(K_MESSAGE, data.len()).bytes(data).finish(),
+            Frame::Message { data } => message_frame(&[data]),
             Frame::Put {
                 op,
                 key,
