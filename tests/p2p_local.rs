@@ -27,6 +27,11 @@ fn identical_envelopes() {
 }
 
 #[test]
+fn rendezvous_then_eager_into_blocking_receives() {
+    run(2, p2p_cases::rendezvous_then_eager_into_blocking_receives);
+}
+
+#[test]
 fn truncation_and_zero_length() {
     run(2, p2p_cases::truncation_and_zero_length);
 }

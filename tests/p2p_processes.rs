@@ -31,6 +31,10 @@ fn rank_entry() {
             "self_send" => p2p_cases::self_send_and_probe(&world),
             "random" => p2p_cases::random_traffic(&world, 10_000),
             "peer_death" => p2p_cases::peer_death(&world),
+            "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
+            "rendezvous_then_eager" => {
+                p2p_cases::rendezvous_then_eager_into_blocking_receives(&world)
+            }
             "slow_receiver" => p2p_cases::slow_receiver(&world, SLOW_LEN).and_then(|peak| {
                 match (peak, std::env::var(PEAK_OUT)) {
                     (Some(p), Ok(path)) => {
@@ -92,11 +96,22 @@ fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, String)]) 
     }
 }
 
-const PAIR_CASES: &str = "table_one,identical_envelopes,truncation,self_send";
+const PAIR_CASES: &str = "table_one,identical_envelopes,truncation,self_send,rendezvous_then_eager";
 
 #[test]
 fn pair_cases_over_shm() {
     job(2, "shm", PAIR_CASES);
+}
+
+/// Inline mode (the host's calls run the agent) is where a blocking receive polls the fabric
+/// itself; forced, so that a machine with many cores (thread mode by default) tests it too.
+#[test]
+fn a_receive_and_a_progressing_thread_keep_order() {
+    for transport in ["shm", "tcp"] {
+        for mode in ["inline", "thread"] {
+            job_with(2, transport, "threads", &[("RDCOLL_OFFLOAD", mode.into())]);
+        }
+    }
 }
 
 #[test]

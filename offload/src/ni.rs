@@ -108,6 +108,8 @@ pub struct Ni {
     pin_slot: Option<usize>,
     /// `NiConfig::inline_max`, fixed at creation (read without the state lock).
     inline_max: usize,
+    /// `State::queued_unexpected`, read without the state lock.
+    queued_unexpected: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Ni {
@@ -124,8 +126,10 @@ impl Ni {
     /// message that arrives earlier waits in the fabric instead of finding no entry).
     pub fn new_paused(fabric: Arc<dyn Fabric>, mut cfg: NiConfig) -> Result<Ni> {
         cfg.inline_max = cfg.inline_max.min(crate::initiator::inline_capacity());
+        let state = State::new(fabric.clone(), cfg.clone());
+        let queued_unexpected = state.queued_unexpected.clone();
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(fabric.clone(), cfg.clone())),
+            state: Mutex::new(state),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
             mode: cfg.mode,
@@ -136,6 +140,7 @@ impl Ni {
             agent: None,
             pin_slot: cfg.pin_slot,
             inline_max: cfg.inline_max,
+            queued_unexpected,
         })
     }
 
@@ -184,6 +189,13 @@ impl Ni {
     /// The state, locked (for the p2p fast path, which acts as the agent in inline mode).
     pub(crate) fn lock_state(&self) -> parking_lot::MutexGuard<'_, State> {
         self.shared.state.lock()
+    }
+
+    /// How many unexpected headers the agent has queued so far, on any portal (a hint read
+    /// without the lock; under the state lock, `State::queued_unexpected` is exact).
+    pub(crate) fn queued_unexpected(&self) -> u64 {
+        self.queued_unexpected
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Who runs the agent.

@@ -2,6 +2,7 @@
 //! counter work list that fires triggered operations.
 
 use rustc_hash::FxHashMap as HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use rdcoll_transport::{Fabric, OpId, Rank, Region};
@@ -100,6 +101,10 @@ pub(crate) struct State {
     /// Peers whose failure the agent has handled: everything they sent before was handled
     /// first (the fabric reports a failure after the peer's last message).
     pub(crate) failed_peers: Vec<bool>,
+    /// Unexpected headers queued so far, on any portal (bumped under the state lock; read
+    /// without it by the p2p fast receive to learn that another thread's progress queued
+    /// something it may have to take: see `p2p::fast`).
+    pub(crate) queued_unexpected: Arc<AtomicU64>,
 }
 
 impl State {
@@ -121,6 +126,7 @@ impl State {
             failed_peers: Vec::new(),
             raw_puts: HashMap::default(),
             early_completions: HashMap::default(),
+            queued_unexpected: Arc::new(AtomicU64::new(0)),
         }
     }
 

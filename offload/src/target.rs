@@ -2,6 +2,8 @@
 //! portal table, depositing, counting, raising events, unlinking, recording unexpected
 //! headers, and flow control (SEMANTICS.md §1-3, §5, §7).
 
+use std::sync::atomic::Ordering;
+
 use rdcoll_transport::{Rank, RegionKey, RemoteAddr};
 
 use crate::event::{Event, EventKind, Location};
@@ -168,6 +170,9 @@ fn record_header(st: &mut State, t: &mut Transfer, pending: Option<rdcoll_transp
     if let Ok(portal) = st.portal(t.pt) {
         portal.unexpected.insert(seq, header_of(t, pending));
         t.header = Some(seq);
+        // One writer (the state lock's holder): a plain load and store, no locked operation.
+        let queued = st.queued_unexpected.load(Ordering::Relaxed);
+        st.queued_unexpected.store(queued + 1, Ordering::Release);
     }
 }
 

@@ -396,3 +396,105 @@ pub fn peer_death(world: &Comm) -> Outcome {
         _ => Ok(()),
     }
 }
+
+/// A blocking receive on one thread while another thread of the same rank drives progress
+/// (waiting for a rendezvous send): whichever thread polls the fabric, the receive gets the
+/// first of two messages with its envelope and the thread that receives next gets the
+/// second, never the other way round, and the receive never waits for a message that the
+/// other thread's progress queued as unexpected. Ranks 0 (two threads) and 1 take part.
+pub fn receive_beside_a_progressing_thread(world: &Comm) -> Outcome {
+    const ROUNDS: u32 = 30;
+    const BIG: usize = 256 << 10;
+    let pause = std::time::Duration::from_millis(3);
+    match world.rank() {
+        0 => {
+            let big = pattern(0, 0, BIG);
+            for round in 0..ROUNDS {
+                let first = std::thread::scope(|s| -> Result<Vec<u8>, String> {
+                    let receiver = s.spawn(|| -> Result<Vec<u8>, String> {
+                        let mut buf = [0u8; 8];
+                        world.recv(&mut buf, 1, 5).map_err(e)?;
+                        Ok(buf.to_vec())
+                    });
+                    std::thread::sleep(pause);
+                    // This wait polls the fabric too, while both tag-5 messages arrive.
+                    world.send(&big, 1, 9).map_err(e)?;
+                    receiver
+                        .join()
+                        .map_err(|_| "receiving thread panicked".to_string())?
+                })?;
+                let mut second = [0u8; 8];
+                world.recv(&mut second, 1, 5).map_err(e)?;
+                ensure!(
+                    first[..] == pattern(1, 2 * round, 8)[..],
+                    "round {round}: the blocked receive got {first:?}, not the first message"
+                );
+                ensure!(
+                    second[..] == pattern(1, 2 * round + 1, 8)[..],
+                    "round {round}: the next receive got {second:?}, not the second message"
+                );
+            }
+            Ok(())
+        }
+        1 => {
+            let mut big = vec![0u8; BIG];
+            for round in 0..ROUNDS {
+                std::thread::sleep(2 * pause);
+                world.send(&pattern(1, 2 * round, 8), 0, 5).map_err(e)?;
+                std::thread::sleep(pause);
+                world.send(&pattern(1, 2 * round + 1, 8), 0, 5).map_err(e)?;
+                world.recv(&mut big, 0, 9).map_err(e)?;
+                ensure!(
+                    big == pattern(0, 0, BIG),
+                    "round {round}: wrong rendezvous bytes"
+                );
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// A rendezvous message and then an eager one with the same envelope, both waiting in the
+/// fabric when a blocking receive starts: the receive gets the rendezvous message (the older)
+/// and the next one the eager message. Ranks 0 (sender) and 1 take part.
+pub fn rendezvous_then_eager_into_blocking_receives(world: &Comm) -> Outcome {
+    const ROUNDS: u32 = 10;
+    const LONG: usize = 300 << 10;
+    let ctl = world.dup().map_err(e)?;
+    for round in 0..ROUNDS {
+        let long = pattern(0, 2 * round, LONG);
+        let short = pattern(0, 2 * round + 1, 16);
+        match world.rank() {
+            0 => {
+                world.scope(|s| -> Outcome {
+                    let w = s.isend(&long, 1, 7).map_err(e)?;
+                    world.send(&short, 1, 7).map_err(e)?;
+                    w.wait().map_err(e)?;
+                    Ok(())
+                })?;
+                sync(&ctl, 1)?;
+            }
+            1 => {
+                // Nothing polls here meanwhile: both messages wait in the fabric.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                let mut buf = vec![0u8; LONG];
+                let st = world.recv(&mut buf, 0, 7).map_err(e)?;
+                ensure!(
+                    st.len == LONG && buf == long,
+                    "round {round}: the first receive got {} bytes, not the rendezvous message",
+                    st.len
+                );
+                let st = world.recv(&mut buf, 0, 7).map_err(e)?;
+                ensure!(
+                    st.len == 16 && buf[..16] == short[..],
+                    "round {round}: the second receive got {} bytes, not the eager message",
+                    st.len
+                );
+                sync(&ctl, 0)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

@@ -7,7 +7,11 @@
 //! message portal and no queued unexpected message matches it, so it is the oldest receive
 //! that could take an arrival, and every arrival older than the one it takes was handled (and
 //! found not to match) first. Everything it does not take (other messages, rendezvous headers,
-//! gets, completions) goes through the agent as usual. If another thread posts a receive in the
+//! gets, completions) goes through the agent as usual. What the agent queues as unexpected
+//! meanwhile (a rendezvous header this receive handed it, or a message another thread's
+//! progress polled) is noticed through the NI's count of queued headers, checked under the
+//! state lock before each message is taken: one that matches makes the receive an ordinary one,
+//! which takes it, so a newer message never overtakes it. If another thread posts a receive in the
 //! meantime, that thread first posts this one as an ordinary entry ("materialises" it), and the
 //! fast receive turns into an ordinary wait, so post order is kept across threads too.
 
@@ -92,6 +96,8 @@ impl Engine {
             }
         }
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
+        // Unexpected headers queued when this receive last looked (see the loop).
+        let mut seen;
         let sel = Selector {
             match_bits,
             ignore_bits,
@@ -109,6 +115,7 @@ impl Engine {
             if !self.fast_path_open(&st, sel) {
                 return None;
             }
+            seen = st.queued_unexpected.load(Ordering::Relaxed);
             inner.fast = Some(FastRecv {
                 addr: buf.as_mut_ptr() as usize,
                 capacity: buf.len(),
@@ -133,7 +140,9 @@ impl Engine {
                 drop(inner);
                 return Some(posted?.and_then(|id| self.wait(id)));
             }
-            if !fabric.pending() {
+            // Another thread's progress may have queued a message for this receive as
+            // unexpected: looked at below, before anything newer is taken.
+            if !fabric.pending() && self.ni.queued_unexpected() == seen {
                 idle_polls = idle_polls.wrapping_add(1);
                 // A failed sender is looked for now and then (and whenever the fabric has
                 // something, which includes a failure).
@@ -147,7 +156,20 @@ impl Engine {
                 continue; // claimed meanwhile
             }
             let mut polled_any = false;
+            let mut queued_match = false;
             for _ in 0..16 {
+                // Every message older than the next one in the fabric was handled (by us
+                // or by another thread's progress); one this receive matches was queued as
+                // unexpected, and it must be taken before anything newer. The agent's work
+                // on what we hand it (a rendezvous header, say) queues such messages too.
+                let queued = st.queued_unexpected.load(Ordering::Relaxed);
+                if queued != seen {
+                    seen = queued;
+                    if unexpected_match(&st, self, sel) {
+                        queued_match = true;
+                        break;
+                    }
+                }
                 match poll_one(&mut st, fabric, self, sel, buf) {
                     Polled::Nothing => break,
                     Polled::Taken(result) => {
@@ -164,17 +186,16 @@ impl Engine {
                     tracing::error!("offload agent: firing triggered operations failed: {e}");
                 }
                 self.note_activity();
-                // What the agent handled may have queued a message this receive must take
-                // (a rendezvous header, say): post it as an ordinary receive, which takes it.
-                if unexpected_match(&st, self, sel) {
-                    self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-                    drop(st);
-                    let mut inner = self.inner.lock();
-                    let f = inner.fast.take()?;
-                    let posted = self.materialize(&mut inner, &f);
-                    drop(inner);
-                    return Some(posted.and_then(|id| self.wait(id)));
-                }
+            }
+            if queued_match {
+                // Post it as an ordinary receive, which takes the queued message.
+                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                drop(st);
+                let mut inner = self.inner.lock();
+                let f = inner.fast.take()?;
+                let posted = self.materialize(&mut inner, &f);
+                drop(inner);
+                return Some(posted.and_then(|id| self.wait(id)));
             }
             if let Some(dead) = sender_gone(&st, self, source) {
                 self.fast_state.store(FAST_NONE, Ordering::Relaxed);
