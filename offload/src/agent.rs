@@ -21,7 +21,10 @@ pub(crate) fn progress(shared: &Shared) -> usize {
     let handled = progress_locked(&mut st);
     if handled > 0 {
         drop(st);
-        shared.changed.notify_all();
+        // Only a thread-mode host waits for notifications.
+        if shared.mode == crate::Mode::Thread {
+            shared.changed.notify_all();
+        }
     }
     handled
 }
@@ -110,6 +113,9 @@ pub(crate) fn run(shared: Arc<Shared>) {
         if progress(&shared) == 0 {
             // Sleeps until the fabric has something (or briefly, to notice `stop`).
             fabric.block(Duration::from_millis(5));
+        } else {
+            // The lock is not fair: a host thread that fell asleep waiting for it goes first.
+            shared.state.let_sleepers_in();
         }
     }
 }

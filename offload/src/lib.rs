@@ -12,6 +12,7 @@
 //! `rdcoll-matching` is not wired in yet.
 
 mod agent;
+mod changes;
 mod counter;
 mod error;
 mod event;
@@ -29,7 +30,7 @@ mod wire;
 
 use std::sync::atomic::AtomicBool;
 
-use parking_lot::{Condvar, Mutex};
+use rdcoll_transport::SpinLock;
 
 pub use error::{OffloadError, Result};
 pub use event::{Event, EventKind, Location};
@@ -42,9 +43,11 @@ pub use types::{
 
 /// What the host and the agent share.
 pub(crate) struct Shared {
-    pub(crate) state: Mutex<state::State>,
-    /// Notified whenever the agent changed counters or queued events.
-    pub(crate) changed: Condvar,
+    /// The NI's state: a `SpinLock`, released with a plain store (a `Mutex`'s locked release
+    /// cost as much as taking it, twice per message on the latency path).
+    pub(crate) state: SpinLock<state::State>,
+    /// Notified whenever the agent changed counters or queued events (thread mode).
+    pub(crate) changed: changes::Changes,
     pub(crate) stop: AtomicBool,
     pub(crate) mode: Mode,
 }

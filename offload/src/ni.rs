@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
 use rdcoll_transport::{Fabric, Rank, Region, RemoteAddr};
+use rdcoll_transport::{SpinGuard, SpinLock};
 
 use crate::counter::{Counter, TriggeredOp};
 use crate::error::{invalid, OffloadError, Result};
@@ -129,8 +129,8 @@ impl Ni {
         let state = State::new(fabric.clone(), cfg.clone());
         let queued_unexpected = state.queued_unexpected.clone();
         let shared = Arc::new(Shared {
-            state: Mutex::new(state),
-            changed: Condvar::new(),
+            state: SpinLock::new(state),
+            changed: crate::changes::Changes::default(),
             stop: AtomicBool::new(false),
             mode: cfg.mode,
         });
@@ -187,7 +187,7 @@ impl Ni {
     }
 
     /// The state, locked (for the p2p fast path, which acts as the agent in inline mode).
-    pub(crate) fn lock_state(&self) -> parking_lot::MutexGuard<'_, State> {
+    pub(crate) fn lock_state(&self) -> SpinGuard<'_, State> {
         self.shared.state.lock()
     }
 
@@ -700,8 +700,12 @@ impl Ni {
     pub fn wait_activity(&self, timeout: Duration) {
         match self.shared.mode {
             Mode::Thread => {
-                let mut st = self.shared.state.lock();
-                self.shared.changed.wait_for(&mut st, timeout);
+                let st = self.shared.state.lock();
+                drop(
+                    self.shared
+                        .changed
+                        .wait_for(&self.shared.state, st, timeout),
+                );
             }
             Mode::Inline => self.fabric.block(timeout),
         }
@@ -724,7 +728,7 @@ impl Ni {
                 }
                 if self.shared.mode == Mode::Thread {
                     let slice = Duration::from_millis(10);
-                    self.shared.changed.wait_for(&mut st, slice);
+                    st = self.shared.changed.wait_for(&self.shared.state, st, slice);
                     if check(&mut st)? {
                         return Ok(());
                     }

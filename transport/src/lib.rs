@@ -17,6 +17,7 @@ mod error;
 mod fabric;
 pub mod launch;
 pub mod local;
+mod membarrier;
 mod region;
 pub mod shm;
 mod spin;

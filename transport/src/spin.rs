@@ -1,27 +1,38 @@
-//! A minimal test-and-set lock: uncontended, it costs one atomic exchange to take and a plain
-//! release store to drop. A `Mutex` pays a locked read-modify-write on unlock, and on x86 that
-//! waits for every store before it to complete: after a store into a peer's cache line (the
-//! last write of a broadcast root, a ring record) it sits out the line's transfer. Used for the
-//! shm rings' producer and consumer state and for a communicator's collectives.
+//! A test-and-set lock: uncontended, it costs one atomic exchange to take and a plain release
+//! store to drop. A `Mutex` pays a locked read-modify-write on unlock, and on x86 that waits
+//! for every store before it to complete: after a store into a peer's cache line (the last
+//! write of a broadcast root, a ring record) it sits out the line's transfer, and even with
+//! nothing pending it costs as much as taking the lock. Used for the shm rings' producer and
+//! consumer state, a communicator's collectives, and the offload NI's state.
 //!
-//! Holders keep it briefly, or (collectives) rarely contend, so a waiter spins, then yields,
-//! then sleeps in short steps; no release has to look for sleepers.
+//! A waiter spins, then yields, then sleeps until a release wakes it. The release only looks
+//! for sleepers with a plain load after its plain store; the ordering that look needs (x86 may
+//! run the load before the store is visible) is paid by the sleeper, which runs a
+//! process-wide membarrier between announcing itself and its last look at the lock. Where the
+//! kernel refuses membarriers, a sleeper wakes by itself after a short nap instead.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::sync::atomic::{compiler_fence, AtomicBool, AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 /// Spins before a waiter starts yielding.
 const SPINS: u32 = 100;
 /// Yields before a waiter starts sleeping.
 const YIELDS: u32 = 64;
-/// A sleeping waiter's step.
+/// A sleeper's longest sleep when releases are sure to see it (the membarrier worked): a
+/// safety net only.
+const SLEEP: Duration = Duration::from_millis(100);
+/// How long `let_sleepers_in` waits for a woken sleeper to take the lock.
+const HANDOVER: Duration = Duration::from_micros(50);
+/// A sleeper's nap when a release may miss it (no membarrier).
 const NAP: Duration = Duration::from_micros(50);
 
-/// Guards `T`; contended waiters spin, then yield, then nap.
+/// Guards `T`; contended waiters spin, then yield, then sleep until woken.
 pub struct SpinLock<T> {
     locked: AtomicBool,
+    /// Waiters asleep or about to sleep.
+    sleepers: AtomicU32,
     value: UnsafeCell<T>,
 }
 
@@ -40,6 +51,7 @@ impl<T> SpinLock<T> {
     pub fn new(value: T) -> Self {
         SpinLock {
             locked: AtomicBool::new(false),
+            sleepers: AtomicU32::new(0),
             value: UnsafeCell::new(value),
         }
     }
@@ -55,6 +67,14 @@ impl<T> SpinLock<T> {
 
     /// Waits for the lock.
     pub fn lock(&self) -> SpinGuard<'_, T> {
+        if let Some(g) = self.try_lock() {
+            return g;
+        }
+        self.lock_contended()
+    }
+
+    #[cold]
+    fn lock_contended(&self) -> SpinGuard<'_, T> {
         let mut tries = 0u32;
         loop {
             if let Some(g) = self.try_lock() {
@@ -67,9 +87,64 @@ impl<T> SpinLock<T> {
                 } else if tries < SPINS + YIELDS {
                     std::thread::yield_now();
                 } else {
-                    std::thread::sleep(NAP);
+                    self.sleep();
                 }
             }
+        }
+    }
+
+    /// Sleeps until a release wakes us (or, without membarriers, for a nap).
+    fn sleep(&self) {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        // Every release whose look at `sleepers` missed our announcement had its `false`
+        // store visible before this returns, so the check below cannot sleep through it.
+        let woken_for_sure = crate::membarrier::private();
+        let timeout = if woken_for_sure { SLEEP } else { NAP };
+        let key = self as *const Self as usize;
+        // SAFETY: the key is this lock's address, used only by this lock's sleep and release;
+        // the callbacks neither panic nor call into parking_lot_core.
+        unsafe {
+            parking_lot_core::park(
+                key,
+                || self.locked.load(Ordering::Relaxed),
+                || {},
+                |_, _| {},
+                parking_lot_core::DEFAULT_PARK_TOKEN,
+                Some(Instant::now() + timeout),
+            );
+        }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes one sleeper, if any announced itself.
+    #[inline]
+    fn wake_one(&self) {
+        // Keep the compiler from hoisting this load above the releasing store; the CPU's
+        // reordering is covered by the sleeper's membarrier.
+        compiler_fence(Ordering::SeqCst);
+        if self.sleepers.load(Ordering::Relaxed) != 0 {
+            self.wake_one_slow();
+        }
+    }
+
+    #[cold]
+    fn wake_one_slow(&self) {
+        let key = self as *const Self as usize;
+        // SAFETY: the key is this lock's address (see `sleep`); the callback does nothing.
+        unsafe {
+            parking_lot_core::unpark_one(key, |_| parking_lot_core::DEFAULT_UNPARK_TOKEN);
+        }
+    }
+
+    /// For a thread that takes the lock again and again in a loop (the lock is not fair):
+    /// if a waiter fell asleep, gives it up to `HANDOVER` to wake and take the lock first.
+    pub fn let_sleepers_in(&self) {
+        if self.sleepers.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let start = Instant::now();
+        while !self.locked.load(Ordering::Relaxed) && start.elapsed() < HANDOVER {
+            std::thread::yield_now();
         }
     }
 
@@ -97,6 +172,7 @@ impl<T> DerefMut for SpinGuard<'_, T> {
 impl<T> Drop for SpinGuard<'_, T> {
     fn drop(&mut self) {
         self.lock.locked.store(false, Ordering::Release);
+        self.lock.wake_one();
     }
 }
 
@@ -137,5 +213,24 @@ mod tests {
             }
         });
         assert_eq!(*lock.lock(), (20_000, 20_000));
+    }
+
+    #[test]
+    fn waiters_that_fall_asleep_are_woken() {
+        // Holders keep the lock long enough for waiters to pass spinning and yielding.
+        let lock = SpinLock::new(0u32);
+        std::thread::scope(|s| {
+            for _ in 0..6 {
+                s.spawn(|| {
+                    for _ in 0..20 {
+                        let mut g = lock.lock();
+                        *g += 1;
+                        std::thread::sleep(Duration::from_micros(300));
+                    }
+                });
+            }
+        });
+        assert_eq!(*lock.lock(), 120);
+        assert_eq!(lock.sleepers.load(Ordering::Relaxed), 0);
     }
 }

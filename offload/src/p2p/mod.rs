@@ -26,8 +26,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
-use rdcoll_transport::{Fabric, Rank, Region, TransportError};
+use rdcoll_transport::{Fabric, Rank, Region, SpinLock, TransportError};
 
 pub use config::DEFAULT_RNDV_CREDITS;
 pub use send::RNDV_FIRST_CHUNK;
@@ -140,7 +139,7 @@ pub struct Engine {
     /// The region probes name (they deposit nothing).
     probe_region: Region,
     cfg: P2pConfig,
-    inner: Mutex<Inner>,
+    inner: SpinLock<Inner>,
     /// Bumped whenever progress found something to do: waits back off only while idle.
     activity: std::sync::atomic::AtomicU64,
     /// `Inner::delivery_failure` is set (so a send can skip the lock when it is not).
@@ -213,7 +212,7 @@ impl Engine {
             fast_state: std::sync::atomic::AtomicU8::new(fast::FAST_NONE),
             ranks_here: fabric.size(),
             crowded: fabric.size() > cores(),
-            inner: Mutex::new(Inner {
+            inner: SpinLock::new(Inner {
                 next_id: 0,
                 reqs: HashMap::default(),
                 nonces: send::Nonces::default(),

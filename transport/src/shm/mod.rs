@@ -564,7 +564,7 @@ impl Fabric for ShmFabric {
         // A publisher stores before it looks at `sleepers` (`ring_doorbell`): either it sees
         // us and rings, or we see its publication here. Without our membarrier its look could
         // pass its own store, so if the barrier fails the sleep is kept short instead.
-        let barrier_ok = !inner.asymmetric_fence || os::membarrier_global();
+        let barrier_ok = !inner.asymmetric_fence || crate::membarrier::global();
         if !inner.anything_ready() && !ready() {
             // With a backlog, the receiver wakes us when it frees ring space; the short cap
             // covers the race where it looked before we raised the flag.

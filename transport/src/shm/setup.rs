@@ -105,7 +105,8 @@ impl ShmFabric {
         // (an interrupt to every other core) cost more than the senders' fences (4 ranks on 2
         // cores: barrier 6.4 vs 5.1 us, docs/PERFORMANCE.md).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let membarrier = cfg.shm_membarrier && size <= cores && os::membarrier_register();
+        let membarrier =
+            cfg.shm_membarrier && size <= cores && crate::membarrier::register_global();
         let pid = std::process::id() as i32;
         {
             let v = View { seg: own, layout };

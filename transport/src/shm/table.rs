@@ -11,7 +11,7 @@
 use std::sync::atomic::{compiler_fence, fence, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{copy_slot, os, Inner};
+use super::{copy_slot, Inner};
 use crate::error::{Result, TransportError};
 use crate::types::{range_fits, Rank, RegionKey};
 
@@ -79,7 +79,7 @@ impl Inner {
         // sequence), and for memory the caller registered always (the writer's slot store is
         // SeqCst, pairing with ours above).
         let in_slots = !heap || self.asymmetric_fence;
-        if heap && in_slots && !os::membarrier_global() {
+        if heap && in_slots && !crate::membarrier::global() {
             return quarantine();
         }
         let tag = copy_slot::tag(self.rank as usize, i);

@@ -1,0 +1,56 @@
+//! How much CPU time an 8-byte `send` + `recv` costs through the whole stack (Comm, p2p
+//! engine, offload NI, shm transport), with no cache line crossing cores: both ranks live in
+//! one process and one thread drives both, so every line stays in one core's cache. Set against
+//! the transport's own figure (`transport/tests/shm_software_cost.rs`) it shows what the layers
+//! above the rings add to the latency path. Run by hand:
+//! `cargo test --release --test p2p_software_cost -- --ignored --nocapture`
+
+use std::time::{Duration, Instant};
+
+use rdcoll::transport::bootstrap::{publish_job_identity, FileStore};
+use rdcoll::transport::shm::ShmFabric;
+use rdcoll::transport::FabricConfig;
+use rdcoll::{Comm, Source, Tag};
+
+fn pair() -> (Comm, Comm) {
+    let dir = std::env::temp_dir().join(format!("rdcoll-p2p-cost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = FileStore::open(&dir).expect("file store");
+    publish_job_identity(&store).expect("job identity");
+    let cfg = FabricConfig::default();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
+        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    (
+        Comm::from_fabric(Box::new(a.expect("rank 0"))),
+        Comm::from_fabric(Box::new(b.expect("rank 1"))),
+    )
+}
+
+#[test]
+#[ignore]
+fn send_recv_cost_on_one_core() {
+    let (a, b) = pair();
+    let msg = [7u8; 8];
+    let mut buf = [0u8; 8];
+    const N: u32 = 200_000;
+    let mut best = Duration::MAX;
+    for _ in 0..10 {
+        let t = Instant::now();
+        for _ in 0..N {
+            a.send(&msg, 1, 1).unwrap();
+            b.recv(&mut buf, Source::Rank(0), Tag::Value(1)).unwrap();
+            b.send(&msg, 0, 1).unwrap();
+            a.recv(&mut buf, Source::Rank(1), Tag::Value(1)).unwrap();
+        }
+        best = best.min(t.elapsed());
+    }
+    assert_eq!(buf, msg);
+    println!(
+        "send + recv of one 8-byte message through Comm: {:.1} ns",
+        best.as_nanos() as f64 / (2 * N) as f64
+    );
+}
