@@ -33,7 +33,7 @@ pub(crate) fn progress(shared: &Shared) -> usize {
 pub(crate) fn progress_locked(st: &mut State) -> usize {
     let mut handled = 0;
     while handled < BATCH {
-        let ev = match st.fabric.poll() {
+        let ev = match st.poll_fabric() {
             Ok(Some(ev)) => ev,
             Ok(None) => break,
             Err(e) => {

@@ -126,7 +126,8 @@ impl Ni {
     /// message that arrives earlier waits in the fabric instead of finding no entry).
     pub fn new_paused(fabric: Arc<dyn Fabric>, mut cfg: NiConfig) -> Result<Ni> {
         cfg.inline_max = cfg.inline_max.min(crate::initiator::inline_capacity());
-        let state = State::new(fabric.clone(), cfg.clone());
+        let mut state = State::new(fabric.clone(), cfg.clone());
+        state.take_poller();
         let queued_unexpected = state.queued_unexpected.clone();
         let shared = Arc::new(Shared {
             state: SpinLock::new(state),

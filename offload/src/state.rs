@@ -5,7 +5,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use rdcoll_transport::{Fabric, OpId, Rank, Region};
+use rdcoll_transport::{Event as FabricEvent, EventRef, Fabric, OpId, Poller, Rank, Region};
 
 use crate::counter::{Counter, TriggeredOp};
 use crate::error::{OffloadError, Result};
@@ -105,6 +105,9 @@ pub(crate) struct State {
     /// without it by the p2p fast receive to learn that another thread's progress queued
     /// something it may have to take: see `p2p::fast`).
     pub(crate) queued_unexpected: Arc<AtomicU64>,
+    /// The fabric's exclusive poller, where it has one: the agent polls only under the state
+    /// lock, so the fabric's own lock is not needed (`Fabric::take_poller`).
+    poller: Option<Box<dyn Poller>>,
 }
 
 impl State {
@@ -127,6 +130,31 @@ impl State {
             raw_puts: HashMap::default(),
             early_completions: HashMap::default(),
             queued_unexpected: Arc::new(AtomicU64::new(0)),
+            poller: None,
+        }
+    }
+
+    /// Takes the fabric's exclusive poller, where it has one (before the agent first polls).
+    pub(crate) fn take_poller(&mut self) {
+        self.poller = self.fabric.take_poller();
+    }
+
+    /// The next fabric event, if one is ready.
+    pub(crate) fn poll_fabric(&mut self) -> rdcoll_transport::Result<Option<FabricEvent>> {
+        match &mut self.poller {
+            Some(p) => p.poll(),
+            None => self.fabric.poll(),
+        }
+    }
+
+    /// Hands the next fabric event, if one is ready, to `f` (see `Fabric::poll_with`).
+    pub(crate) fn poll_fabric_with(
+        &mut self,
+        f: &mut dyn FnMut(EventRef<'_>),
+    ) -> rdcoll_transport::Result<bool> {
+        match &mut self.poller {
+            Some(p) => p.poll_with(f),
+            None => self.fabric.poll_with(f),
         }
     }
 

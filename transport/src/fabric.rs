@@ -111,6 +111,19 @@ pub trait Fabric: Send + Sync {
     /// The next event, if one is ready, after making what progress can be made without waiting.
     fn poll(&self) -> Result<Option<Event>>;
 
+    /// Takes the sole right to poll this endpoint, where the backend polls cheaper with it
+    /// (`shm`: without its consumer lock, one locked instruction per poll). Once taken, the
+    /// endpoint's own [`poll`](Fabric::poll), [`poll_with`](Fabric::poll_with) and
+    /// [`wait`](Fabric::wait) fail with [`TransportError::InvalidArgument`]; everything else
+    /// (sends, puts, [`pending`](Fabric::pending), [`block`](Fabric::block)) is unchanged.
+    /// Dropping the poller gives the right back. `None` where the backend has no such poller,
+    /// and while another one is out.
+    ///
+    /// [`TransportError::InvalidArgument`]: crate::TransportError::InvalidArgument
+    fn take_poller(&self) -> Option<Box<dyn Poller>> {
+        None
+    }
+
     /// Like [`poll`](Fabric::poll), but hands the next event to `f` instead of returning it, with
     /// a message's bytes lent from the transport's buffer (no copy). Returns whether an event
     /// was handed over. `f` must not wait on this fabric.
@@ -169,4 +182,18 @@ pub trait Fabric: Send + Sync {
     }
     /// Whether `rank` is known to have failed.
     fn is_failed(&self, rank: Rank) -> bool;
+}
+
+/// The sole right to poll one endpoint ([`Fabric::take_poller`]): `&mut self` makes its
+/// holder the only poller, so the backend needs no lock of its own.
+pub trait Poller: Send {
+    /// As [`Fabric::poll_with`].
+    fn poll_with(&mut self, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool>;
+
+    /// As [`Fabric::poll`].
+    fn poll(&mut self) -> Result<Option<Event>> {
+        let mut out = None;
+        self.poll_with(&mut |ev| out = Some(ev.into_owned()))?;
+        Ok(out)
+    }
 }

@@ -27,7 +27,7 @@ mod wait;
 
 pub use config::FabricConfig;
 pub use error::{Result, TransportError};
-pub use fabric::Fabric;
+pub use fabric::{Fabric, Poller};
 pub use region::{Region, REGION_ALIGN};
 pub use spin::{SpinGuard, SpinLock};
 pub use types::{

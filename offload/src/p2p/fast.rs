@@ -16,9 +16,8 @@
 //! fast receive turns into an ordinary wait, so post order is kept across threads too.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
-use rdcoll_transport::{Fabric, Rank, TransportError};
+use rdcoll_transport::{Rank, TransportError};
 
 use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
@@ -170,7 +169,7 @@ impl Engine {
                         break;
                     }
                 }
-                match poll_one(&mut st, fabric, self, sel, buf) {
+                match poll_one(&mut st, self, sel, buf) {
                     Polled::Nothing => break,
                     Polled::Taken(result) => {
                         self.fast_state.store(FAST_NONE, Ordering::Relaxed);
@@ -274,16 +273,10 @@ impl FastRecv {
 }
 
 /// Polls one fabric event: ours is copied into `buf`, anything else handed to the agent.
-fn poll_one(
-    st: &mut State,
-    fabric: &Arc<dyn Fabric>,
-    engine: &Engine,
-    sel: Selector,
-    buf: &mut [u8],
-) -> Polled {
+fn poll_one(st: &mut State, engine: &Engine, sel: Selector, buf: &mut [u8]) -> Polled {
     let mut taken = None;
     let mut other = None;
-    let polled = fabric.poll_with(&mut |ev| match ev {
+    let polled = st.poll_fabric_with(&mut |ev| match ev {
         rdcoll_transport::EventRef::Message { src, data } => {
             match take_eager(engine, sel, src, data, buf) {
                 Some(result) => taken = Some(result),

@@ -196,7 +196,9 @@ pub(crate) struct Inner {
     /// The ring from each rank into ours.
     incoming: Vec<RingRef>,
     any_backlog: AtomicBool,
-    consumers: SpinLock<(Vec<ring::Consumer>, usize)>,
+    consumers: SpinLock<Option<service::Consumers>>,
+    /// The consumers are with an exclusive poller (`Fabric::take_poller`) until it is dropped.
+    poller_taken: AtomicBool,
     pending: Mutex<HashMap<u64, Pending>>,
     failed: Vec<AtomicBool>,
     /// Peers known gone (process exited, fabric closed) whose rings may still hold records:
@@ -385,18 +387,9 @@ impl Inner {
 
     /// Whether anything is ready for this rank's progress to pick up.
     fn anything_ready(&self) -> bool {
-        if !self.local_events.is_empty() || self.any_dead.load(Ordering::Acquire) {
-            return true;
-        }
-        let Some(cons) = self.consumers.try_lock() else {
-            return true;
-        };
-        (0..self.size)
-            .filter(|&src| src != self.rank as usize && !self.failed[src].load(Ordering::Relaxed))
-            .any(|src| {
-                // SAFETY: our own incoming ring from `src`, read under the consumer lock.
-                unsafe { cons.0[src].ready(self.incoming[src].data, self.layout.ring_bytes) }
-            })
+        !self.local_events.is_empty()
+            || self.any_dead.load(Ordering::Acquire)
+            || service::rings_ready(self)
     }
 }
 
@@ -549,6 +542,19 @@ impl Fabric for ShmFabric {
 
     fn pending(&self) -> bool {
         service::pending(&self.inner)
+    }
+
+    fn take_poller(&self) -> Option<Box<dyn crate::Poller>> {
+        let inner = &self.inner;
+        // Under the lock, so that a poll that holds it finishes first and a later one finds
+        // the consumers gone.
+        let mut cons = inner.consumers.lock();
+        let consumers = cons.take()?;
+        inner.poller_taken.store(true, Ordering::Relaxed);
+        Some(Box::new(service::ShmPoller {
+            inner: inner.clone(),
+            consumers: Some(consumers),
+        }))
     }
 
     fn block(&self, timeout: Duration) {

@@ -124,16 +124,6 @@ pub(crate) struct Consumer {
 pub(crate) struct Corrupt;
 
 impl Consumer {
-    /// Whether a record is ready.
-    ///
-    /// # Safety
-    /// As for [`Consumer::try_pop`].
-    pub(crate) unsafe fn ready(&self, data: *mut u8, cap: usize) -> bool {
-        let off = (self.head as usize) & (cap - 1);
-        // SAFETY: `off` is a record start inside the ring.
-        unsafe { seq_at(data, off).load(Ordering::Acquire) == self.head + 1 }
-    }
-
     /// Hands the next record to `f` (kind, payload) and releases its space.
     ///
     /// # Safety

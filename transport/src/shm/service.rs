@@ -18,7 +18,7 @@ enum Popped {
 }
 
 /// Whether an incoming ring of a live peer has a record (plain loads, no lock).
-fn rings_ready(inner: &Inner) -> bool {
+pub(super) fn rings_ready(inner: &Inner) -> bool {
     let me = inner.rank as usize;
     (0..inner.size).any(|src| {
         let ring = &inner.incoming[src];
@@ -38,40 +38,118 @@ pub(super) fn pending(inner: &Inner) -> bool {
         || rings_ready(inner)
 }
 
+/// What the incoming rings of a rank's endpoint are read with: a consumer per ring and the
+/// ring to look at first (round robin). Behind the endpoint's consumer lock, or owned by its
+/// exclusive poller once one was taken (then the lock holds `None`).
+pub(super) type Consumers = (Vec<ring::Consumer>, usize);
+
+/// The error of polling an endpoint whose exclusive poller was taken.
+fn poller_taken() -> TransportError {
+    TransportError::InvalidArgument(
+        "this endpoint's events go to its exclusive poller (Fabric::take_poller)".into(),
+    )
+}
+
 /// One step of progress: hands the next event, if there is one, to `f` (a message's bytes
-/// straight from the ring) and returns whether it did.
+/// straight from the ring) and returns whether it did. The endpoint's own poll, under its
+/// consumer lock.
 pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
-    if let Some(ev) = inner.local_events.pop() {
-        f(EventRef::Owned(ev));
-        return Ok(true);
+    if inner.poller_taken.load(Ordering::Relaxed) {
+        return Err(poller_taken());
     }
-    inner.flush_backlogs();
-    let size = inner.size;
-    let me = inner.rank as usize;
-    // Look before locking: an idle poll is then a few plain loads.
-    if !rings_ready(inner) {
-        if inner.any_dead.load(Ordering::Relaxed) {
-            inner.reap_dead();
-            return Ok(deliver(inner.local_events.pop(), f));
-        }
-        return Ok(false);
+    if let Some(polled) = poll_outside_rings(inner, f) {
+        return Ok(polled);
     }
     let Some(mut cons) = inner.consumers.try_lock() else {
         return Ok(false);
     };
-    let mut src = cons.1;
+    let Some(consumers) = cons.as_mut() else {
+        return Err(poller_taken());
+    };
+    let popped = pop_next(inner, consumers, f);
+    drop(cons);
+    Ok(after_rings(inner, popped, f))
+}
+
+/// The sole poller of an endpoint ([`crate::Fabric::take_poller`]): the same progress as
+/// [`poll_with`] without the consumer lock. Dropping it hands the consumers back to the
+/// endpoint, whose own polls work again.
+pub(super) struct ShmPoller {
+    pub(super) inner: std::sync::Arc<Inner>,
+    /// Always `Some` until dropped.
+    pub(super) consumers: Option<Consumers>,
+}
+
+impl Drop for ShmPoller {
+    fn drop(&mut self) {
+        let mut cons = self.inner.consumers.lock();
+        *cons = self.consumers.take();
+        self.inner.poller_taken.store(false, Ordering::Relaxed);
+    }
+}
+
+impl crate::Poller for ShmPoller {
+    fn poll_with(&mut self, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
+        let inner = &*self.inner;
+        if let Some(polled) = poll_outside_rings(inner, f) {
+            return Ok(polled);
+        }
+        let Some(consumers) = self.consumers.as_mut() else {
+            return Err(poller_taken());
+        };
+        let popped = pop_next(inner, consumers, f);
+        Ok(after_rings(inner, popped, f))
+    }
+}
+
+/// The part of a poll before the rings: a local event, backlogs to flush, and when no ring
+/// has a record, a dead peer to reap. `None`: the rings have something.
+fn poll_outside_rings(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Option<bool> {
+    if let Some(ev) = inner.local_events.pop() {
+        f(EventRef::Owned(ev));
+        return Some(true);
+    }
+    inner.flush_backlogs();
+    // Look before reading: an idle poll is then a few plain loads.
+    if rings_ready(inner) {
+        return None;
+    }
+    if inner.any_dead.load(Ordering::Relaxed) {
+        inner.reap_dead();
+        return Some(deliver(inner.local_events.pop(), f));
+    }
+    Some(false)
+}
+
+/// What reading the rings gave.
+enum RingPoll {
+    /// An event was handed to the callback.
+    Delivered,
+    /// Every ring was read; nothing for the callback.
+    Empty,
+    /// This peer's ring is corrupt.
+    Corrupt(Rank),
+}
+
+/// Hands the next record of the incoming rings (round robin from `consumers.1`) to `f`.
+fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef<'_>)) -> RingPoll {
+    let size = inner.size;
+    let me = inner.rank as usize;
+    let next = |src: usize| if src + 1 == size { 0 } else { src + 1 };
+    let mut src = consumers.1;
     for _ in 0..size {
         // Nothing is ever sent to ourselves through the ring (see `send`), and a failed
         // peer's ring is not read again (it may be corrupt).
         if src == me || inner.failed[src].load(Ordering::Acquire) {
-            src = if src + 1 == size { 0 } else { src + 1 };
+            src = next(src);
             continue;
         }
         let ring = &inner.incoming[src];
         loop {
-            // SAFETY: our own incoming ring from `src`, read only under the consumer lock.
+            // SAFETY: our own incoming ring from `src`, read only by the holder of
+            // `consumers` (the consumer lock's, or the exclusive poller's).
             let popped = unsafe {
-                cons.0[src].try_pop(
+                consumers.0[src].try_pop(
                     ring.data,
                     inner.layout.ring_bytes,
                     ring.head(),
@@ -91,10 +169,8 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
             match popped {
                 Ok(None) => break,
                 Err(_) => {
-                    cons.1 = if src + 1 == size { 0 } else { src + 1 };
-                    drop(cons);
-                    inner.fail_peer(src as Rank);
-                    return Ok(deliver(inner.local_events.pop(), f));
+                    consumers.1 = next(src);
+                    return RingPoll::Corrupt(src as Rank);
                 }
                 Ok(Some(ev)) => {
                     // Space was freed: wake the sender if it waits for it.
@@ -113,19 +189,32 @@ pub(super) fn poll_with(inner: &Inner, f: &mut dyn FnMut(EventRef<'_>)) -> Resul
                         Popped::Event(None) => false,
                     };
                     if delivered {
-                        cons.1 = if src + 1 == size { 0 } else { src + 1 };
-                        return Ok(true);
+                        consumers.1 = next(src);
+                        return RingPoll::Delivered;
                     }
                 }
             }
         }
-        src = if src + 1 == size { 0 } else { src + 1 };
+        src = next(src);
     }
-    drop(cons);
-    if inner.any_dead.load(Ordering::Relaxed) {
-        inner.reap_dead();
+    RingPoll::Empty
+}
+
+/// The part of a poll after the rings (read without holding the consumers any more).
+fn after_rings(inner: &Inner, popped: RingPoll, f: &mut dyn FnMut(EventRef<'_>)) -> bool {
+    match popped {
+        RingPoll::Delivered => true,
+        RingPoll::Corrupt(src) => {
+            inner.fail_peer(src);
+            deliver(inner.local_events.pop(), f)
+        }
+        RingPoll::Empty => {
+            if inner.any_dead.load(Ordering::Relaxed) {
+                inner.reap_dead();
+            }
+            deliver(inner.local_events.pop(), f)
+        }
     }
-    Ok(deliver(inner.local_events.pop(), f))
 }
 
 fn deliver(ev: Option<Event>, f: &mut dyn FnMut(EventRef<'_>)) -> bool {

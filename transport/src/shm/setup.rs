@@ -222,7 +222,11 @@ impl ShmFabric {
                 })
                 .collect(),
             any_backlog: AtomicBool::new(false),
-            consumers: SpinLock::new(((0..size).map(|_| ring::Consumer::default()).collect(), 0)),
+            consumers: SpinLock::new(Some((
+                (0..size).map(|_| ring::Consumer::default()).collect(),
+                0,
+            ))),
+            poller_taken: AtomicBool::new(false),
             pending: Mutex::new(HashMap::new()),
             failed: (0..size).map(|_| AtomicBool::new(false)).collect(),
             dead: (0..size).map(|_| AtomicBool::new(false)).collect(),

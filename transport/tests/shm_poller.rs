@@ -1,0 +1,72 @@
+//! The shm endpoint's exclusive poller (`Fabric::take_poller`): while it is out, it alone
+//! hands out events and the endpoint's own polls fail; dropping it gives polling back, with
+//! nothing lost or repeated in between.
+
+use std::time::{Duration, Instant};
+
+use rdcoll_transport::bootstrap::{publish_job_identity, FileStore};
+use rdcoll_transport::shm::ShmFabric;
+use rdcoll_transport::{Event, Fabric, FabricConfig, TransportError};
+
+fn pair() -> (ShmFabric, ShmFabric) {
+    let dir = std::env::temp_dir().join(format!("rdcoll-poller-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let store = FileStore::open(&dir).expect("file store");
+    publish_job_identity(&store).expect("job identity");
+    let cfg = FabricConfig::default();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
+        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    (a.expect("rank 0"), b.expect("rank 1"))
+}
+
+/// The next message through `poll`, within a few seconds.
+fn message(mut poll: impl FnMut() -> Option<Event>) -> Vec<u8> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        if let Some(Event::Message { src: 0, data }) = poll() {
+            return data.to_vec();
+        }
+    }
+    panic!("no message within 5 s");
+}
+
+#[test]
+fn the_poller_alone_polls_until_dropped_and_nothing_is_lost() {
+    let (a, b) = pair();
+    a.send(1, b"before").unwrap();
+    let mut poller = b.take_poller().expect("shm has an exclusive poller");
+    assert!(
+        b.take_poller().is_none(),
+        "a second poller while the first is out"
+    );
+    assert!(matches!(b.poll(), Err(TransportError::InvalidArgument(_))));
+    assert!(matches!(
+        b.poll_with(&mut |_| {}),
+        Err(TransportError::InvalidArgument(_))
+    ));
+    assert_eq!(message(|| poller.poll().unwrap()), b"before");
+    for i in 0..1000u32 {
+        a.send(1, &i.to_le_bytes()).unwrap();
+        let got = message(|| {
+            let mut out = None;
+            poller
+                .poll_with(&mut |ev| out = Some(ev.into_owned()))
+                .unwrap();
+            out
+        });
+        assert_eq!(got, i.to_le_bytes());
+    }
+    a.send(1, b"after").unwrap();
+    assert!(
+        b.pending(),
+        "pending() sees records while the poller is out"
+    );
+    drop(poller);
+    assert_eq!(message(|| b.poll().unwrap()), b"after");
+    let again = b.take_poller();
+    assert!(again.is_some(), "the right to poll came back with the drop");
+}
