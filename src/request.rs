@@ -28,12 +28,12 @@
 //! });
 //! ```
 
-use std::collections::HashSet;
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
-use parking_lot::Mutex;
 use rdcoll_offload::p2p::{ReqId, Source, TagSel};
+use rdcoll_transport::SpinLock as Mutex;
+use rustc_hash::FxHashSet as HashSet;
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -79,7 +79,7 @@ impl Comm {
     {
         let scope = Scope {
             comm: self,
-            pending: Mutex::new(HashSet::new()),
+            pending: Mutex::new(HashSet::default()),
             _scope: PhantomData,
         };
         struct WaitOnExit<'a, 'b>(&'a Scope<'a, 'b>);

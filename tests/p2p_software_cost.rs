@@ -12,8 +12,8 @@ use rdcoll::transport::shm::ShmFabric;
 use rdcoll::transport::FabricConfig;
 use rdcoll::{Comm, Source, Tag};
 
-fn pair() -> (Comm, Comm) {
-    let dir = std::env::temp_dir().join(format!("rdcoll-p2p-cost-{}", std::process::id()));
+fn pair(name: &str) -> (Comm, Comm) {
+    let dir = std::env::temp_dir().join(format!("rdcoll-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let store = FileStore::open(&dir).expect("file store");
     publish_job_identity(&store).expect("job identity");
@@ -33,7 +33,7 @@ fn pair() -> (Comm, Comm) {
 #[test]
 #[ignore]
 fn send_recv_cost_on_one_core() {
-    let (a, b) = pair();
+    let (a, b) = pair("blocking-cost");
     let msg = [7u8; 8];
     let mut buf = [0u8; 8];
     const N: u32 = 200_000;
@@ -52,5 +52,41 @@ fn send_recv_cost_on_one_core() {
     println!(
         "send + recv of one 8-byte message through Comm: {:.1} ns",
         best.as_nanos() as f64 / (2 * N) as f64
+    );
+}
+
+/// The same for osu_bw's pattern: a window of 64 nonblocking receives posted before the
+/// sends arrive (rank 1), 64 nonblocking sends (rank 0), both waited for.
+#[test]
+#[ignore]
+fn windowed_nonblocking_cost_on_one_core() {
+    let (a, b) = pair("window-cost");
+    const WINDOW: usize = 64;
+    const ROUNDS: u32 = 2_000;
+    let msg = [7u8; 8];
+    let mut bufs = vec![[0u8; 8]; WINDOW];
+    let mut best = Duration::MAX;
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..ROUNDS {
+            b.scope(|rs| {
+                let recvs: Vec<_> = bufs
+                    .iter_mut()
+                    .map(|buf| rs.irecv(buf, Source::Rank(0), Tag::Value(1)).unwrap())
+                    .collect();
+                a.scope(|ss| {
+                    let sends: Vec<_> =
+                        (0..WINDOW).map(|_| ss.isend(&msg, 1, 1).unwrap()).collect();
+                    rdcoll::wait_all(sends).unwrap();
+                });
+                rdcoll::wait_all(recvs).unwrap();
+            });
+        }
+        best = best.min(t.elapsed());
+    }
+    assert!(bufs.iter().all(|b| *b == msg));
+    println!(
+        "isend + irecv + waits of one 8-byte message in windows of {WINDOW}: {:.1} ns",
+        best.as_nanos() as f64 / (WINDOW as u32 * ROUNDS) as f64
     );
 }

@@ -386,6 +386,11 @@ impl Engine {
     /// Waits for request `id` and returns its result: spins on progress briefly, then yields,
     /// then sleeps on the fabric, so that more ranks than cores stay usable.
     pub fn wait(&self, id: ReqId) -> Result<Status> {
+        // Often done already (a window of requests waited for one by one): no progress
+        // pass for it, which would poll the fabric and drain events once per request.
+        if let Some(s) = self.test_locked(&mut self.inner.lock(), id)? {
+            return Ok(s);
+        }
         let mut backoff = Backoff::default();
         loop {
             if let Some(s) = self.test(id)? {
