@@ -10,19 +10,25 @@ use super::wire::{self, decode, Frame, CHUNK, HEADER, MAX_BODY};
 use super::{PendingKind, Shared};
 use crate::types::{range_fits, Event, Payload, Rank, RegionKey};
 
-struct ReadBuf {
+/// What has been read from one peer's socket and not yet handled (a partial frame). Behind
+/// the peer's reader lock: the I/O thread and a polling host thread both read (see
+/// `Shared::read_now`).
+pub(crate) struct ReadBuf {
     buf: Vec<u8>,
     filled: usize,
 }
 
-pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
-    let mut events = mio::Events::with_capacity(256);
-    let mut bufs: Vec<ReadBuf> = (0..sh.size)
-        .map(|_| ReadBuf {
+impl ReadBuf {
+    pub(crate) fn new() -> ReadBuf {
+        ReadBuf {
             buf: vec![0u8; 2 * (HEADER + MAX_BODY)],
             filled: 0,
-        })
-        .collect();
+        }
+    }
+}
+
+pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
+    let mut events = mio::Events::with_capacity(256);
     let mut last_heard = vec![Instant::now(); sh.size];
     let beat = (sh.peer_timeout / 5).max(Duration::from_millis(20));
     let mut last_beat = Instant::now();
@@ -49,7 +55,9 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
             }
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                 last_heard[r] = Instant::now();
-                if let Err(why) = read_peer(&sh, r as Rank, &mut bufs[r]) {
+                // Waits for a host thread reading this peer (it may have taken the bytes).
+                let read = read_peer(&sh, r as Rank, &mut sh.readers[r].lock());
+                if let Err(why) = read {
                     sh.fail_peer(r as Rank, &why);
                     continue;
                 }
@@ -158,7 +166,7 @@ fn linger(sh: &Shared, poll: &mut mio::Poll) {
 }
 
 /// Reads everything the socket has and handles each complete frame.
-fn read_peer(sh: &Shared, from: Rank, rb: &mut ReadBuf) -> Result<(), String> {
+pub(super) fn read_peer(sh: &Shared, from: Rank, rb: &mut ReadBuf) -> Result<(), String> {
     let Some(stream) = sh.peers[from as usize].stream.as_ref() else {
         return Err("no connection".into());
     };

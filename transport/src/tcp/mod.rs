@@ -70,6 +70,9 @@ pub(crate) struct Shared {
     table: Arc<RegionTable>,
     events: EventQueue,
     peers: Vec<Peer>,
+    /// What was read from each peer and not yet handled; whoever holds a peer's lock reads
+    /// its socket (the I/O thread, or a host thread polling: `read_now`).
+    readers: Vec<Mutex<engine::ReadBuf>>,
     /// Pending operations; peer failure is decided under this lock so none is missed.
     pending: Mutex<HashMap<u64, Pending>>,
     /// Put bytes in flight toward each peer, and their peak (under the `pending` lock's
@@ -139,6 +142,9 @@ impl TcpFabric {
             table: RegionTable::new(rank, cfg.max_regions),
             events: EventQueue::default(),
             peers,
+            readers: (0..size)
+                .map(|_| Mutex::new(engine::ReadBuf::new()))
+                .collect(),
             pending: Mutex::new(HashMap::new()),
             flight: Mutex::new(vec![PeerCounters::default(); size]),
             sink: cfg
@@ -162,6 +168,25 @@ impl TcpFabric {
 }
 
 impl Shared {
+    /// Reads, on the polling host thread, what the peers' sockets hold and handles it: a
+    /// message is then ready as soon as it arrives instead of once the I/O thread has woken
+    /// up (10-20 us on a busy host). A peer whose reader is busy (the I/O thread reading it)
+    /// is skipped.
+    fn read_now(&self) {
+        for r in 0..self.size {
+            if r == self.rank as usize || self.peers[r].failed.load(Ordering::Acquire) {
+                continue;
+            }
+            let Some(mut rb) = self.readers[r].try_lock() else {
+                continue;
+            };
+            if let Err(why) = engine::read_peer(self, r as Rank, &mut rb) {
+                drop(rb);
+                self.fail_peer(r as Rank, &why);
+            }
+        }
+    }
+
     fn check_rank(&self, rank: Rank) -> Result<()> {
         if (rank as usize) < self.size {
             Ok(())
@@ -534,7 +559,12 @@ impl Fabric for TcpFabric {
     }
 
     fn poll(&self) -> Result<Option<Event>> {
-        Ok(self.shared.events.pop())
+        let sh = &self.shared;
+        if let Some(ev) = sh.events.pop() {
+            return Ok(Some(ev));
+        }
+        sh.read_now();
+        Ok(sh.events.pop())
     }
 
     fn block(&self, timeout: Duration) {
