@@ -1,7 +1,7 @@
 //! `rdcoll-bench transport`: per backend, 8-byte one-way message latency (ping-pong / 2) and get
 //! bandwidth from 64 KiB to 64 MiB, beside the floors they are judged against, measured in the
 //! same run: a bare shared-memory cache-line ping-pong between two processes, and single-thread
-//! `memcpy` bandwidth.
+//! `memcpy` bandwidth; for tcp, a bare busy-polled TCP loopback ping-pong.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -500,6 +500,75 @@ fn cacheline_floor_ns(iters: u64) -> f64 {
     ns
 }
 
+/// One-way latency (ns) of a bare 8-byte ping-pong over a TCP loopback connection between two
+/// processes, both busy-polling nonblocking sockets with `TCP_NODELAY`: what the tcp backend's
+/// latency is set against (NaN if the sockets cannot be set up).
+fn tcp_floor_ns(iters: u64) -> f64 {
+    use std::io::{Read, Write};
+    fn exchange(s: &mut std::net::TcpStream, buf: &mut [u8; 8]) -> bool {
+        let mut got = 0;
+        while got < 8 {
+            match s.read(&mut buf[got..]) {
+                Ok(0) => return false,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => std::hint::spin_loop(),
+                Err(_) => return false,
+            }
+        }
+        true
+    }
+    let Ok(listener) = std::net::TcpListener::bind("127.0.0.1:0") else {
+        return f64::NAN;
+    };
+    let Ok(addr) = listener.local_addr() else {
+        return f64::NAN;
+    };
+    // SAFETY: fork; the child only runs the echo loop over its own socket and exits with _exit.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        let mut buf = [0u8; 8];
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            let _ = s.set_nodelay(true);
+            let _ = s.set_nonblocking(true);
+            for _ in 0..iters {
+                if !exchange(&mut s, &mut buf) || s.write_all(&buf).is_err() {
+                    break;
+                }
+            }
+        }
+        // SAFETY: leaving the forked child without running the parent's destructors.
+        unsafe { libc::_exit(0) };
+    }
+    let mut ns = f64::NAN;
+    if let Ok((mut s, _)) = listener.accept() {
+        let _ = s.set_nodelay(true);
+        let _ = s.set_nonblocking(true);
+        let mut buf = [0u8; 8];
+        let per_batch = iters / (BATCHES + 1);
+        let mut batches = Vec::new();
+        'all: for b in 0..=BATCHES {
+            let t0 = Instant::now();
+            for _ in 0..per_batch {
+                if s.write_all(&buf).is_err() || !exchange(&mut s, &mut buf) {
+                    break 'all;
+                }
+            }
+            if b > 0 {
+                batches.push(t0.elapsed().as_nanos() as f64 / per_batch as f64 / 2.0);
+            }
+        }
+        if batches.len() == BATCHES as usize {
+            ns = median(&mut batches);
+        }
+    }
+    // SAFETY: reaping our child (it exits once its count is done or the socket closes).
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+        libc::waitpid(pid, std::ptr::null_mut(), 0);
+    }
+    ns
+}
+
 /// Bandwidth (bytes/s) of a bare `process_vm_readv` loop from a forked child's buffer at each
 /// of [`GET_SIZES`]: the ceiling of the single-copy path that gets of user memory take on shm.
 /// `None` where the kernel refuses cross-memory attach.
@@ -659,6 +728,7 @@ fn driver(opts: &Opts) -> i32 {
     // after the backends and judge against the mean.
     floors.push(cacheline_floor_ns(opts.pingpongs * 4));
     let floor = (floors[0] + floors[1]) / 2.0;
+    let tcp_floor = tcp_floor_ns(opts.pingpongs / 5);
     let mut out = std::io::stdout().lock();
     let _ = writeln!(
         out,
@@ -687,9 +757,21 @@ fn driver(opts: &Opts) -> i32 {
     }
     let _ = writeln!(
         out,
+        "| bare TCP loopback ping-pong (2 processes, busy-polled, TCP_NODELAY) | {tcp_floor:.0} | {:.2}x | | |",
+        tcp_floor / floor
+    );
+    let _ = writeln!(
+        out,
         "\nThe paired floor is the same ping-pong run by the backend's own two rank processes,\n\
          one floor batch before each message batch; its ratio is the median of per-batch ratios."
     );
+    if let Some(tcp) = rows.iter().find(|r| r.name == "tcp") {
+        let _ = writeln!(
+            out,
+            "tcp: {:.2}x the bare TCP loopback ping-pong.",
+            tcp.latency_ns / tcp_floor
+        );
+    }
     let _ = writeln!(out, "\n## get bandwidth, GB/s\n");
     let header: Vec<String> = GET_SIZES
         .iter()
