@@ -27,6 +27,11 @@ fn identical_envelopes() {
 }
 
 #[test]
+fn posted_receives_take_messages_in_order() {
+    run(2, p2p_cases::posted_receives_take_messages_in_order);
+}
+
+#[test]
 fn rendezvous_then_eager_into_blocking_receives() {
     run(2, p2p_cases::rendezvous_then_eager_into_blocking_receives);
 }

@@ -32,6 +32,7 @@ fn rank_entry() {
             "random" => p2p_cases::random_traffic(&world, 10_000),
             "peer_death" => p2p_cases::peer_death(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
+            "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
             "rendezvous_then_eager" => {
                 p2p_cases::rendezvous_then_eager_into_blocking_receives(&world)
             }
@@ -96,7 +97,8 @@ fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, String)]) 
     }
 }
 
-const PAIR_CASES: &str = "table_one,identical_envelopes,truncation,self_send,rendezvous_then_eager";
+const PAIR_CASES: &str =
+    "table_one,identical_envelopes,truncation,self_send,rendezvous_then_eager,posted_in_order";
 
 #[test]
 fn pair_cases_over_shm() {

@@ -498,3 +498,161 @@ pub fn rendezvous_then_eager_into_blocking_receives(world: &Comm) -> Outcome {
     }
     Ok(())
 }
+
+/// Forty nonblocking receives with mixed tags (a quarter `Tag::Any`) and buffer sizes (half
+/// of them 300 bytes) and forty messages with mixed tags and sizes (every fifth a rendezvous),
+/// with every receive posted before the first message is sent, with every message sent before
+/// the first receive is posted, and receives first with short buffers only: each message lands
+/// in the receive a reference model
+/// picks (the first still-pending receive it matches, in post order), truncated where the
+/// buffer is short; receives the model leaves without a message are cancelled, and messages it
+/// leaves without a receive are received afterwards, in order. Ranks 0 and 1.
+pub fn posted_receives_take_messages_in_order(world: &Comm) -> Outcome {
+    const N: usize = 40;
+    const BIG: usize = 100 << 10;
+    let ctl = world.dup().map_err(e)?;
+    let msg_tag = |i: usize| (i * 7 % 3) as u32 + 1;
+    let msg_len = |i: usize| if i % 5 == 3 { BIG + i } else { i * 13 % 300 };
+    let recv_tag = |j: usize| {
+        if j % 4 == 0 {
+            None
+        } else {
+            Some((j * 5 % 3) as u32 + 1)
+        }
+    };
+    // Round 2 has only short buffers: every receive is queued (`light`), and each rendezvous
+    // message meets one, which must take it (truncated) before any later message.
+    let capacity = |round: u32, j: usize| {
+        if round < 2 && j % 2 == 0 {
+            BIG + N
+        } else {
+            300
+        }
+    };
+    // The model: message i goes to the first pending receive that accepts its tag.
+    let mut owner = vec![None; N];
+    let mut taken = [false; N];
+    for (i, slot) in owner.iter_mut().enumerate() {
+        if let Some(j) =
+            (0..N).find(|&j| !taken[j] && recv_tag(j).map_or(true, |t| t == msg_tag(i)))
+        {
+            taken[j] = true;
+            *slot = Some(j);
+        }
+    }
+    for (round, receives_first) in [(0u32, true), (1, false), (2, true)] {
+        let data: Vec<Vec<u8>> = (0..N)
+            .map(|i| pattern(0, round * 1000 + i as u32, msg_len(i)))
+            .collect();
+        match world.rank() {
+            0 => {
+                if receives_first {
+                    sync(&ctl, 1)?;
+                }
+                world.scope(|s| -> Outcome {
+                    let reqs = data
+                        .iter()
+                        .enumerate()
+                        .map(|(i, d)| s.isend(d, 1, msg_tag(i)))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(e)?;
+                    if !receives_first {
+                        sync(&ctl, 1)?;
+                    }
+                    rdcoll::wait_all(reqs).map_err(e)?;
+                    Ok(())
+                })?;
+                sync(&ctl, 1)?;
+            }
+            1 => {
+                let mut bufs: Vec<Vec<u8>> =
+                    (0..N).map(|j| vec![0u8; capacity(round, j)]).collect();
+                if !receives_first {
+                    sync(&ctl, 0)?;
+                }
+                let got = world.scope(|s| -> Result<Vec<Option<rdcoll::Status>>, String> {
+                    let mut reqs = bufs
+                        .iter_mut()
+                        .enumerate()
+                        .map(|(j, b)| s.irecv(b, 0, recv_tag(j).map_or(Tag::Any, Tag::Value)))
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(e)?;
+                    if receives_first {
+                        sync(&ctl, 0)?;
+                    }
+                    let mut out = Vec::new();
+                    for (j, r) in reqs.iter_mut().enumerate() {
+                        if owner.contains(&Some(j)) {
+                            continue;
+                        }
+                        ensure!(
+                            r.cancel().map_err(e)?,
+                            "round {round}: receive {j} not cancelled"
+                        );
+                    }
+                    for (j, r) in reqs.into_iter().enumerate() {
+                        let st = match r.wait() {
+                            Ok(st) => st,
+                            // Reported as the status it would have had; checked below.
+                            Err(Error::Truncated {
+                                sender,
+                                tag,
+                                len,
+                                capacity: c,
+                            }) => {
+                                ensure!(
+                                    c == capacity(round, j),
+                                    "round {round}: receive {j}: capacity {c}"
+                                );
+                                rdcoll::Status {
+                                    source: sender,
+                                    tag,
+                                    len,
+                                    cancelled: false,
+                                }
+                            }
+                            Err(other) => return Err(e(other)),
+                        };
+                        out.push((!st.cancelled).then_some(st));
+                    }
+                    Ok(out)
+                })?;
+                for (i, o) in owner.iter().enumerate() {
+                    match o {
+                        Some(j) => {
+                            let st = got[*j].ok_or(format!("round {round}: receive {j} empty"))?;
+                            ensure!(
+                                st.tag == msg_tag(i) && st.len == msg_len(i),
+                                "round {round}: receive {j} got tag {} len {}, not message {i}",
+                                st.tag,
+                                st.len
+                            );
+                            let n = st.len.min(capacity(round, *j));
+                            ensure!(
+                                bufs[*j][..n] == data[i][..n] || st.len > capacity(round, *j),
+                                "round {round}: receive {j}: wrong bytes (not message {i})"
+                            );
+                        }
+                        None => {
+                            let mut rest = vec![0u8; BIG + N];
+                            let st = world.recv(&mut rest, 0, msg_tag(i)).map_err(e)?;
+                            ensure!(
+                                st.len == msg_len(i) && rest[..st.len] == data[i][..],
+                                "round {round}: message {i} (no receive in the model) lost"
+                            );
+                        }
+                    }
+                }
+                for (j, g) in got.iter().enumerate() {
+                    ensure!(
+                        g.is_some() == owner.contains(&Some(j)),
+                        "round {round}: receive {j} matched against the model"
+                    );
+                }
+                sync(&ctl, 0)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

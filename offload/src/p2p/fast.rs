@@ -48,16 +48,25 @@ pub(super) struct FastRecv {
     materialized: Option<Result<ReqId>>,
 }
 
-/// What the receive accepts, in match-bit form.
+/// What a receive accepts, in match-bit form.
 #[derive(Clone, Copy)]
-struct Selector {
+pub(super) struct Selector {
     match_bits: u64,
     ignore_bits: u64,
     source: Source,
 }
 
 impl Selector {
-    fn accepts(&self, from: Rank, bits: u64) -> bool {
+    pub(super) fn new(context: Context, tag: TagSel, source: Source) -> Selector {
+        let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
+        Selector {
+            match_bits,
+            ignore_bits,
+            source,
+        }
+    }
+
+    pub(super) fn accepts(&self, from: Rank, bits: u64) -> bool {
         bits_match(bits, self.match_bits, self.ignore_bits)
             && match self.source {
                 Source::Any => true,
@@ -94,14 +103,9 @@ impl Engine {
                 return Some(Err(e));
             }
         }
-        let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
         // Unexpected headers queued when this receive last looked (see the loop).
         let mut seen;
-        let sel = Selector {
-            match_bits,
-            ignore_bits,
-            source,
-        };
+        let sel = Selector::new(context, tag, source);
         {
             let mut inner = self.inner.lock();
             if self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
@@ -109,6 +113,10 @@ impl Engine {
             }
             if let Err(e) = self.take_delivery_failure(&mut inner) {
                 return Some(Err(e));
+            }
+            if !inner.lights.is_empty() {
+                // Queued receives are older: this one joins them.
+                return None;
             }
             let st = self.ni.lock_state();
             if !self.fast_path_open(&st, sel) {
@@ -310,13 +318,30 @@ fn take_eager(
     data: &[u8],
     buf: &mut [u8],
 ) -> Option<Result<Status>> {
-    // Eager messages and rendezvous headers both travel as compact quiet puts; a header that
-    // names a chunk size starts a rendezvous, which is the agent's (through an entry).
+    let (bits, payload) = eager_on_message_portal(engine, data)?;
+    sel.accepts(src, bits)
+        .then(|| deliver_eager(src, bits, payload, buf))
+}
+
+/// The match bits and payload of `data` if it is an eager message on the message portal.
+/// Eager messages and rendezvous headers both travel as compact quiet puts; a header that
+/// names a chunk size starts a rendezvous, which is the agent's (through an entry).
+pub(super) fn eager_on_message_portal<'a>(
+    engine: &Engine,
+    data: &'a [u8],
+) -> Option<(u64, &'a [u8])> {
     let (pt, bits, hdr_data, payload) = peek_quiet_put(data)?;
-    let header = Header::decode(hdr_data);
-    if pt != engine.pt_msg || header.chunk.is_some() || !sel.accepts(src, bits) {
-        return None;
-    }
+    (pt == engine.pt_msg && Header::decode(hdr_data).chunk.is_none()).then_some((bits, payload))
+}
+
+/// Copies an eager message from `src` into `buf`: its status, or `Truncated` (with the true
+/// length, nothing written past `buf`).
+pub(super) fn deliver_eager(
+    src: Rank,
+    bits: u64,
+    payload: &[u8],
+    buf: &mut [u8],
+) -> Result<Status> {
     let status = Status {
         source: src,
         tag: bits::tag_of(bits),
@@ -325,15 +350,15 @@ fn take_eager(
     };
     let n = payload.len().min(buf.len());
     buf[..n].copy_from_slice(&payload[..n]);
-    Some(if payload.len() > buf.len() {
+    if payload.len() > buf.len() {
         Err(super::truncated(status, buf.len()))
     } else {
         Ok(status)
-    })
+    }
 }
 
 /// Whether a queued unexpected message on the message portal matches `sel`.
-fn unexpected_match(st: &State, engine: &Engine, sel: Selector) -> bool {
+pub(super) fn unexpected_match(st: &State, engine: &Engine, sel: Selector) -> bool {
     let Some(portal) = st.portals.get(engine.pt_msg.0) else {
         return false;
     };

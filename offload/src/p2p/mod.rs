@@ -18,6 +18,7 @@
 mod bits;
 mod config;
 mod fast;
+mod light;
 mod probe;
 mod recv;
 mod send;
@@ -112,6 +113,8 @@ enum Req {
     Send(send::Rendezvous),
     /// A posted receive.
     Recv(recv::Receive),
+    /// A queued receive (`light`), from this source.
+    Light(Source),
 }
 
 struct Inner {
@@ -126,6 +129,8 @@ struct Inner {
     delivery_failure: Option<OffloadError>,
     /// A blocking receive on the fast path (inline mode), not posted as an entry.
     fast: Option<fast::FastRecv>,
+    /// Nonblocking receives queued instead of posted as entries (inline mode).
+    lights: light::Lights,
 }
 
 /// One rank's point-to-point engine.
@@ -221,6 +226,7 @@ impl Engine {
                 next_context: 1,
                 delivery_failure: None,
                 fast: None,
+                lights: light::Lights::default(),
             }),
         })
     }
@@ -308,7 +314,11 @@ impl Engine {
 
     fn progress_locked(&self, inner: &mut Inner) -> Result<()> {
         let mut events = std::mem::take(&mut inner.scratch);
-        let handled = self.ni.progress_and_drain(self.eq, &mut events)?;
+        let handled = if inner.lights.is_empty() {
+            self.ni.progress_and_drain(self.eq, &mut events)?
+        } else {
+            self.progress_lights(inner, &mut events)?
+        };
         if handled + events.len() > 0 {
             self.activity
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -373,6 +383,16 @@ impl Engine {
                 }
                 None => false,
             },
+            Req::Light(source) => {
+                let source = *source;
+                match self.check_light(inner, id.0, source) {
+                    Some(result) => {
+                        inner.reqs.insert(id.0, Req::Done(result));
+                        true
+                    }
+                    None => false,
+                }
+            }
         };
         if !finished {
             return Ok(None);
@@ -434,6 +454,13 @@ impl Engine {
                 }
                 Ok(false)
             }
+            Some(Req::Light(_)) => match self.cancel_light(&mut inner, id.0) {
+                Some(result) => {
+                    inner.reqs.insert(id.0, Req::Done(result));
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
             Some(_) => Ok(false),
         }
     }

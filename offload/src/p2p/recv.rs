@@ -58,6 +58,17 @@ impl Engine {
         self.take_delivery_failure(&mut inner)?;
         // A fast receive another thread is blocked in was posted first: it goes first.
         self.materialize_fast(&mut inner);
+        if self.ni.mode() == crate::ni::Mode::Inline {
+            if let Source::Rank(r) = source {
+                self.check_rank(r, "source")?;
+            }
+            // SAFETY: passed on from the caller.
+            let posted =
+                unsafe { self.post_light(&mut inner, ptr as usize, len, source, tag, context)? };
+            if let super::light::Posted::Queued(id) = posted {
+                return Ok(ReqId(id));
+            }
+        }
         // SAFETY: passed on from the caller.
         unsafe { self.post_recv(&mut inner, ptr, len, source, tag, context) }
     }
@@ -75,6 +86,27 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<ReqId> {
+        let id = Engine::new_id(inner);
+        // SAFETY: passed on from the caller.
+        unsafe { self.post_recv_as(inner, id, ptr, len, source, tag, context)? };
+        Ok(ReqId(id))
+    }
+
+    /// Posts a receive (see [`post_recv`](Engine::post_recv)) under request id `id`.
+    ///
+    /// # Safety
+    /// As for `irecv`.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn post_recv_as(
+        &self,
+        inner: &mut Inner,
+        id: u64,
+        ptr: *mut u8,
+        len: usize,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<()> {
         let match_id = match source {
             Source::Any => MatchId::Any,
             Source::Rank(r) => {
@@ -86,7 +118,6 @@ impl Engine {
         // completes; completion deregisters it. Only this rank's agent writes into it (a
         // rendezvous registers it for the sender's replies when it matches).
         let region = unsafe { Region::private(self.rank(), ptr, len) };
-        let id = Engine::new_id(inner);
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
         let spec = MeSpec {
             region: region.clone(),
@@ -125,9 +156,12 @@ impl Engine {
                 return Err(e);
             }
         }
-        // The append may have taken an unexpected message: its event is queued now.
-        self.progress_locked(inner)?;
-        Ok(ReqId(id))
+        // The append may have taken an unexpected message: its event is queued now. (The
+        // receive is posted whatever this says: its entry may already hold the buffer.)
+        if let Err(e) = self.progress_locked(inner) {
+            tracing::error!("progress after posting a receive failed: {e}");
+        }
+        Ok(())
     }
 }
 
@@ -296,7 +330,7 @@ pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> 
 
 /// The failed rank that a receive from `source` would wait for forever: that rank, or for
 /// `Source::Any` the last of all other ranks once every one of them has failed.
-fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
+pub(super) fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
     let (ni, fabric) = (&engine.ni, engine.ni.fabric());
     match source {
         // The fabric's flag first (cheap); the agent's record means its last messages are in.
