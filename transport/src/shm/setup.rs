@@ -218,6 +218,7 @@ impl ShmFabric {
                     SpinLock::new(ProducerSide {
                         ring: Default::default(),
                         backlog: VecDeque::new(),
+                        spare: Vec::new(),
                     })
                 })
                 .collect(),
