@@ -79,7 +79,8 @@ impl Comm {
     {
         let scope = Scope {
             comm: self,
-            pending: Mutex::new(HashSet::default()),
+            // Sized for a typical window (osu_bw's 64) so it does not rehash while growing.
+            pending: Mutex::new(HashSet::with_capacity_and_hasher(64, Default::default())),
             _scope: PhantomData,
         };
         struct WaitOnExit<'a, 'b>(&'a Scope<'a, 'b>);

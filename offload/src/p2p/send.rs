@@ -76,7 +76,7 @@ impl Engine {
         if len as u64 > bits::MAX_LEN {
             return Err(invalid(format!("a {len}-byte message is too long")));
         }
-        let fabric = self.ni.fabric().clone();
+        let fabric = self.ni.fabric();
         if fabric.is_failed(dest) {
             return Err(TransportError::PeerFailed(dest).into());
         }
