@@ -1,6 +1,9 @@
 //! `tcp`: processes on several hosts. One nonblocking socket per pair of ranks, a framed wire
 //! format ([`wire`]), and an I/O thread per rank that performs peers' puts and gets on their
-//! behalf (software RDMA), so a get is served even while the target's owner computes.
+//! behalf (software RDMA), so a get is served even while the target's owner computes. A host
+//! thread that polls and finds no event reads the sockets itself (`Shared::read_now`), so a
+//! busy-polling rank sees a message as soon as it arrives rather than after the I/O thread's
+//! wake-up; a per-peer read lock keeps each peer's frames read and handled in order.
 //!
 //! Liveness: the I/O thread sends a heartbeat every fifth of the peer timeout; a peer whose link
 //! closes, errors, sends garbage, or stays silent for the peer timeout is failed, and every
