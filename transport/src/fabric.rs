@@ -117,7 +117,9 @@ pub trait Fabric: Send + Sync {
     /// [`wait`](Fabric::wait) fail with [`TransportError::InvalidArgument`]; everything else
     /// (sends, puts, [`pending`](Fabric::pending), [`block`](Fabric::block)) is unchanged.
     /// Dropping the poller gives the right back. `None` where the backend has no such poller,
-    /// and while another one is out.
+    /// and while another one is out. The offload NI takes it when it starts, so on shm a
+    /// communicator's own `fabric().poll()` fails once its messaging engine runs, and a second
+    /// NI over the same endpoint can only poll through the first.
     ///
     /// [`TransportError::InvalidArgument`]: crate::TransportError::InvalidArgument
     fn take_poller(&self) -> Option<Box<dyn Poller>> {

@@ -100,9 +100,10 @@ impl<T> SpinLock<T> {
         // store visible before this returns, so the check below cannot sleep through it.
         let woken_for_sure = crate::membarrier::private();
         let timeout = if woken_for_sure { SLEEP } else { NAP };
-        let key = self as *const Self as usize;
-        // SAFETY: the key is this lock's address, used only by this lock's sleep and release;
-        // the callbacks neither panic nor call into parking_lot_core.
+        let key = &self.sleepers as *const AtomicU32 as usize;
+        // SAFETY: the key is the address of this lock's sleeper count (not of the value, which
+        // may hold a parking_lot primitive of its own), used only by this lock's sleep and
+        // release; the callbacks neither panic nor call into parking_lot_core.
         unsafe {
             parking_lot_core::park(
                 key,
@@ -129,8 +130,9 @@ impl<T> SpinLock<T> {
 
     #[cold]
     fn wake_one_slow(&self) {
-        let key = self as *const Self as usize;
-        // SAFETY: the key is this lock's address (see `sleep`); the callback does nothing.
+        let key = &self.sleepers as *const AtomicU32 as usize;
+        // SAFETY: the key is this lock's sleeper count's address (see `sleep`); the callback
+        // does nothing.
         unsafe {
             parking_lot_core::unpark_one(key, |_| parking_lot_core::DEFAULT_UNPARK_TOKEN);
         }

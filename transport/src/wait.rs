@@ -71,6 +71,18 @@ impl EventQueue {
         self.events.lock().push_back(ev);
         self.ready.notify_one();
     }
+    /// Appends an event from a peer unless `failed` (that peer's flag) is set: checked under
+    /// the queue's lock, so an event from the peer is either queued before its `PeerFailed`
+    /// (pushed after the flag is set) or dropped, never queued after it.
+    pub(crate) fn push_unless_failed(&self, ev: Event, failed: &std::sync::atomic::AtomicBool) {
+        let mut q = self.events.lock();
+        if failed.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        q.push_back(ev);
+        drop(q);
+        self.ready.notify_one();
+    }
     /// Takes the oldest event.
     pub(crate) fn pop(&self) -> Option<Event> {
         self.events.lock().pop_front()

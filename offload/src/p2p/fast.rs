@@ -195,14 +195,16 @@ impl Engine {
                 self.note_activity();
             }
             if queued_match {
-                // Post it as an ordinary receive, which takes the queued message.
-                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                // Post it as an ordinary receive, which takes the queued message. It stays
+                // open until posted: a receive another thread posts meanwhile must post this
+                // one first (`materialize_fast`), as it is older.
                 drop(st);
                 let mut inner = self.inner.lock();
-                let f = inner.fast.take()?;
-                let posted = self.materialize(&mut inner, &f);
+                self.materialize_fast(&mut inner);
+                let posted = inner.fast.take().and_then(|f| f.materialized);
+                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
                 drop(inner);
-                return Some(posted.and_then(|id| self.wait(id)));
+                return Some(posted?.and_then(|id| self.wait(id)));
             }
             if let Some(dead) = sender_gone(&st, self, source) {
                 self.fast_state.store(FAST_NONE, Ordering::Relaxed);

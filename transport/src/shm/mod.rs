@@ -127,12 +127,13 @@ struct ProducerSide {
     /// Buffers of records that left the backlog, kept for the next ones: a window of messages
     /// that overflows the ring would otherwise allocate and free one buffer per message, and
     /// the allocator's trimming then makes every fresh one page-fault (32 KiB osu_bibw ran at
-    /// 6-8 GB/s this way, 34-42 without the churn).
+    /// 6-8 GB/s this way, 30-42 without the churn).
     spare: Vec<Vec<u8>>,
 }
 
-/// Most backlog buffers a producer keeps for reuse, and the largest it keeps.
-const SPARE_BUFFERS: usize = 64;
+/// Most backlog buffers a producer keeps for reuse, and the largest it keeps (at most 2 MiB
+/// per peer stays allocated after a burst).
+const SPARE_BUFFERS: usize = 32;
 const SPARE_MAX_BYTES: usize = 64 << 10;
 
 impl ProducerSide {

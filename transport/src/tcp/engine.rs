@@ -202,10 +202,13 @@ fn status_of(e: &crate::TransportError) -> u8 {
 
 fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
     match frame {
-        Frame::Message { data } => sh.events.push(Event::Message {
-            src: from,
-            data: Payload::from_slice(data),
-        }),
+        Frame::Message { data } => sh.events.push_unless_failed(
+            Event::Message {
+                src: from,
+                data: Payload::from_slice(data),
+            },
+            &sh.peers[from as usize].failed,
+        ),
         Frame::Put {
             op,
             key,
@@ -249,7 +252,10 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             match result {
                 Ok(region_len) if last => {
                     if let Some(imm) = imm {
-                        sh.events.push(Event::Immediate { src: from, imm });
+                        sh.events.push_unless_failed(
+                            Event::Immediate { src: from, imm },
+                            &sh.peers[from as usize].failed,
+                        );
                     }
                     let ack = Frame::PutAck {
                         op,

@@ -176,6 +176,11 @@ impl Shared {
     /// up (10-20 us on a busy host). A peer whose reader is busy (the I/O thread reading it)
     /// is skipped.
     fn read_now(&self) {
+        if self.sink.is_some() {
+            // `RDCOLL_SINK_RATE` paces deposits by sleeping: not on a host thread, which may
+            // hold the offload NI's lock while it polls.
+            return;
+        }
         for r in 0..self.size {
             if r == self.rank as usize || self.peers[r].failed.load(Ordering::Acquire) {
                 continue;
