@@ -90,3 +90,34 @@ fn windowed_nonblocking_cost_on_one_core() {
         best.as_nanos() as f64 / (WINDOW as u32 * ROUNDS) as f64
     );
 }
+
+/// A rank sending 8 bytes to itself and receiving them, one rank of the `local` transport: in
+/// thread mode (`RDCOLL_OFFLOAD=thread`) every message goes through the progress agent's
+/// thread, which has the other core to itself here, so this shows the agent's hand-over cost
+/// (compare `RDCOLL_AGENT_POLL_US=0`, an agent that sleeps between messages, with the default).
+#[test]
+#[ignore]
+fn self_send_through_the_agent() {
+    let per_message = rdcoll::local::run(1, |c| {
+        let msg = [7u8; 8];
+        let mut buf = [0u8; 8];
+        const N: u32 = 20_000;
+        let mut best = Duration::MAX;
+        for _ in 0..5 {
+            let t = Instant::now();
+            for _ in 0..N {
+                c.send(&msg, 0, 1).unwrap();
+                c.recv(&mut buf, Source::Rank(0), Tag::Value(1)).unwrap();
+            }
+            best = best.min(t.elapsed());
+        }
+        assert_eq!(buf, msg);
+        best.as_nanos() as f64 / N as f64
+    })
+    .unwrap()[0];
+    println!(
+        "self send + recv of 8 bytes (RDCOLL_OFFLOAD={}, RDCOLL_AGENT_POLL_US={}): {per_message:.0} ns",
+        std::env::var("RDCOLL_OFFLOAD").unwrap_or_else(|_| "auto".into()),
+        std::env::var("RDCOLL_AGENT_POLL_US").unwrap_or_else(|_| "default".into()),
+    );
+}

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use rdcoll_transport::Event as FabricEvent;
 
@@ -106,16 +106,29 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
     }
 }
 
-/// Runs the agent until `shared.stop` is set.
-pub(crate) fn run(shared: Arc<Shared>) {
+/// Runs the agent until `shared.stop` is set: it polls for `poll` after its last event (with
+/// plain loads, not the state lock), then sleeps until the fabric has something.
+pub(crate) fn run(shared: Arc<Shared>, poll: Duration) {
     let fabric = shared.state.lock().fabric.clone();
+    let mut last_event = Instant::now();
     while !shared.stop.load(Ordering::Acquire) {
-        if progress(&shared) == 0 {
-            // Sleeps until the fabric has something (or briefly, to notice `stop`).
-            fabric.block(Duration::from_millis(5));
-        } else {
+        if progress(&shared) > 0 {
+            last_event = Instant::now();
             // The lock is not fair: a host thread that fell asleep waiting for it goes first.
             shared.state.let_sleepers_in();
+        } else if last_event.elapsed() < poll {
+            let mut spins = 0u32;
+            while !fabric.pending() && !shared.stop.load(Ordering::Relaxed) {
+                std::hint::spin_loop();
+                spins = spins.wrapping_add(1);
+                // The clock only now and then: a read costs more than a poll.
+                if spins.is_multiple_of(64) && last_event.elapsed() >= poll {
+                    break;
+                }
+            }
+        } else {
+            // Sleeps until the fabric has something (or briefly, to notice `stop`).
+            fabric.block(Duration::from_millis(5));
         }
     }
 }

@@ -29,6 +29,9 @@ pub enum Mode {
     Inline,
 }
 
+/// How long a thread-mode agent with a core of its own polls after its last event.
+pub const DEFAULT_AGENT_POLL: Duration = Duration::from_micros(50);
+
 /// Limits and choices of a network interface.
 #[derive(Debug, Clone)]
 pub struct NiConfig {
@@ -46,6 +49,11 @@ pub struct NiConfig {
     /// In thread mode, pin the agent to a core (with the `hwloc` feature): agents of local
     /// ranks 0, 1, ... take the last core, the one before, and so on. `None`: not pinned.
     pub pin_slot: Option<usize>,
+    /// In thread mode, how long the agent keeps polling the fabric after its last event before
+    /// it sleeps: waking a sleeping agent costs microseconds per message, polling costs a core
+    /// (`RDCOLL_AGENT_POLL_US`; by default 50 us when the host has two cores per rank, which is
+    /// when `auto` picks thread mode, else 0).
+    pub agent_poll: Duration,
 }
 
 impl Default for NiConfig {
@@ -57,6 +65,7 @@ impl Default for NiConfig {
             max_objects: 4096,
             inline_max: crate::initiator::inline_capacity().min(8192),
             pin_slot: None,
+            agent_poll: Duration::ZERO,
         }
     }
 }
@@ -66,10 +75,20 @@ impl NiConfig {
     /// a thread when this host has at least two cores per rank of a job of `ranks_here`).
     pub fn from_env(ranks_here: usize) -> Result<NiConfig> {
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let auto = if cores >= 2 * ranks_here.max(1) {
+        let agent_has_core = cores >= 2 * ranks_here.max(1);
+        let auto = if agent_has_core {
             Mode::Thread
         } else {
             Mode::Inline
+        };
+        let agent_poll = match std::env::var("RDCOLL_AGENT_POLL_US") {
+            Ok(v) => Duration::from_micros(v.trim().parse().map_err(|_| {
+                invalid(format!(
+                    "RDCOLL_AGENT_POLL_US={v:?}: expected microseconds (a whole number)"
+                ))
+            })?),
+            Err(_) if agent_has_core => DEFAULT_AGENT_POLL,
+            Err(_) => Duration::ZERO,
         };
         let mode = match std::env::var("RDCOLL_OFFLOAD").as_deref() {
             Ok("thread") => Mode::Thread,
@@ -84,6 +103,7 @@ impl NiConfig {
         Ok(NiConfig {
             mode,
             pin_slot: Some(local_slot()),
+            agent_poll,
             ..NiConfig::default()
         })
     }
@@ -110,6 +130,8 @@ pub struct Ni {
     inline_max: usize,
     /// `State::queued_unexpected`, read without the state lock.
     queued_unexpected: Arc<std::sync::atomic::AtomicU64>,
+    /// `NiConfig::agent_poll`.
+    agent_poll: Duration,
 }
 
 impl Ni {
@@ -142,6 +164,7 @@ impl Ni {
             pin_slot: cfg.pin_slot,
             inline_max: cfg.inline_max,
             queued_unexpected,
+            agent_poll: cfg.agent_poll,
         })
     }
 
@@ -153,6 +176,7 @@ impl Ni {
         let s = self.shared.clone();
         let name = format!("rdcoll-offload-{}", self.fabric.rank());
         let slot = self.pin_slot;
+        let poll = self.agent_poll;
         let t = std::thread::Builder::new()
             .name(name)
             .spawn(move || {
@@ -162,7 +186,7 @@ impl Ni {
                         Err(why) => tracing::debug!("offload agent not pinned: {why}"),
                     }
                 }
-                crate::agent::run(s)
+                crate::agent::run(s, poll)
             })
             .map_err(|e| invalid(format!("starting the progress thread: {e}")))?;
         self.agent = Some(t);

@@ -63,13 +63,24 @@ pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
 pub(crate) struct EventQueue {
     events: Mutex<VecDeque<Event>>,
     ready: Condvar,
+    /// The queue's length, mirrored for a look without the lock (`is_empty`).
+    len: std::sync::atomic::AtomicUsize,
 }
 
 impl EventQueue {
     /// Appends an event and wakes a blocked waiter.
     pub(crate) fn push(&self, ev: Event) {
-        self.events.lock().push_back(ev);
+        let mut q = self.events.lock();
+        q.push_back(ev);
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Release);
+        drop(q);
         self.ready.notify_one();
+    }
+    /// Whether no event is queued (a hint, read without the lock: a poller that spins on it
+    /// leaves the lock to the threads that push).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len.load(std::sync::atomic::Ordering::Acquire) == 0
     }
     /// Appends an event from a peer unless `failed` (that peer's flag) is set: checked under
     /// the queue's lock, so an event from the peer is either queued before its `PeerFailed`
@@ -80,12 +91,18 @@ impl EventQueue {
             return;
         }
         q.push_back(ev);
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Release);
         drop(q);
         self.ready.notify_one();
     }
     /// Takes the oldest event.
     pub(crate) fn pop(&self) -> Option<Event> {
-        self.events.lock().pop_front()
+        let mut q = self.events.lock();
+        let ev = q.pop_front();
+        self.len
+            .store(q.len(), std::sync::atomic::Ordering::Release);
+        ev
     }
     /// Blocks until the queue is non-empty or `timeout` passes.
     pub(crate) fn block(&self, timeout: Duration) {

@@ -221,6 +221,10 @@ impl Fabric for LocalFabric {
         Ok(self.me().events.pop())
     }
 
+    fn pending(&self) -> bool {
+        !self.me().events.is_empty()
+    }
+
     fn block(&self, timeout: Duration) {
         self.me().events.block(timeout)
     }
