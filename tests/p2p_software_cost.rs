@@ -7,52 +7,46 @@
 
 use std::time::{Duration, Instant};
 
-use rdcoll::transport::bootstrap::{publish_job_identity, FileStore};
 use rdcoll::transport::shm::ShmFabric;
 use rdcoll::transport::FabricConfig;
 use rdcoll::{Comm, Source, Tag};
 
-fn pair(name: &str) -> (Comm, Comm) {
-    let dir = std::env::temp_dir().join(format!("rdcoll-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = FileStore::open(&dir).expect("file store");
-    publish_job_identity(&store).expect("job identity");
-    let cfg = FabricConfig::default();
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
-        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    (
-        Comm::from_fabric(Box::new(a.expect("rank 0"))),
-        Comm::from_fabric(Box::new(b.expect("rank 1"))),
-    )
+/// Nanoseconds per message of the fastest of `rounds` runs of `round`, which moves `messages`.
+fn best_ns_per_message(rounds: u32, messages: u32, mut round: impl FnMut()) -> f64 {
+    let best = (0..rounds)
+        .map(|_| {
+            let t = Instant::now();
+            round();
+            t.elapsed()
+        })
+        .min()
+        .unwrap_or(Duration::ZERO);
+    best.as_nanos() as f64 / messages as f64
+}
+
+fn pair() -> (Comm, Comm) {
+    let mut job = ShmFabric::job_in_process(2, &FabricConfig::default()).expect("shm job");
+    let b = Comm::from_fabric(Box::new(job.pop().expect("rank 1")));
+    (Comm::from_fabric(Box::new(job.pop().expect("rank 0"))), b)
 }
 
 #[test]
 #[ignore]
 fn send_recv_cost_on_one_core() {
-    let (a, b) = pair("blocking-cost");
+    let (a, b) = pair();
     let msg = [7u8; 8];
     let mut buf = [0u8; 8];
     const N: u32 = 200_000;
-    let mut best = Duration::MAX;
-    for _ in 0..10 {
-        let t = Instant::now();
+    let ns = best_ns_per_message(10, 2 * N, || {
         for _ in 0..N {
             a.send(&msg, 1, 1).unwrap();
             b.recv(&mut buf, Source::Rank(0), Tag::Value(1)).unwrap();
             b.send(&msg, 0, 1).unwrap();
             a.recv(&mut buf, Source::Rank(1), Tag::Value(1)).unwrap();
         }
-        best = best.min(t.elapsed());
-    }
+    });
     assert_eq!(buf, msg);
-    println!(
-        "send + recv of one 8-byte message through Comm: {:.1} ns",
-        best.as_nanos() as f64 / (2 * N) as f64
-    );
+    println!("send + recv of one 8-byte message through Comm: {ns:.1} ns");
 }
 
 /// The same for osu_bw's pattern: a window of 64 nonblocking receives posted before the
@@ -60,14 +54,12 @@ fn send_recv_cost_on_one_core() {
 #[test]
 #[ignore]
 fn windowed_nonblocking_cost_on_one_core() {
-    let (a, b) = pair("window-cost");
+    let (a, b) = pair();
     const WINDOW: usize = 64;
     const ROUNDS: u32 = 2_000;
     let msg = [7u8; 8];
     let mut bufs = vec![[0u8; 8]; WINDOW];
-    let mut best = Duration::MAX;
-    for _ in 0..5 {
-        let t = Instant::now();
+    let ns = best_ns_per_message(5, WINDOW as u32 * ROUNDS, || {
         for _ in 0..ROUNDS {
             b.scope(|rs| {
                 let recvs: Vec<_> = bufs
@@ -82,13 +74,9 @@ fn windowed_nonblocking_cost_on_one_core() {
                 rdcoll::wait_all(recvs).unwrap();
             });
         }
-        best = best.min(t.elapsed());
-    }
+    });
     assert!(bufs.iter().all(|b| *b == msg));
-    println!(
-        "isend + irecv + waits of one 8-byte message in windows of {WINDOW}: {:.1} ns",
-        best.as_nanos() as f64 / (WINDOW as u32 * ROUNDS) as f64
-    );
+    println!("isend + irecv + waits of one 8-byte message in windows of {WINDOW}: {ns:.1} ns");
 }
 
 /// A rank sending 8 bytes to itself and receiving them, one rank of the `local` transport: in
@@ -102,17 +90,14 @@ fn self_send_through_the_agent() {
         let msg = [7u8; 8];
         let mut buf = [0u8; 8];
         const N: u32 = 20_000;
-        let mut best = Duration::MAX;
-        for _ in 0..5 {
-            let t = Instant::now();
+        let ns = best_ns_per_message(5, N, || {
             for _ in 0..N {
                 c.send(&msg, 0, 1).unwrap();
                 c.recv(&mut buf, Source::Rank(0), Tag::Value(1)).unwrap();
             }
-            best = best.min(t.elapsed());
-        }
+        });
         assert_eq!(buf, msg);
-        best.as_nanos() as f64 / N as f64
+        ns
     })
     .unwrap()[0];
     println!(

@@ -3,6 +3,7 @@
 //! waits for.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
@@ -57,51 +58,52 @@ pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
     }
 }
 
-/// A queue of events with a condition variable, for backends whose events are produced by
-/// other threads (local peers, the tcp I/O thread).
+/// A queue of events with a condition variable, for events produced by other threads (local
+/// peers, the tcp I/O thread) or by the owner's own calls (shm completions and failures). Its
+/// length is mirrored in an atomic, so a poll of an empty queue takes no lock.
 #[derive(Default)]
 pub(crate) struct EventQueue {
     events: Mutex<VecDeque<Event>>,
     ready: Condvar,
     /// The queue's length, mirrored for a look without the lock (`is_empty`).
-    len: std::sync::atomic::AtomicUsize,
+    len: AtomicUsize,
 }
 
 impl EventQueue {
     /// Appends an event and wakes a blocked waiter.
     pub(crate) fn push(&self, ev: Event) {
+        self.push_if(ev, || true);
+    }
+    /// Appends an event from a peer unless `failed` (that peer's flag) is set: checked under
+    /// the queue's lock, so an event from the peer is either queued before its `PeerFailed`
+    /// (pushed after the flag is set) or dropped, never queued after it.
+    pub(crate) fn push_unless_failed(&self, ev: Event, failed: &AtomicBool) {
+        self.push_if(ev, || !failed.load(Ordering::Acquire));
+    }
+    fn push_if(&self, ev: Event, keep: impl FnOnce() -> bool) {
         let mut q = self.events.lock();
+        if !keep() {
+            return;
+        }
         q.push_back(ev);
-        self.len
-            .store(q.len(), std::sync::atomic::Ordering::Release);
+        // SeqCst: a shm rank rings its own doorbell after this and looks for sleepers.
+        self.len.store(q.len(), Ordering::SeqCst);
         drop(q);
         self.ready.notify_one();
     }
     /// Whether no event is queued (a hint, read without the lock: a poller that spins on it
     /// leaves the lock to the threads that push).
     pub(crate) fn is_empty(&self) -> bool {
-        self.len.load(std::sync::atomic::Ordering::Acquire) == 0
+        self.len.load(Ordering::Acquire) == 0
     }
-    /// Appends an event from a peer unless `failed` (that peer's flag) is set: checked under
-    /// the queue's lock, so an event from the peer is either queued before its `PeerFailed`
-    /// (pushed after the flag is set) or dropped, never queued after it.
-    pub(crate) fn push_unless_failed(&self, ev: Event, failed: &std::sync::atomic::AtomicBool) {
-        let mut q = self.events.lock();
-        if failed.load(std::sync::atomic::Ordering::Acquire) {
-            return;
-        }
-        q.push_back(ev);
-        self.len
-            .store(q.len(), std::sync::atomic::Ordering::Release);
-        drop(q);
-        self.ready.notify_one();
-    }
-    /// Takes the oldest event.
+    /// Takes the oldest event (without locking when there is none).
     pub(crate) fn pop(&self) -> Option<Event> {
+        if self.is_empty() {
+            return None;
+        }
         let mut q = self.events.lock();
         let ev = q.pop_front();
-        self.len
-            .store(q.len(), std::sync::atomic::Ordering::Release);
+        self.len.store(q.len(), Ordering::Release);
         ev
     }
     /// Blocks until the queue is non-empty or `timeout` passes.

@@ -4,24 +4,8 @@
 
 use std::time::{Duration, Instant};
 
-use rdcoll_transport::bootstrap::{publish_job_identity, FileStore};
 use rdcoll_transport::shm::ShmFabric;
 use rdcoll_transport::{Event, Fabric, FabricConfig, TransportError};
-
-fn pair() -> (ShmFabric, ShmFabric) {
-    let dir = std::env::temp_dir().join(format!("rdcoll-poller-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = FileStore::open(&dir).expect("file store");
-    publish_job_identity(&store).expect("job identity");
-    let cfg = FabricConfig::default();
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
-        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    (a.expect("rank 0"), b.expect("rank 1"))
-}
 
 /// The next message through `poll`, within a few seconds.
 fn message(mut poll: impl FnMut() -> Option<Event>) -> Vec<u8> {
@@ -36,7 +20,8 @@ fn message(mut poll: impl FnMut() -> Option<Event>) -> Vec<u8> {
 
 #[test]
 fn the_poller_alone_polls_until_dropped_and_nothing_is_lost() {
-    let (a, b) = pair();
+    let job = ShmFabric::job_in_process(2, &FabricConfig::default()).expect("shm job");
+    let (a, b) = (&job[0], &job[1]);
     a.send(1, b"before").unwrap();
     let mut poller = b.take_poller().expect("shm has an exclusive poller");
     assert!(

@@ -5,23 +5,13 @@
 
 use std::time::{Duration, Instant};
 
-use rdcoll_transport::bootstrap::{publish_job_identity, FileStore};
 use rdcoll_transport::shm::ShmFabric;
 use rdcoll_transport::{EventRef, Fabric, FabricConfig};
 
 fn pair() -> (ShmFabric, ShmFabric) {
-    let dir = std::env::temp_dir().join(format!("rdcoll-cost-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = FileStore::open(&dir).expect("file store");
-    publish_job_identity(&store).expect("job identity");
-    let cfg = FabricConfig::default();
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
-        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    (a.expect("rank 0"), b.expect("rank 1"))
+    let mut job = ShmFabric::job_in_process(2, &FabricConfig::default()).expect("shm job");
+    let b = job.pop().expect("rank 1");
+    (job.pop().expect("rank 0"), b)
 }
 
 fn recv(f: &dyn Fabric) {

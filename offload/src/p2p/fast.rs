@@ -76,12 +76,12 @@ impl Selector {
 }
 
 /// What polling one fabric event gave.
-enum Polled {
+pub(super) enum Polled<T> {
     Nothing,
     /// Handled by the agent (not ours).
     Other,
-    /// Our message.
-    Taken(Result<Status>),
+    /// Our message, and what taking it gave.
+    Taken(T),
 }
 
 impl Engine {
@@ -177,7 +177,7 @@ impl Engine {
                         break;
                     }
                 }
-                match poll_one(&mut st, self, sel, buf) {
+                match poll_one(&mut st, |src, data| take_eager(self, sel, src, data, buf)) {
                     Polled::Nothing => break,
                     Polled::Taken(result) => {
                         self.fast_state.store(FAST_NONE, Ordering::Relaxed);
@@ -282,17 +282,19 @@ impl FastRecv {
     }
 }
 
-/// Polls one fabric event: ours is copied into `buf`, anything else handed to the agent.
-fn poll_one(st: &mut State, engine: &Engine, sel: Selector, buf: &mut [u8]) -> Polled {
+/// Polls one fabric event: a message `take` accepts (it returns `Some`) is the caller's, taken
+/// straight from the transport's buffer; anything else is handed to the agent.
+pub(super) fn poll_one<T>(
+    st: &mut State,
+    mut take: impl FnMut(Rank, &[u8]) -> Option<T>,
+) -> Polled<T> {
     let mut taken = None;
     let mut other = None;
     let polled = st.poll_fabric_with(&mut |ev| match ev {
-        rdcoll_transport::EventRef::Message { src, data } => {
-            match take_eager(engine, sel, src, data, buf) {
-                Some(result) => taken = Some(result),
-                None => other = Some(ev.into_owned()),
-            }
-        }
+        rdcoll_transport::EventRef::Message { src, data } => match take(src, data) {
+            Some(t) => taken = Some(t),
+            None => other = Some(ev.into_owned()),
+        },
         rdcoll_transport::EventRef::Owned(e) => other = Some(e),
     });
     match polled {
@@ -302,7 +304,7 @@ fn poll_one(st: &mut State, engine: &Engine, sel: Selector, buf: &mut [u8]) -> P
             Polled::Nothing
         }
         Ok(true) => match (taken, other) {
-            (Some(result), _) => Polled::Taken(result),
+            (Some(t), _) => Polled::Taken(t),
             (None, Some(ev)) => {
                 crate::agent::handle(st, ev);
                 Polled::Other

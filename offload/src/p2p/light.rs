@@ -18,9 +18,9 @@
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 
-use rdcoll_transport::{EventRef, Rank, TransportError};
+use rdcoll_transport::{Rank, TransportError};
 
-use super::fast::{deliver_eager, eager_on_message_portal, Selector};
+use super::fast::{deliver_eager, eager_on_message_portal, poll_one, Polled, Selector};
 use super::{Context, Engine, Inner, Req, Source, Status, TagSel};
 use crate::error::Result;
 use crate::event::Event;
@@ -195,29 +195,14 @@ impl Engine {
                     materialize = true;
                     break;
                 }
-                let Inner { lights, reqs, .. } = &mut *inner;
-                let mut other = None;
-                let polled = st.poll_fabric_with(&mut |ev| match ev {
-                    EventRef::Message { src, data } => {
-                        match take_for_queue(self, lights, src, data) {
-                            Some((id, result)) => {
-                                reqs.insert(id, Req::Done(result));
-                            }
-                            None => other = Some(ev.into_owned()),
-                        }
+                let lights = &mut inner.lights;
+                match poll_one(&mut st, |src, data| take_for_queue(self, lights, src, data)) {
+                    Polled::Nothing => break,
+                    Polled::Other => handled += 1,
+                    Polled::Taken((id, result)) => {
+                        handled += 1;
+                        inner.reqs.insert(id, Req::Done(result));
                     }
-                    EventRef::Owned(e) => other = Some(e),
-                });
-                match polled {
-                    Ok(false) => break,
-                    Ok(true) => handled += 1,
-                    Err(e) => {
-                        tracing::error!("offload agent: polling the fabric failed: {e}");
-                        break;
-                    }
-                }
-                if let Some(ev) = other {
-                    crate::agent::handle(&mut st, ev);
                 }
                 if inner.lights.is_empty() {
                     break;

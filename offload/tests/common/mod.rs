@@ -29,22 +29,12 @@ pub fn fabrics(n: usize) -> Vec<Arc<dyn Fabric>> {
 /// Two shm endpoints in this process (the segments are real shared memory; both ranks happen
 /// to live in one process, which the shm backend does not mind).
 pub fn shm_fabrics() -> Vec<Arc<dyn Fabric>> {
-    use rdcoll_transport::bootstrap::{publish_job_identity, FileStore};
-    use rdcoll_transport::shm::ShmFabric;
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("rdcoll-offload-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let store = FileStore::open(&dir).expect("file store");
-    publish_job_identity(&store).expect("job identity");
     let cfg = rdcoll_transport::FabricConfig::default();
-    let (a, b) = std::thread::scope(|s| {
-        let a = s.spawn(|| ShmFabric::new(0, 2, &store, &cfg));
-        let b = s.spawn(|| ShmFabric::new(1, 2, &store, &cfg));
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    let _ = std::fs::remove_dir_all(&dir);
-    vec![Arc::new(a.expect("rank 0")), Arc::new(b.expect("rank 1"))]
+    rdcoll_transport::shm::ShmFabric::job_in_process(2, &cfg)
+        .expect("shm job")
+        .into_iter()
+        .map(|f| Arc::new(f) as Arc<dyn Fabric>)
+        .collect()
 }
 
 /// Which transport a test job runs over.

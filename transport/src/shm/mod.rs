@@ -93,34 +93,6 @@ impl RingRef {
     }
 }
 
-/// Events raised by this rank's own calls (completions, failures), checked on every poll
-/// without taking the lock unless something is there.
-#[derive(Default)]
-struct LocalQueue {
-    events: Mutex<VecDeque<Event>>,
-    len: std::sync::atomic::AtomicUsize,
-}
-
-impl LocalQueue {
-    fn push(&self, ev: Event) {
-        let mut q = self.events.lock();
-        q.push_back(ev);
-        self.len.store(q.len(), Ordering::SeqCst);
-    }
-    fn pop(&self) -> Option<Event> {
-        if self.is_empty() {
-            return None;
-        }
-        let mut q = self.events.lock();
-        let ev = q.pop_front();
-        self.len.store(q.len(), Ordering::Release);
-        ev
-    }
-    fn is_empty(&self) -> bool {
-        self.len.load(Ordering::Acquire) == 0
-    }
-}
-
 struct ProducerSide {
     ring: ring::Producer,
     backlog: VecDeque<(u32, Vec<u8>)>,
@@ -218,7 +190,8 @@ pub(crate) struct Inner {
     pids: Vec<i32>,
     table: Arc<RegionTable>,
     heap: Arc<Mutex<HeapAlloc>>,
-    local_events: LocalQueue,
+    /// Events raised by this rank's own calls (completions, failures).
+    local_events: crate::wait::EventQueue,
     producers: Vec<SpinLock<ProducerSide>>,
     /// The ring from us into each rank's segment.
     outgoing: Vec<RingRef>,

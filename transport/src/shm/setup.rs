@@ -10,9 +10,7 @@ use parking_lot::Mutex;
 use super::heap::HeapAlloc;
 use super::layout::{Layout, View, MAGIC};
 use super::segment::Segment;
-use super::{
-    liveness, os, ring, Inner, LocalQueue, ProducerSide, RingRef, ShmFabric, ShmPublisher,
-};
+use super::{liveness, os, ring, Inner, ProducerSide, RingRef, ShmFabric, ShmPublisher};
 use crate::bootstrap::{Store, JOB_ID_KEY};
 use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
@@ -58,6 +56,35 @@ struct Mapped {
 }
 
 impl ShmFabric {
+    /// Every rank of a `size`-rank shm job as an endpoint of this process (the backend does
+    /// not mind its ranks sharing one): for tests and measurements that drive several ranks
+    /// from one thread. Bootstraps through a file store in a fresh temporary directory,
+    /// removed before this returns.
+    pub fn job_in_process(size: usize, cfg: &FabricConfig) -> Result<Vec<ShmFabric>> {
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("rdcoll-shm-job-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = crate::bootstrap::FileStore::open(&dir)?;
+        let made = crate::bootstrap::publish_job_identity(&store).and_then(|()| {
+            // Each rank waits in bootstrap for the others: one thread per rank.
+            std::thread::scope(|s| {
+                let ranks: Vec<_> = (0..size)
+                    .map(|r| {
+                        let store = &store;
+                        s.spawn(move || ShmFabric::new(r as Rank, size, store, cfg))
+                    })
+                    .collect();
+                ranks
+                    .into_iter()
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                    .collect()
+            })
+        });
+        let _ = std::fs::remove_dir_all(&dir);
+        made
+    }
+
     /// Creates this rank's segment, maps every peer's, and starts the liveness watchdog.
     pub fn new(
         rank: Rank,
@@ -212,7 +239,7 @@ impl ShmFabric {
             pids: pids.clone(),
             table: RegionTable::new(rank, cfg.max_regions),
             heap: Arc::new(Mutex::new(HeapAlloc::new(heap_ptr_len))),
-            local_events: LocalQueue::default(),
+            local_events: Default::default(),
             producers: (0..size)
                 .map(|_| {
                     SpinLock::new(ProducerSide {
