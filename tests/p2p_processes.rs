@@ -116,6 +116,25 @@ fn a_receive_and_a_progressing_thread_keep_order() {
     }
 }
 
+/// Thread mode runs the same receive paths (fast receive, queued receives) with the agent as a
+/// second thread of progress; forced, so that this 2-core machine (inline by default) tests it.
+#[test]
+fn pair_cases_in_thread_mode() {
+    for transport in ["shm", "tcp"] {
+        job_with(
+            2,
+            transport,
+            PAIR_CASES,
+            &[("RDCOLL_OFFLOAD", "thread".into())],
+        );
+    }
+}
+
+#[test]
+fn ten_thousand_random_messages_in_thread_mode() {
+    job_with(4, "shm", "random", &[("RDCOLL_OFFLOAD", "thread".into())]);
+}
+
 #[test]
 fn pair_cases_over_tcp() {
     job(2, "tcp", PAIR_CASES);

@@ -1,14 +1,17 @@
 //! Waiting for a flag that a peer's RDMA write sets: spin briefly, then yield, then sleep on
-//! the fabric until woken (so more ranks than cores stay usable), driving the offload agent
-//! meanwhile in inline mode (peers may need this rank to serve their gets, and the completions
-//! of this rank's own puts are counted there), and failing, not hanging, once a rank of the
-//! communicator has failed.
+//! the fabric until woken (so more ranks than cores stay usable), driving the offload agent's
+//! work meanwhile (peers may need this rank to serve their gets, and the completions of this
+//! rank's own puts are counted there), and failing, not hanging, once a rank of the
+//! communicator has failed. In thread mode the waiting thread notes that it polls, so the
+//! agent stands aside rather than contend with it or sleep on the fabric (a sleeping agent
+//! makes every peer's flag write ring a futex: 3x Open MPI's barrier time on a 16-core host,
+//! docs/PERFORMANCE.md "Thread mode").
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use rdcoll_offload::p2p::Engine;
-use rdcoll_offload::{CtHandle, Mode};
+use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Fabric, Rank, TransportError};
 
 use crate::area::Area;
@@ -28,7 +31,6 @@ const LIVENESS_EVERY: u32 = 256;
 pub(crate) struct Waiter {
     engine: Arc<Engine>,
     fabric: Arc<dyn Fabric>,
-    inline: bool,
     /// More ranks on this host than cores: spinning only keeps the rank we wait for off its
     /// core, so waits yield at once.
     crowded: bool,
@@ -40,12 +42,10 @@ pub(crate) struct Waiter {
 impl Waiter {
     pub(crate) fn new(engine: Arc<Engine>) -> Waiter {
         let fabric = engine.ni().fabric().clone();
-        let inline = engine.ni().mode() == Mode::Inline;
         Waiter {
             crowded: engine.crowded(),
             engine,
             fabric,
-            inline,
             aborts: OnceLock::new(),
         }
     }
@@ -92,14 +92,21 @@ impl Waiter {
     fn wait(&self, from: Rank, ready: &dyn Fn() -> bool, flag: bool) -> Result<()> {
         let mut polls = 0u32;
         let mut since: Option<Instant> = None;
+        // Past `POLL`: sleeping between looks, no longer polling for the agent.
+        let mut sleeping = false;
         loop {
             if ready() {
                 return Ok(());
             }
             polls = polls.wrapping_add(1);
-            if self.inline && self.fabric.pending() && self.engine.ni().progress() > 0 {
+            let ni = self.engine.ni();
+            if !sleeping {
+                ni.note_host_polling();
+            }
+            if self.fabric.pending() && ni.progress() > 0 {
                 // Something happened: look again before backing off.
                 since = None;
+                sleeping = false;
                 continue;
             }
             if polls.is_multiple_of(LIVENESS_EVERY) {
@@ -115,6 +122,7 @@ impl Waiter {
             } else if waited < POLL {
                 std::thread::yield_now();
             } else {
+                sleeping = true;
                 self.check(from, ready)?;
                 if flag {
                     self.fabric.block_unless(SLEEP, ready);

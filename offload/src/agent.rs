@@ -15,6 +15,13 @@ use crate::Shared;
 /// Most fabric events handled per lock hold, so host calls get the lock between batches.
 const BATCH: usize = 64;
 
+/// How long an agent without a core of its own sleeps while a host thread polls for it.
+const STAND_ASIDE_NAP: Duration = Duration::from_micros(100);
+
+/// Pauses between two looks at the host's poll count while standing aside: rare enough that
+/// the host's stores to it rarely find the line taken away.
+const STAND_ASIDE_SPINS: u32 = 32;
+
 /// Handles what the fabric has ready; returns how many fabric events it handled.
 pub(crate) fn progress(shared: &Shared) -> usize {
     let mut st = shared.state.lock();
@@ -27,6 +34,19 @@ pub(crate) fn progress(shared: &Shared) -> usize {
         }
     }
     handled
+}
+
+/// [`progress`] for the agent thread, if the state lock is free: a host thread holding it is
+/// working in the library, and an agent asleep on the lock would cost that thread a wake-up
+/// system call when it lets go. `None` if the lock was taken.
+fn try_progress(shared: &Shared) -> Option<usize> {
+    let mut st = shared.state.try_lock()?;
+    let handled = progress_locked(&mut st);
+    if handled > 0 {
+        drop(st);
+        shared.changed.notify_all();
+    }
+    Some(handled)
 }
 
 /// [`progress`] with the state already locked (the caller notifies waiters).
@@ -107,18 +127,38 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
 }
 
 /// Runs the agent until `shared.stop` is set: it polls for `poll` after its last event (with
-/// plain loads, not the state lock), then sleeps until the fabric has something.
-pub(crate) fn run(shared: Arc<Shared>, poll: Duration) {
+/// plain loads, not the state lock), then sleeps until the fabric has something. While a host
+/// thread polls in a wait (its count `Shared::host_polls` moved within `grace`), that thread
+/// does the agent's work and the agent stands aside, touching nothing the host uses: it spins
+/// if it has a core of its own (`poll` > 0), else naps.
+pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
     let fabric = shared.state.lock().fabric.clone();
     let mut last_event = Instant::now();
+    let mut host = HostWatch::new(&shared);
     while !shared.stop.load(Ordering::Acquire) {
-        if progress(&shared) > 0 {
+        if host.polled_within(grace) {
+            if poll.is_zero() {
+                std::thread::sleep(STAND_ASIDE_NAP);
+            } else {
+                for _ in 0..STAND_ASIDE_SPINS {
+                    std::hint::spin_loop();
+                }
+            }
+            // When the host leaves, poll for it as after an event.
+            last_event = Instant::now();
+            continue;
+        }
+        let Some(handled) = try_progress(&shared) else {
+            host.busy();
+            continue;
+        };
+        if handled > 0 {
             last_event = Instant::now();
             // The lock is not fair: a host thread that fell asleep waiting for it goes first.
             shared.state.let_sleepers_in();
         } else if last_event.elapsed() < poll {
             let mut spins = 0u32;
-            while !fabric.pending() && !shared.stop.load(Ordering::Relaxed) {
+            while !fabric.pending() && !shared.stop.load(Ordering::Relaxed) && !host.moved() {
                 std::hint::spin_loop();
                 spins = spins.wrapping_add(1);
                 // The clock only now and then: a read costs more than a poll.
@@ -130,5 +170,44 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration) {
             // Sleeps until the fabric has something (or briefly, to notice `stop`).
             fabric.block(Duration::from_millis(5));
         }
+    }
+}
+
+/// What the agent last saw of `Shared::host_polls`, and when it last saw it move.
+struct HostWatch<'a> {
+    polls: &'a std::sync::atomic::AtomicU64,
+    seen: u64,
+    moved_at: Option<Instant>,
+}
+
+impl<'a> HostWatch<'a> {
+    fn new(shared: &'a Shared) -> Self {
+        let polls = &shared.host_polls;
+        HostWatch {
+            seen: polls.load(Ordering::Relaxed),
+            polls,
+            moved_at: None,
+        }
+    }
+
+    /// Whether the count moved since the last look (a plain load).
+    fn moved(&self) -> bool {
+        self.polls.load(Ordering::Relaxed) != self.seen
+    }
+
+    /// A host thread holds the state lock: counts as polling now.
+    fn busy(&mut self) {
+        self.moved_at = Some(Instant::now());
+    }
+
+    /// Whether a host thread polled within `grace` of now.
+    fn polled_within(&mut self, grace: Duration) -> bool {
+        let now = self.polls.load(Ordering::Relaxed);
+        if now != self.seen {
+            self.seen = now;
+            self.moved_at = Some(Instant::now());
+            return true;
+        }
+        self.moved_at.is_some_and(|t| t.elapsed() < grace)
     }
 }

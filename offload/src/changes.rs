@@ -6,7 +6,7 @@
 //! after every change it makes under the lock, so a change the waiter did not see under the
 //! lock always bumps the count after the waiter read it: no wake-up is lost.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
@@ -16,6 +16,9 @@ use rdcoll_transport::{SpinGuard, SpinLock};
 #[derive(Default)]
 pub(crate) struct Changes {
     count: AtomicU64,
+    /// Waiters between announcing themselves and waking: a notification with none skips the
+    /// mutex (thread-mode hosts notify after each progress pass of their own).
+    sleepers: AtomicU32,
     sleep: Mutex<()>,
     woken: Condvar,
 }
@@ -24,6 +27,11 @@ impl Changes {
     /// Wakes every waiter; call after releasing the state lock.
     pub(crate) fn notify_all(&self) {
         self.count.fetch_add(1, Ordering::SeqCst);
+        // Sequentially consistent with the waiter's announcement: either it sees the new
+        // count, or this sees it announced.
+        if self.sleepers.load(Ordering::SeqCst) == 0 {
+            return;
+        }
         let _sleep = self.sleep.lock();
         self.woken.notify_all();
     }
@@ -38,12 +46,14 @@ impl Changes {
     ) -> SpinGuard<'a, T> {
         let seen = self.count.load(Ordering::SeqCst);
         drop(guard);
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
         {
             let mut sleep = self.sleep.lock();
             if self.count.load(Ordering::SeqCst) == seen {
                 self.woken.wait_for(&mut sleep, timeout);
             }
         }
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
         lock.lock()
     }
 }

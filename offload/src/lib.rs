@@ -28,7 +28,7 @@ mod target;
 mod types;
 mod wire;
 
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use rdcoll_transport::SpinLock;
 
@@ -50,4 +50,8 @@ pub(crate) struct Shared {
     pub(crate) changed: changes::Changes,
     pub(crate) stop: AtomicBool,
     pub(crate) mode: Mode,
+    /// Polls by host threads waiting in thread mode ([`Ni::note_host_polling`]), a hint bumped
+    /// with plain stores: while it moves, a host thread runs the agent's work itself and the
+    /// agent leaves the fabric and the state lock to it.
+    pub(crate) host_polls: AtomicU64,
 }

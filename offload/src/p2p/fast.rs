@@ -1,4 +1,4 @@
-//! The short-message fast path of inline mode: a blocking receive that finds nothing queued
+//! The short-message fast path: a blocking receive that finds nothing queued
 //! before it polls the fabric itself and copies a matching eager message straight from the
 //! transport's buffer into the user's, without linking a match entry, raising events or
 //! allocating (the latency path of `rdcoll-bench latency`, docs/PERFORMANCE.md).
@@ -9,9 +9,11 @@
 //! found not to match) first. Everything it does not take (other messages, rendezvous headers,
 //! gets, completions) goes through the agent as usual. What the agent queues as unexpected
 //! meanwhile (a rendezvous header this receive handed it, or a message another thread's
-//! progress polled) is noticed through the NI's count of queued headers, checked under the
-//! state lock before each message is taken: one that matches makes the receive an ordinary one,
-//! which takes it, so a newer message never overtakes it. If another thread posts a receive in the
+//! progress polled, the thread-mode agent's included) is noticed through the NI's count of
+//! queued headers, checked under the state lock before each message is taken: one that matches
+//! makes the receive an ordinary one, which takes it, so a newer message never overtakes it.
+//! In thread mode the agent stands aside while the receive polls (`Ni::note_host_polling`), so it
+//! rarely gets there first. If another thread posts a receive in the
 //! meantime, that thread first posts this one as an ordinary entry ("materialises" it), and the
 //! fast receive turns into an ordinary wait, so post order is kept across threads too.
 
@@ -23,7 +25,6 @@ use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
 use crate::me::bits_match;
-use crate::ni::Mode;
 use crate::state::State;
 use crate::wire::peek_quiet_put;
 
@@ -86,7 +87,7 @@ pub(super) enum Polled<T> {
 
 impl Engine {
     /// Receives a message into `buf` through the fast path; `None` when the fast path does not
-    /// apply (thread mode, another receive posted, a matching message already queued) and the
+    /// apply (another receive posted, a matching message already queued) and the
     /// caller should post an ordinary receive.
     pub(super) fn recv_fast(
         &self,
@@ -95,9 +96,6 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Option<Result<Status>> {
-        if self.ni.mode() != Mode::Inline {
-            return None;
-        }
         if let Source::Rank(r) = source {
             if let Err(e) = self.check_rank(r, "source") {
                 return Some(Err(e));
@@ -180,20 +178,27 @@ impl Engine {
                 match poll_one(&mut st, |src, data| take_eager(self, sel, src, data, buf)) {
                     Polled::Nothing => break,
                     Polled::Taken(result) => {
+                        if polled_any {
+                            // Counts the events before it changed may release triggered
+                            // operations (a rendezvous's next get): no later pass would.
+                            fire(&mut st);
+                        }
                         self.fast_state.store(FAST_NONE, Ordering::Relaxed);
                         drop(st);
                         self.note_activity();
+                        if polled_any {
+                            self.ni.notify_changed();
+                        }
                         return Some(result);
                     }
                     Polled::Other => polled_any = true,
                 }
             }
             if polled_any {
-                if let Err(e) = st.fire_ready() {
-                    tracing::error!("offload agent: firing triggered operations failed: {e}");
-                }
+                fire(&mut st);
                 self.note_activity();
             }
+            let notify = polled_any;
             if queued_match {
                 // Post it as an ordinary receive, which takes the queued message. It stays
                 // open until posted: a receive another thread posts meanwhile must post this
@@ -211,7 +216,9 @@ impl Engine {
                 return Some(Err(TransportError::PeerFailed(dead).into()));
             }
             drop(st);
-            if !polled_any {
+            if notify {
+                self.ni.notify_changed();
+            } else {
                 self.idle(&mut backoff);
             }
         }
@@ -279,6 +286,13 @@ impl FastRecv {
             context: self.context,
             materialized: None,
         }
+    }
+}
+
+/// Releases the triggered operations that the counts changed by handled events have reached.
+pub(super) fn fire(st: &mut State) {
+    if let Err(e) = st.fire_ready() {
+        tracing::error!("offload agent: firing triggered operations failed: {e}");
     }
 }
 

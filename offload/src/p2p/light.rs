@@ -1,4 +1,4 @@
-//! Queued receives of inline mode: nonblocking receives kept in the engine, in post order,
+//! Queued receives: nonblocking receives kept in the engine, in post order,
 //! instead of as match-list entries, while nothing else is posted on the message portal. The
 //! engine's own progress takes eager messages for them straight from the transport's buffer
 //! (as the blocking fast path does for one receive), with no region, entry, event or dispatch
@@ -11,9 +11,12 @@
 //!   posted as an entry (which takes it), after every queued receive has been posted as an
 //!   entry in order ("materialised"), since they are older;
 //! - anything queued as unexpected while receives are queued (a rendezvous header, or a message
-//!   another caller's progress polled) is compared with the queue before the engine takes
-//!   another message; a match materialises the queue, so the entry of the receive it belongs to
-//!   takes it and nothing newer overtakes it.
+//!   another caller's progress polled, the thread-mode agent's included) is compared with the
+//!   queue before the engine takes another message; a match materialises the queue, so the
+//!   entry of the receive it belongs to takes it and nothing newer overtakes it.
+//!
+//! In thread mode the agent stands aside while a host thread polls in a wait, so the messages
+//! usually reach the queue; one the agent handles meanwhile becomes unexpected (third rule).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -86,7 +89,7 @@ impl Lights {
     }
 }
 
-/// What posting a receive in inline mode decided.
+/// What posting a receive decided.
 pub(super) enum Posted {
     /// Queued (its id).
     Queued(u64),
@@ -97,7 +100,7 @@ pub(super) enum Posted {
 }
 
 impl Engine {
-    /// Queues a receive if the rules of this module allow it (inline mode only).
+    /// Queues a receive if the rules of this module allow it.
     ///
     /// # Safety
     /// As for [`Engine::irecv`].
@@ -214,11 +217,13 @@ impl Engine {
                 materialize = true;
             }
             if handled > 0 {
-                if let Err(e) = st.fire_ready() {
-                    tracing::error!("offload agent: firing triggered operations failed: {e}");
-                }
+                super::fast::fire(&mut st);
             }
             drained = drain(&mut st, self, events);
+        }
+        if handled > 0 {
+            // Host threads asleep on the agent's notifications (thread mode).
+            self.ni.notify_changed();
         }
         if materialize {
             self.materialize_lights(inner);

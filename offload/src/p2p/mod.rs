@@ -127,9 +127,9 @@ struct Inner {
     next_context: u32,
     /// The first delivery failure an eager put reported, returned by the next call.
     delivery_failure: Option<OffloadError>,
-    /// A blocking receive on the fast path (inline mode), not posted as an entry.
+    /// A blocking receive on the fast path, not posted as an entry.
     fast: Option<fast::FastRecv>,
-    /// Nonblocking receives queued instead of posted as entries (inline mode).
+    /// Nonblocking receives queued instead of posted as entries.
     lights: light::Lights,
 }
 
@@ -306,13 +306,16 @@ impl Engine {
         inner.next_id
     }
 
-    /// Runs the agent (inline mode) and hands queued events to the requests they concern.
+    /// Runs the agent's work from this thread (in thread mode too, beside the agent) and hands
+    /// queued events to the requests they concern.
     pub fn progress(&self) -> Result<()> {
         let mut inner = self.inner.lock();
         self.progress_locked(&mut inner)
     }
 
     fn progress_locked(&self, inner: &mut Inner) -> Result<()> {
+        // A host thread driving progress: the thread-mode agent stands aside meanwhile.
+        self.ni.note_host_polling();
         let mut events = std::mem::take(&mut inner.scratch);
         let handled = if inner.lights.is_empty() {
             self.ni.progress_and_drain(self.eq, &mut events)?
@@ -430,7 +433,12 @@ impl Engine {
                 ..Backoff::default()
             };
         }
-        match backoff.step() {
+        let step = backoff.step();
+        if !matches!(step, Step::Block) {
+            // Also between this wait's progress passes (the fast receive's idle polls).
+            self.ni.note_host_polling();
+        }
+        match step {
             Step::Spin if self.crowded => std::thread::yield_now(),
             Step::Spin => std::hint::spin_loop(),
             Step::Yield => std::thread::yield_now(),
@@ -478,7 +486,9 @@ impl Engine {
 /// How a wait backs off while nothing happens: it spins for [`Backoff::SPIN`] (a peer on
 /// another core answers within that), then yields until [`Backoff::YIELD`] has passed (so ranks
 /// sharing a core take turns), then sleeps on the fabric in 1 ms slices (woken by arrivals).
-/// Any progress starts it over.
+/// Any progress starts it over. In thread mode a spinning or yielding wait notes that it polls
+/// ([`Ni::note_host_polling`]), so the agent leaves the messages to it; asleep, it waits for
+/// the agent's notifications instead.
 #[derive(Debug, Default)]
 pub struct Backoff {
     since: Option<std::time::Instant>,

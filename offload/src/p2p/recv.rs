@@ -58,16 +58,14 @@ impl Engine {
         self.take_delivery_failure(&mut inner)?;
         // A fast receive another thread is blocked in was posted first: it goes first.
         self.materialize_fast(&mut inner);
-        if self.ni.mode() == crate::ni::Mode::Inline {
-            if let Source::Rank(r) = source {
-                self.check_rank(r, "source")?;
-            }
-            // SAFETY: passed on from the caller.
-            let posted =
-                unsafe { self.post_light(&mut inner, ptr as usize, len, source, tag, context)? };
-            if let super::light::Posted::Queued(id) = posted {
-                return Ok(ReqId(id));
-            }
+        if let Source::Rank(r) = source {
+            self.check_rank(r, "source")?;
+        }
+        // SAFETY: passed on from the caller.
+        let posted =
+            unsafe { self.post_light(&mut inner, ptr as usize, len, source, tag, context)? };
+        if let super::light::Posted::Queued(id) = posted {
+            return Ok(ReqId(id));
         }
         // SAFETY: passed on from the caller.
         unsafe { self.post_recv(&mut inner, ptr, len, source, tag, context) }
