@@ -69,6 +69,21 @@ impl Comm {
             .iprobe(source.into(), tag.into(), self.context())?)
     }
 
+    /// Changes this rank's rendezvous settings from now on, as `RDCOLL_RNDV_CHUNK` (bytes per
+    /// get of the messages this rank sends, a multiple of 1 KiB) and `RDCOLL_RNDV_CREDITS`
+    /// (gets in flight per message this rank receives) would have set them. Messages already
+    /// started keep their settings; communicators duplicated from this one share them. For
+    /// tuning, and for comparing two settings within one run.
+    pub fn set_rendezvous(&self, chunk: usize, credits: usize) -> Result<()> {
+        Ok(self.engine()?.set_rendezvous(chunk, credits)?)
+    }
+
+    /// This rank's rendezvous settings in force: bytes per get, gets in flight per message.
+    pub fn rendezvous(&self) -> Result<(usize, usize)> {
+        let c = self.engine()?.config();
+        Ok((c.rndv_chunk, c.rndv_credits))
+    }
+
     /// A communicator over the same ranks with its own context: its messages never match
     /// those of `self`. Collective: every rank calls `dup` in the same order.
     pub fn dup(&self) -> Result<Comm> {

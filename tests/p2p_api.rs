@@ -180,3 +180,35 @@ fn a_blocked_receive_keeps_its_place_when_another_thread_posts() {
         assert_eq!(got[0], (1, 2), "round {round}");
     }
 }
+
+#[test]
+fn rendezvous_settings_change_at_run_time_and_bad_ones_are_refused() {
+    let got = rdcoll::local::run(2, |world| {
+        // Not a multiple of 1 KiB, no credits: refused, and the settings stay as they were.
+        let before = world.rendezvous().unwrap();
+        assert!(matches!(
+            world.set_rendezvous(1000, 4),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            world.set_rendezvous(4096, 0),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert_eq!(world.rendezvous().unwrap(), before);
+        // 4 KiB chunks, one at a time: a 300 KiB message takes 75 gets in a row.
+        world.set_rendezvous(4096, 1).unwrap();
+        assert_eq!(world.rendezvous().unwrap(), (4096, 1));
+        assert_eq!(world.dup().unwrap().rendezvous().unwrap(), (4096, 1));
+        let data: Vec<u32> = (0..75 * 1024).collect();
+        if world.rank() == 0 {
+            world.send(&data, 1, 3).unwrap();
+            true
+        } else {
+            let mut got = vec![0u32; data.len()];
+            world.recv(&mut got, 0, 3).unwrap();
+            got == data
+        }
+    })
+    .unwrap();
+    assert!(got[1]);
+}

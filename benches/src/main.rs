@@ -7,6 +7,7 @@ mod info;
 mod matching;
 mod offload;
 mod p2p;
+mod paired;
 mod transport;
 
 fn usage() -> ! {

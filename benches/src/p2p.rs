@@ -7,8 +7,9 @@
 //!   (`scripts/build-mpi-bench`), under Open MPI's `mpirun` and MPICH's `mpiexec` (whichever
 //!   are installed), one after the other, and prints the tables side by side with the ratio of
 //!   rdcoll to the better MPI.
-//! - `--vs-single-get` runs rdcoll twice, as configured and with a single-get rendezvous
-//!   (one chunk as large as the message, one credit), and prints both with their ratio.
+//! - `--vs-single-get` compares the configured rendezvous with a single-get one (one chunk as
+//!   large as the message, one credit) in the same two rank processes, batch by batch
+//!   (`paired`).
 
 use std::process::Command;
 
@@ -108,7 +109,21 @@ pub fn run(kind: Kind, args: &[String]) -> i32 {
 fn run_inner(kind: Kind, args: &[String]) -> Result<(), String> {
     let (opts, rest) = Options::parse(args)?;
     let extra = parse_extra(&rest)?;
-    if extra.launch.vs_mpi || extra.vs_single_get {
+    if extra.vs_single_get {
+        if extra.launch.vs_mpi {
+            return Err("--vs-single-get and --vs-mpi are separate runs".into());
+        }
+        let rounds = extra.launch.rounds.to_string();
+        let transport = extra.launch.transport.as_deref();
+        return launch(
+            kind,
+            &opts,
+            2,
+            transport,
+            &[(crate::paired::ROUNDS_VAR, &rounds)],
+        );
+    }
+    if extra.launch.vs_mpi {
         return compare(kind, &opts, &extra);
     }
     if let Some(n) = extra.launch.ranks {
@@ -117,6 +132,12 @@ fn run_inner(kind: Kind, args: &[String]) -> Result<(), String> {
     let world = rdcoll::init().map_err(s)?;
     let what = format!("rdcoll over {}", world.backend());
     let m = RdcollMessenger(world);
+    if let Ok(rounds) = std::env::var(crate::paired::ROUNDS_VAR) {
+        let rounds = rounds
+            .parse()
+            .map_err(|_| format!("bad {rounds:?} rounds"))?;
+        return crate::paired::run(&m.0, &m, kind, &opts, rounds);
+    }
     let rows = osu::run(&m, kind, &opts)?;
     if m.rank() == 0 {
         print!("{}", osu::format_table(kind, &what, &rows));
@@ -165,21 +186,6 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
         label: format!("rdcoll/{}", transport.unwrap_or("shm")),
         build: Box::new(move || self_command(kind, opts, transport)),
     }];
-    if extra.vs_single_get {
-        columns.push(Column {
-            label: "single-get".into(),
-            build: Box::new(move || {
-                let mut c = self_command(kind, opts, transport)?;
-                // One chunk as large as any message the header can describe, one get in flight.
-                c.env(
-                    "RDCOLL_RNDV_CHUNK",
-                    rdcoll_offload::p2p::MAX_RNDV_CHUNK.to_string(),
-                );
-                c.env("RDCOLL_RNDV_CREDITS", "1");
-                Ok(c)
-            }),
-        });
-    }
     if extra.launch.vs_mpi {
         let mut args = vec![kind.name().to_string()];
         args.extend(opts.to_args());

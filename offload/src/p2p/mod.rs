@@ -144,6 +144,9 @@ pub struct Engine {
     /// The region probes name (they deposit nothing).
     probe_region: Region,
     cfg: P2pConfig,
+    /// `cfg.rndv_chunk` and `cfg.rndv_credits` as they are now ([`Engine::set_rendezvous`]).
+    rndv_chunk: std::sync::atomic::AtomicUsize,
+    rndv_credits: std::sync::atomic::AtomicUsize,
     inner: SpinLock<Inner>,
     /// Bumped whenever progress found something to do: waits back off only while idle.
     activity: std::sync::atomic::AtomicU64,
@@ -211,6 +214,8 @@ impl Engine {
             pt_rndv,
             eager_md,
             probe_region,
+            rndv_chunk: cfg.rndv_chunk.into(),
+            rndv_credits: cfg.rndv_credits.into(),
             cfg,
             activity: std::sync::atomic::AtomicU64::new(0),
             delivery_failed: std::sync::atomic::AtomicBool::new(false),
@@ -268,7 +273,36 @@ impl Engine {
 
     /// The protocol settings.
     pub fn config(&self) -> P2pConfig {
-        self.cfg
+        P2pConfig {
+            rndv_chunk: self.rndv_chunk(),
+            rndv_credits: self.rndv_credits(),
+            ..self.cfg
+        }
+    }
+
+    /// Changes this rank's rendezvous settings for the messages it starts sending (`chunk`)
+    /// and the receives it matches (`credits`) from now on, as `RDCOLL_RNDV_CHUNK` and
+    /// `RDCOLL_RNDV_CREDITS` would have set them; messages already in flight keep theirs. For
+    /// tuning and for comparing settings within one run (`rdcoll-bench bw --vs-single-get`).
+    pub fn set_rendezvous(&self, chunk: usize, credits: usize) -> Result<()> {
+        let wanted = P2pConfig {
+            rndv_chunk: chunk,
+            rndv_credits: credits,
+            ..self.cfg
+        };
+        wanted.validate(crate::initiator::inline_capacity())?;
+        use std::sync::atomic::Ordering::Relaxed;
+        self.rndv_chunk.store(chunk, Relaxed);
+        self.rndv_credits.store(credits, Relaxed);
+        Ok(())
+    }
+
+    fn rndv_chunk(&self) -> usize {
+        self.rndv_chunk.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub(super) fn rndv_credits(&self) -> usize {
+        self.rndv_credits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The network interface underneath.

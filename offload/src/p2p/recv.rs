@@ -244,7 +244,7 @@ fn fetch(
             return Err(e);
         }
     };
-    let credits = engine.cfg.rndv_credits;
+    let credits = engine.rndv_credits();
     let plan = bits::get_plan(status.len, first, chunk, r.capacity);
     for (i, (remote_offset, local_offset, len)) in plan.enumerate() {
         let a = GetArgs {

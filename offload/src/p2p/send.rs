@@ -164,7 +164,7 @@ impl Engine {
         let ct = self.ni.ct_alloc()?;
         let bits = bits::message_bits(context, tag, nonce);
         let first = self.cfg.eager_limit.min(RNDV_FIRST_CHUNK);
-        let chunk = self.cfg.rndv_chunk;
+        let chunk = self.rndv_chunk();
         let spec = MeSpec {
             region: region.clone(),
             match_bits: bits,
