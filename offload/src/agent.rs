@@ -149,7 +149,10 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
             continue;
         }
         let Some(handled) = try_progress(&shared) else {
-            host.busy();
+            // A host thread holds the lock (polling, or posting): try again shortly.
+            for _ in 0..STAND_ASIDE_SPINS {
+                std::hint::spin_loop();
+            }
             continue;
         };
         if handled > 0 {
@@ -195,13 +198,11 @@ impl<'a> HostWatch<'a> {
         self.polls.load(Ordering::Relaxed) != self.seen
     }
 
-    /// A host thread holds the state lock: counts as polling now.
-    fn busy(&mut self) {
-        self.moved_at = Some(Instant::now());
-    }
-
     /// Whether a host thread polled within `grace` of now.
     fn polled_within(&mut self, grace: Duration) -> bool {
+        if grace.is_zero() {
+            return false;
+        }
         let now = self.polls.load(Ordering::Relaxed);
         if now != self.seen {
             self.seen = now;

@@ -198,12 +198,14 @@ impl Engine {
                 fire(&mut st);
                 self.note_activity();
             }
-            let notify = polled_any;
             if queued_match {
                 // Post it as an ordinary receive, which takes the queued message. It stays
                 // open until posted: a receive another thread posts meanwhile must post this
                 // one first (`materialize_fast`), as it is older.
                 drop(st);
+                if polled_any {
+                    self.ni.notify_changed();
+                }
                 let mut inner = self.inner.lock();
                 self.materialize_fast(&mut inner);
                 let posted = inner.fast.take().and_then(|f| f.materialized);
@@ -213,10 +215,14 @@ impl Engine {
             }
             if let Some(dead) = sender_gone(&st, self, source) {
                 self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+                drop(st);
+                if polled_any {
+                    self.ni.notify_changed();
+                }
                 return Some(Err(TransportError::PeerFailed(dead).into()));
             }
             drop(st);
-            if notify {
+            if polled_any {
                 self.ni.notify_changed();
             } else {
                 self.idle(&mut backoff);
