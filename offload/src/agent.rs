@@ -18,9 +18,10 @@ const BATCH: usize = 64;
 /// How long an agent without a core of its own sleeps while a host thread polls for it.
 const STAND_ASIDE_NAP: Duration = Duration::from_micros(100);
 
-/// Pauses between two looks at the host's poll count while standing aside: rare enough that
-/// the host's stores to it rarely find the line taken away.
-const STAND_ASIDE_SPINS: u32 = 32;
+/// Pauses between two looks at the host's poll count while standing aside (5-12 us): rare
+/// enough that the host's stores to it rarely find the line taken away, often enough against
+/// the grace period.
+const STAND_ASIDE_SPINS: u32 = 256;
 
 /// Handles what the fabric has ready; returns how many fabric events it handled.
 pub(crate) fn progress(shared: &Shared) -> usize {

@@ -348,7 +348,8 @@ impl Engine {
     }
 
     fn progress_locked(&self, inner: &mut Inner) -> Result<()> {
-        // A host thread driving progress: the thread-mode agent stands aside meanwhile.
+        // A host thread driving progress: the thread-mode agent stands aside meanwhile. At
+        // every pass: a window of queued receives may take only one or two.
         self.ni.note_host_polling();
         let mut events = std::mem::take(&mut inner.scratch);
         let handled = if inner.lights.is_empty() {
@@ -468,7 +469,7 @@ impl Engine {
             };
         }
         let step = backoff.step();
-        if !matches!(step, Step::Block) {
+        if !matches!(step, Step::Block) && backoff.polls % NOTE_EVERY == 1 {
             // Also between this wait's progress passes (the fast receive's idle polls).
             self.ni.note_host_polling();
         }
@@ -516,6 +517,11 @@ impl Engine {
         }
     }
 }
+
+/// A waiting host thread notes that it polls (`Ni::note_host_polling`) at its first and then
+/// every 32nd idle poll, not at each: the note is a store to a line the agent reads, and the
+/// host's next locked instruction waits for that store to own the line.
+const NOTE_EVERY: u32 = 32;
 
 /// How a wait backs off while nothing happens: it spins for [`Backoff::SPIN`] (a peer on
 /// another core answers within that), then yields until [`Backoff::YIELD`] has passed (so ranks
