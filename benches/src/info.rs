@@ -55,9 +55,11 @@ pub fn run(_args: &[String]) -> i32 {
         );
         println!(
             "RDCOLL_BCAST_BLOCK        {}",
-            coll.bcast_block
-                .map_or("(unset: about len/16, 32 KiB..1 MiB)".into(), |b| b
-                    .to_string())
+            coll.bcast_block.map_or(
+                "(unset: len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB)"
+                    .into(),
+                |b| b.to_string()
+            )
         );
         println!("RDCOLL_BCAST_ALGORITHM    {:?}", coll.bcast_algorithm);
         println!(

@@ -186,16 +186,23 @@ impl CollConfig {
         Ok(c)
     }
 
-    /// The RDMC block size for a message of `len` bytes: the setting, or about a sixteenth of
-    /// the message (many blocks keep the pipeline full) between 32 KiB and 1 MiB (big enough
-    /// for each transfer to run at full speed), rounded to a power of two.
-    pub fn block_for(&self, len: usize) -> usize {
-        match self.bcast_block {
-            Some(b) => b,
-            None => (len / 16)
-                .next_power_of_two()
-                .clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK),
+    /// The RDMC block size for a message of `len` bytes broadcast to `ranks` ranks: the
+    /// setting, or `len / k` rounded down to a power of two between 32 KiB and 1 MiB, with
+    /// k = one block per 128 KiB, at least 2 and at least log2(ranks) (so a bigger group still
+    /// pipelines), at most 16. Each block costs a ready/transfer handshake (1-3 us between
+    /// cores), so blocks below 128 KiB pay more in steps than they win in pipelining: at
+    /// 256-512 KiB, 4 ranks, 128 KiB blocks took 0.55-0.7x the time of the earlier len/16
+    /// (docs/PERFORMANCE.md, "Block size of the RDMC broadcast").
+    pub fn block_for(&self, len: usize, ranks: usize) -> usize {
+        if let Some(b) = self.bcast_block {
+            return b;
         }
+        let depth = ranks.max(1).next_power_of_two().trailing_zeros() as usize;
+        let k = (len >> 17).max(depth).clamp(2, 16);
+        let block = (len / k).max(1);
+        // Rounded down, so that a message gets at least k blocks.
+        let down = 1usize << (usize::BITS - 1 - block.leading_zeros());
+        down.clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK)
     }
 
     /// The largest block any message may use (the size of a staging slot).
@@ -220,13 +227,22 @@ mod tests {
         );
         assert_eq!(BarrierAlgorithm::from_name("tree"), None);
         let c = CollConfig::default();
-        assert_eq!(c.block_for(0), MIN_AUTO_BLOCK);
-        assert_eq!(c.block_for(4 << 20), 256 << 10);
-        assert_eq!(c.block_for(1 << 30), DEFAULT_MAX_BLOCK);
+        assert_eq!(c.block_for(0, 4), MIN_AUTO_BLOCK);
+        // Two blocks of 64 KiB, four of 128 KiB, eight of 128 KiB, then sixteen.
+        assert_eq!(c.block_for(128 << 10, 4), 64 << 10);
+        assert_eq!(c.block_for(512 << 10, 4), 128 << 10);
+        assert_eq!(c.block_for(1 << 20, 2), 128 << 10);
+        assert_eq!(c.block_for(4 << 20, 4), 256 << 10);
+        // A group of 16 gets at least four blocks.
+        assert_eq!(c.block_for(128 << 10, 16), 32 << 10);
+        assert_eq!(c.block_for(1 << 30, 4), DEFAULT_MAX_BLOCK);
         let fixed = CollConfig {
             bcast_block: Some(5000),
             ..CollConfig::default()
         };
-        assert_eq!((fixed.block_for(1 << 30), fixed.max_block()), (5000, 5000));
+        assert_eq!(
+            (fixed.block_for(1 << 30, 4), fixed.max_block()),
+            (5000, 5000)
+        );
     }
 }
