@@ -32,8 +32,7 @@ pub fn run(
     rounds: usize,
 ) -> Result<(), String> {
     let s = |e: rdcoll::Error| e.to_string();
-    let configured = rdcoll_offload::p2p::P2pConfig::from_env().map_err(|e| e.to_string())?;
-    let chunked = (configured.rndv_chunk, configured.rndv_credits);
+    let chunked = comm.rendezvous().map_err(s)?;
     let single = (rdcoll_offload::p2p::MAX_RNDV_CHUNK, 1);
     let mut all = Vec::new();
     for size in opts.sizes() {

@@ -100,8 +100,9 @@ impl Waiter {
             }
             polls = polls.wrapping_add(1);
             let ni = self.engine.ni();
-            if !sleeping && polls % 32 == 1 {
-                // Not at every poll: the note is a store to a line the agent reads.
+            if !sleeping && (self.crowded || polls % 32 == 1) {
+                // Not at every poll: the note is a store to a line the agent reads. Crowded,
+                // every poll yields, and 32 of them can outlast the agent's grace.
                 ni.note_host_polling();
             }
             if self.fabric.pending() && ni.progress() > 0 {

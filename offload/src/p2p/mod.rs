@@ -578,7 +578,7 @@ impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Engine")
             .field("rank", &self.rank())
-            .field("config", &self.cfg)
+            .field("config", &self.config())
             .finish_non_exhaustive()
     }
 }
