@@ -197,12 +197,11 @@ impl CollConfig {
         if let Some(b) = self.bcast_block {
             return b;
         }
-        let depth = ranks.max(1).next_power_of_two().trailing_zeros() as usize;
+        let depth = ranks.max(1).next_power_of_two().ilog2() as usize;
         let k = (len >> 17).max(depth).clamp(2, 16);
-        let block = (len / k).max(1);
         // Rounded down, so that a message gets at least k blocks.
-        let down = 1usize << (usize::BITS - 1 - block.leading_zeros());
-        down.clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK)
+        let block = 1usize << (len / k).max(1).ilog2();
+        block.clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK)
     }
 
     /// The largest block any message may use (the size of a staging slot).

@@ -26,6 +26,9 @@ const POLL: Duration = Duration::from_millis(2);
 const SLEEP: Duration = Duration::from_millis(1);
 /// Polls between looks at the peers' liveness while spinning.
 const LIVENESS_EVERY: u32 = 256;
+/// Polls between two notes that this thread polls (thread mode): the note is a store to a line
+/// the agent reads.
+const NOTE_EVERY: u32 = 32;
 
 /// Waits on behalf of one communicator's collectives.
 pub(crate) struct Waiter {
@@ -100,9 +103,9 @@ impl Waiter {
             }
             polls = polls.wrapping_add(1);
             let ni = self.engine.ni();
-            if !sleeping && (self.crowded || polls % 32 == 1) {
-                // Not at every poll: the note is a store to a line the agent reads. Crowded,
-                // every poll yields, and 32 of them can outlast the agent's grace.
+            if !sleeping && (self.crowded || polls % NOTE_EVERY == 1) {
+                // Crowded, every poll yields, and NOTE_EVERY of them can outlast the agent's
+                // grace.
                 ni.note_host_polling();
             }
             if self.fabric.pending() && ni.progress() > 0 {

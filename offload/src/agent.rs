@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rdcoll_transport::Event as FabricEvent;
+use rdcoll_transport::SpinGuard;
 
 use crate::state::State;
 use crate::types::NiFail;
@@ -25,7 +26,18 @@ const STAND_ASIDE_SPINS: u32 = 256;
 
 /// Handles what the fabric has ready; returns how many fabric events it handled.
 pub(crate) fn progress(shared: &Shared) -> usize {
-    let mut st = shared.state.lock();
+    progress_guarded(shared, shared.state.lock())
+}
+
+/// [`progress`] for the agent thread, if the state lock is free: a host thread holding it is
+/// working in the library, and an agent asleep on the lock would cost that thread a wake-up
+/// system call when it lets go. `None` if the lock was taken.
+fn try_progress(shared: &Shared) -> Option<usize> {
+    Some(progress_guarded(shared, shared.state.try_lock()?))
+}
+
+/// [`progress_locked`] under `st`, then a notification for thread-mode host waiters.
+fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
     let handled = progress_locked(&mut st);
     if handled > 0 {
         drop(st);
@@ -35,19 +47,6 @@ pub(crate) fn progress(shared: &Shared) -> usize {
         }
     }
     handled
-}
-
-/// [`progress`] for the agent thread, if the state lock is free: a host thread holding it is
-/// working in the library, and an agent asleep on the lock would cost that thread a wake-up
-/// system call when it lets go. `None` if the lock was taken.
-fn try_progress(shared: &Shared) -> Option<usize> {
-    let mut st = shared.state.try_lock()?;
-    let handled = progress_locked(&mut st);
-    if handled > 0 {
-        drop(st);
-        shared.changed.notify_all();
-    }
-    Some(handled)
 }
 
 /// [`progress`] with the state already locked (the caller notifies waiters).
@@ -141,9 +140,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
             if poll.is_zero() {
                 std::thread::sleep(STAND_ASIDE_NAP);
             } else {
-                for _ in 0..STAND_ASIDE_SPINS {
-                    std::hint::spin_loop();
-                }
+                spin_a_while();
             }
             // When the host leaves, poll for it as after an event.
             last_event = Instant::now();
@@ -151,9 +148,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
         }
         let Some(handled) = try_progress(&shared) else {
             // A host thread holds the lock (polling, or posting): try again shortly.
-            for _ in 0..STAND_ASIDE_SPINS {
-                std::hint::spin_loop();
-            }
+            spin_a_while();
             continue;
         };
         if handled > 0 {
@@ -174,6 +169,13 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
             // Sleeps until the fabric has something (or briefly, to notice `stop`).
             fabric.block(Duration::from_millis(5));
         }
+    }
+}
+
+/// [`STAND_ASIDE_SPINS`] pauses.
+fn spin_a_while() {
+    for _ in 0..STAND_ASIDE_SPINS {
+        std::hint::spin_loop();
     }
 }
 

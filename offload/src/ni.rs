@@ -653,12 +653,7 @@ impl Ni {
 
     /// Moves every queued event of `eq` to `out` without running the agent.
     pub fn eq_drain(&self, eq: EqHandle, out: &mut Vec<Event>) -> Result<()> {
-        let mut st = self.shared.state.lock();
-        let q = st.eqs.must(eq.0)?;
-        while let Some(ev) = q.pop()? {
-            out.push(ev);
-        }
-        Ok(())
+        drain_eq(&mut self.shared.state.lock(), eq, out)
     }
 
     /// Runs the agent's work once from this thread and moves every queued event of `eq` to
@@ -669,13 +664,7 @@ impl Ni {
     pub fn progress_and_drain(&self, eq: EqHandle, out: &mut Vec<Event>) -> Result<usize> {
         let mut st = self.shared.state.lock();
         let handled = crate::agent::progress_locked(&mut st);
-        let drained = (|| {
-            let q = st.eqs.must(eq.0)?;
-            while let Some(ev) = q.pop()? {
-                out.push(ev);
-            }
-            Ok(())
-        })();
+        let drained = drain_eq(&mut st, eq, out);
         drop(st);
         if handled > 0 {
             // Other host threads may sleep on the agent's notifications.
@@ -694,8 +683,8 @@ impl Ni {
 
     /// Notes that this thread is polling in a wait (thread mode; nothing in inline mode, where
     /// no agent runs). While host threads keep noting it (within `NiConfig::agent_grace`), the
-    /// agent leaves the fabric and the state lock to them: the
-    /// host handles its messages as they arrive instead of contending with the agent for them.
+    /// agent leaves the fabric and the state lock to them: the host handles its messages as
+    /// they arrive instead of contending with the agent for them.
     /// A plain load and store: it is only a hint, and racing threads may lose a count.
     #[inline]
     pub fn note_host_polling(&self) {
@@ -819,6 +808,15 @@ impl Ni {
             }
         }
     }
+}
+
+/// Moves every queued event of `eq` to `out`.
+fn drain_eq(st: &mut State, eq: EqHandle, out: &mut Vec<Event>) -> Result<()> {
+    let q = st.eqs.must(eq.0)?;
+    while let Some(ev) = q.pop()? {
+        out.push(ev);
+    }
+    Ok(())
 }
 
 /// A duration in whole microseconds from the environment variable `name`, if set.

@@ -162,6 +162,7 @@ impl Engine {
             }
             let mut polled_any = false;
             let mut queued_match = false;
+            let mut taken = None;
             for _ in 0..16 {
                 // Every message older than the next one in the fabric was handled (by us
                 // or by another thread's progress); one this receive matches was queued as
@@ -178,34 +179,40 @@ impl Engine {
                 match poll_one(&mut st, |src, data| take_eager(self, sel, src, data, buf)) {
                     Polled::Nothing => break,
                     Polled::Taken(result) => {
-                        if polled_any {
-                            // Counts the events before it changed may release triggered
-                            // operations (a rendezvous's next get): no later pass would.
-                            fire(&mut st);
-                        }
-                        self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-                        drop(st);
-                        self.note_activity();
-                        if polled_any {
-                            self.ni.notify_changed();
-                        }
-                        return Some(result);
+                        taken = Some(result);
+                        break;
                     }
                     Polled::Other => polled_any = true,
                 }
             }
             if polled_any {
+                // The counts the handled events changed may release triggered operations (a
+                // rendezvous's next get), also when a message is taken right after them.
                 fire(&mut st);
+            }
+            let dead = if taken.is_none() && !queued_match {
+                sender_gone(&st, self, source)
+            } else {
+                None
+            };
+            if taken.is_some() || dead.is_some() {
+                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+            }
+            drop(st);
+            if polled_any || taken.is_some() {
                 self.note_activity();
+            }
+            if polled_any {
+                // Host threads asleep on the agent's notifications (thread mode).
+                self.ni.notify_changed();
+            }
+            if let Some(result) = taken {
+                return Some(result);
             }
             if queued_match {
                 // Post it as an ordinary receive, which takes the queued message. It stays
                 // open until posted: a receive another thread posts meanwhile must post this
                 // one first (`materialize_fast`), as it is older.
-                drop(st);
-                if polled_any {
-                    self.ni.notify_changed();
-                }
                 let mut inner = self.inner.lock();
                 self.materialize_fast(&mut inner);
                 let posted = inner.fast.take().and_then(|f| f.materialized);
@@ -213,18 +220,10 @@ impl Engine {
                 drop(inner);
                 return Some(posted?.and_then(|id| self.wait(id)));
             }
-            if let Some(dead) = sender_gone(&st, self, source) {
-                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-                drop(st);
-                if polled_any {
-                    self.ni.notify_changed();
-                }
+            if let Some(dead) = dead {
                 return Some(Err(TransportError::PeerFailed(dead).into()));
             }
-            drop(st);
-            if polled_any {
-                self.ni.notify_changed();
-            } else {
+            if !polled_any {
                 self.idle(&mut backoff);
             }
         }
