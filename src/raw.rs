@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rdcoll_offload::p2p::{Engine, ReqId, Source, TagSel};
+use rdcoll_offload::p2p::{Engine, ReqId, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -12,8 +12,18 @@ use crate::{Comm, Rank, Result, Status};
 /// Dropping it unfinished waits for it (a buffer must never be written after its request is
 /// gone).
 pub struct RawRequest {
-    id: Option<ReqId>,
+    state: RawState,
     engine: Arc<Engine>,
+}
+
+/// Where a [`RawRequest`] is.
+enum RawState {
+    /// In flight as the engine's request.
+    InFlight(ReqId),
+    /// Complete when it started (a short send), result not delivered yet.
+    Complete(Status),
+    /// Its result was delivered.
+    Delivered,
 }
 
 impl Comm {
@@ -31,11 +41,11 @@ impl Comm {
     ) -> Result<RawRequest> {
         let engine = self.engine()?.clone();
         // SAFETY: passed on from the caller.
-        let id = unsafe { engine.isend(ptr, len, dest, tag, self.context())? };
-        Ok(RawRequest {
-            id: Some(id),
-            engine,
-        })
+        let state = match unsafe { engine.isend_started(ptr, len, dest, tag, self.context())? } {
+            Started::Done(status) => RawState::Complete(status),
+            Started::Pending(id) => RawState::InFlight(id),
+        };
+        Ok(RawRequest { state, engine })
     }
 
     /// Posts a receive of at most `len` bytes into `ptr` from `source` with `tag`.
@@ -55,7 +65,7 @@ impl Comm {
         // SAFETY: passed on from the caller.
         let id = unsafe { engine.irecv(ptr, len, source.into(), tag.into(), self.context())? };
         Ok(RawRequest {
-            id: Some(id),
+            state: RawState::InFlight(id),
             engine,
         })
     }
@@ -64,53 +74,52 @@ impl Comm {
 impl RawRequest {
     /// Waits for the request and returns its status.
     pub fn wait(mut self) -> Result<Status> {
-        match self.id.take() {
-            Some(id) => Ok(self.engine.wait(id)?),
-            None => Err(crate::Error::InvalidArgument(
-                "the request has already completed".into(),
-            )),
+        match std::mem::replace(&mut self.state, RawState::Delivered) {
+            RawState::InFlight(id) => Ok(self.engine.wait(id)?),
+            RawState::Complete(status) => Ok(status),
+            RawState::Delivered => Err(already_completed()),
         }
     }
 
     /// The status if the request has completed (it is then finished: later calls are
     /// errors).
     pub fn test(&mut self) -> Result<Option<Status>> {
-        let Some(id) = self.id else {
-            return Err(crate::Error::InvalidArgument(
-                "the request has already completed".into(),
-            ));
+        let id = match std::mem::replace(&mut self.state, RawState::Delivered) {
+            RawState::InFlight(id) => id,
+            RawState::Complete(status) => return Ok(Some(status)),
+            RawState::Delivered => return Err(already_completed()),
         };
         match self.engine.test(id) {
-            Ok(Some(s)) => {
-                self.id = None;
-                Ok(Some(s))
+            Ok(None) => {
+                self.state = RawState::InFlight(id);
+                Ok(None)
             }
-            Ok(None) => Ok(None),
-            Err(e) => {
-                self.id = None;
-                Err(e.into())
-            }
+            done => Ok(done?),
         }
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (its
     /// status then says so).
     pub fn cancel(&mut self) -> Result<bool> {
-        match self.id {
-            Some(id) => Ok(self.engine.cancel(id)?),
-            None => Ok(false),
+        match self.state {
+            RawState::InFlight(id) => Ok(self.engine.cancel(id)?),
+            RawState::Complete(_) | RawState::Delivered => Ok(false),
         }
     }
 
     /// Whether the request has already delivered its result.
     pub fn is_finished(&self) -> bool {
-        self.id.is_none()
+        matches!(self.state, RawState::Delivered)
     }
+}
+
+fn already_completed() -> crate::Error {
+    crate::Error::InvalidArgument("the request has already completed".into())
 }
 
 impl Drop for RawRequest {
     fn drop(&mut self) {
-        if let Some(id) = self.id.take() {
+        if let RawState::InFlight(id) = self.state {
             if let Err(e) = self.engine.wait(id) {
                 tracing::warn!("a request dropped unfinished failed: {e}");
             }

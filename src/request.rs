@@ -31,27 +31,32 @@
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
-use rdcoll_offload::p2p::{ReqId, Source, TagSel};
-use rdcoll_transport::SpinLock as Mutex;
-use rustc_hash::FxHashSet as HashSet;
+use rdcoll_offload::p2p::{Group, ReqId, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
 /// Where nonblocking requests live; made by [`Comm::scope`].
 pub struct Scope<'scope, 'env: 'scope> {
     comm: &'env Comm,
-    pending: Mutex<HashSet<ReqId>>,
+    /// The engine records this scope's requests in flight under it (no lock of our own on the
+    /// message path).
+    group: Group,
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
 /// A nonblocking send or receive, borrowing its buffer for the scope it was started in.
 #[must_use = "a request must be waited for (or it is waited for when its scope ends)"]
 pub struct Request<'scope> {
-    id: ReqId,
+    state: State,
     comm: &'scope Comm,
-    pending: &'scope Mutex<HashSet<ReqId>>,
-    /// The status once complete (`test` returned it).
-    done: Option<Status>,
+}
+
+/// Where a [`Request`] is.
+enum State {
+    /// In flight as the engine's request.
+    InFlight(ReqId),
+    /// Complete: at once for a short send, or since `test` returned the status.
+    Complete(Status),
 }
 
 impl Comm {
@@ -79,8 +84,7 @@ impl Comm {
     {
         let scope = Scope {
             comm: self,
-            // Sized for a typical window (osu_bw's 64) so it does not rehash while growing.
-            pending: Mutex::new(HashSet::with_capacity_and_hasher(64, Default::default())),
+            group: Group::new(),
             _scope: PhantomData,
         };
         struct WaitOnExit<'a, 'b>(&'a Scope<'a, 'b>);
@@ -108,9 +112,24 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         let engine = self.comm.engine()?;
         // SAFETY: `data` is borrowed immutably for 'scope, and the scope waits for this
         // request before 'scope ends, so the buffer stays valid and unmodified while in flight.
-        let id =
-            unsafe { engine.isend(bytes.as_ptr(), bytes.len(), dest, tag, self.comm.context())? };
-        Ok(self.track(id))
+        let started = unsafe {
+            engine.isend_in(
+                self.group,
+                bytes.as_ptr(),
+                bytes.len(),
+                dest,
+                tag,
+                self.comm.context(),
+            )?
+        };
+        let state = match started {
+            Started::Done(status) => State::Complete(status),
+            Started::Pending(id) => State::InFlight(id),
+        };
+        Ok(Request {
+            state,
+            comm: self.comm,
+        })
     }
 
     /// Posts a receive into `buf` for a message from `source` with `tag`; `buf` stays
@@ -126,7 +145,8 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         // SAFETY: `buf` is borrowed mutably for 'scope, and the scope waits for this request
         // before 'scope ends, so nothing else touches the buffer while the message lands.
         let id = unsafe {
-            engine.irecv(
+            engine.irecv_in(
+                self.group,
                 bytes.as_mut_ptr(),
                 bytes.len(),
                 source.into(),
@@ -134,28 +154,20 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 self.comm.context(),
             )?
         };
-        Ok(self.track(id))
-    }
-
-    fn track(&'scope self, id: ReqId) -> Request<'scope> {
-        self.pending.lock().insert(id);
-        Request {
-            id,
+        Ok(Request {
+            state: State::InFlight(id),
             comm: self.comm,
-            pending: &self.pending,
-            done: None,
-        }
+        })
     }
 
     /// Waits for requests that were never waited for (leaked or dropped). Their errors can
     /// no longer reach anyone, so they are logged.
     fn wait_leftovers(&self) {
-        let left: Vec<ReqId> = self.pending.lock().drain().collect();
         let Ok(engine) = self.comm.engine() else {
             return;
         };
-        for id in left {
-            if let Err(e) = engine.wait(id) {
+        for (_, result) in engine.wait_group(self.group) {
+            if let Err(e) = result {
                 tracing::warn!("a request that was never waited for failed: {e}");
             }
         }
@@ -164,42 +176,34 @@ impl<'scope, 'env> Scope<'scope, 'env> {
 
 impl Request<'_> {
     /// Waits for the request to complete and returns its status.
-    pub fn wait(mut self) -> Result<Status> {
-        if let Some(s) = self.done.take() {
-            return Ok(s);
+    pub fn wait(self) -> Result<Status> {
+        match self.state {
+            State::Complete(s) => Ok(s),
+            State::InFlight(id) => Ok(self.comm.engine()?.wait(id)?),
         }
-        let r = self.comm.engine()?.wait(self.id);
-        self.pending.lock().remove(&self.id);
-        Ok(r?)
     }
 
     /// Whether the request has completed; once it has, every later call returns the same
     /// status.
     pub fn test(&mut self) -> Result<Option<Status>> {
-        if let Some(s) = self.done {
-            return Ok(Some(s));
+        let id = match self.state {
+            State::Complete(s) => return Ok(Some(s)),
+            State::InFlight(id) => id,
+        };
+        let status = self.comm.engine()?.test(id)?;
+        if let Some(s) = status {
+            self.state = State::Complete(s);
         }
-        match self.comm.engine()?.test(self.id) {
-            Ok(Some(s)) => {
-                self.pending.lock().remove(&self.id);
-                self.done = Some(s);
-                Ok(Some(s))
-            }
-            Ok(None) => Ok(None),
-            Err(e) => {
-                self.pending.lock().remove(&self.id);
-                Err(e.into())
-            }
-        }
+        Ok(status)
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (then
     /// `wait` returns a status with `cancelled` set). Sends are never cancelled.
     pub fn cancel(&mut self) -> Result<bool> {
-        if self.done.is_some() {
-            return Ok(false);
+        match self.state {
+            State::InFlight(id) => Ok(self.comm.engine()?.cancel(id)?),
+            State::Complete(_) => Ok(false),
         }
-        Ok(self.comm.engine()?.cancel(self.id)?)
     }
 }
 

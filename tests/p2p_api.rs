@@ -145,6 +145,45 @@ fn a_request_never_waited_for_is_finished_when_its_scope_ends() {
     .unwrap();
 }
 
+/// A scope waits, when it ends, only for the requests started in it: a receive posted in an
+/// enclosing scope stays in flight. (Rank 1 sends that receive's message only after rank 0
+/// says the inner scope has ended, or after 5 s, so a scope that waited for it fails the
+/// assertion instead of hanging.)
+#[test]
+#[allow(clippy::forget_non_drop)]
+fn a_scope_waits_only_for_its_own_requests() {
+    rdcoll::local::run(2, |world| {
+        if world.rank() == 1 {
+            world.send(&[2u8], 0, 2).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            while world.iprobe(0, 3).unwrap().is_none() && std::time::Instant::now() < deadline {
+                std::thread::yield_now();
+            }
+            world.send(&[1u8], 0, 1).unwrap();
+            let mut go = [0u8];
+            world.recv(&mut go, 0, 3).unwrap();
+            return;
+        }
+        let mut late = [0u8];
+        let mut early = [0u8];
+        world.scope(|outer| {
+            let mut r = outer.irecv(&mut late, 1, 1).unwrap();
+            world.scope(|inner| {
+                std::mem::forget(inner.irecv(&mut early, 1, 2).unwrap());
+            });
+            assert_eq!(
+                r.test().unwrap(),
+                None,
+                "the inner scope waited for the outer's receive"
+            );
+            world.send(&[0u8], 1, 3).unwrap();
+            assert_eq!(r.wait().unwrap().tag, 1);
+        });
+        assert_eq!((early[0], late[0]), (2, 1));
+    })
+    .unwrap();
+}
+
 /// A blocking receive polling on the fast path (inline mode) is older than a receive another
 /// thread posts while it waits: the first matching message is the blocked one's.
 #[test]

@@ -50,3 +50,9 @@ fn self_send_and_probe() {
 fn random_traffic() {
     run(4, |c| p2p_cases::random_traffic(c, 3000));
 }
+
+#[test]
+fn random_receive_windows() {
+    run(4, |c| p2p_cases::random_windows(c, 2000));
+    run(3, p2p_cases::receive_queued_after_unexpected);
+}

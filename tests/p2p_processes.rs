@@ -30,6 +30,8 @@ fn rank_entry() {
             "truncation" => p2p_cases::truncation_and_zero_length(&world),
             "self_send" => p2p_cases::self_send_and_probe(&world),
             "random" => p2p_cases::random_traffic(&world, 10_000),
+            "windows" => p2p_cases::random_windows(&world, 10_000),
+            "after_unexpected" => p2p_cases::receive_queued_after_unexpected(&world),
             "peer_death" => p2p_cases::peer_death(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
@@ -133,6 +135,28 @@ fn pair_cases_in_thread_mode() {
 #[test]
 fn ten_thousand_random_messages_in_thread_mode() {
     job_with(4, "shm", "random", &[("RDCOLL_OFFLOAD", "thread".into())]);
+}
+
+#[test]
+fn random_receive_windows_over_shm() {
+    job(4, "shm", "windows");
+    job(3, "shm", "after_unexpected");
+}
+
+#[test]
+fn random_receive_windows_over_shm_in_thread_mode() {
+    job_with(4, "shm", "windows", &[("RDCOLL_OFFLOAD", "thread".into())]);
+    job_with(
+        3,
+        "shm",
+        "after_unexpected",
+        &[("RDCOLL_OFFLOAD", "thread".into())],
+    );
+}
+
+#[test]
+fn random_receive_windows_over_tcp() {
+    job(3, "tcp", "windows");
 }
 
 #[test]

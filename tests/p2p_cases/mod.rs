@@ -656,3 +656,6 @@ pub fn posted_receives_take_messages_in_order(world: &Comm) -> Outcome {
     }
     Ok(())
 }
+
+mod windows;
+pub use windows::{random_windows, receive_queued_after_unexpected};

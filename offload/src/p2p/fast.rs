@@ -231,7 +231,7 @@ impl Engine {
 
     /// Marks progress for waiters' back-off (a hint: a plain load and store, no atomic
     /// read-modify-write on the message path).
-    fn note_activity(&self) {
+    pub(super) fn note_activity(&self) {
         let a = self.activity.load(Ordering::Relaxed);
         self.activity.store(a.wrapping_add(1), Ordering::Relaxed);
     }
@@ -248,6 +248,11 @@ impl Engine {
     /// Posts another thread's fast receive as an ordinary one (it is older than whatever the
     /// caller is about to post). Call with the engine lock held, before posting.
     pub(super) fn materialize_fast(&self, inner: &mut Inner) {
+        // Fast receives open only under the engine lock, which the caller holds: one that is
+        // not open now cannot open meanwhile (no state lock for the common case).
+        if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {
+            return;
+        }
         {
             let _st = self.ni.lock_state();
             if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {

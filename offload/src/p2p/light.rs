@@ -52,6 +52,10 @@ pub(super) struct Lights {
     seen_count: u64,
     /// The newest unexpected header (by sequence number) compared with the queue.
     seen_seq: u64,
+    /// When `seen_count` was taken, no unexpected message waited on the message portal.
+    /// With the count unchanged since, none waits now (nothing was queued, and taking only
+    /// removes), so a receive can join a non-empty queue without the state lock.
+    clean: bool,
 }
 
 impl Lights {
@@ -68,6 +72,9 @@ impl Lights {
         }
         let since = self.seen_seq;
         self.seen_count = count;
+        // Whatever was queued may still wait (it matched nobody here): only a look at the
+        // whole portal, in `post_light`, makes the queue clean again.
+        self.clean = false;
         self.seen_seq = st.next_seq;
         let Some(portal) = st.portals.get(engine.pt_msg.0) else {
             return false;
@@ -123,6 +130,18 @@ impl Engine {
             return Ok(Posted::AsEntry);
         }
         let sel = Selector::new(context, tag, source);
+        let lights = &inner.lights;
+        if !lights.queue.is_empty()
+            && lights.clean
+            && self.ni.queued_unexpected() == lights.seen_count
+        {
+            // Nothing is posted as an entry (first rule) and no unexpected message waits:
+            // checked as of `seen_count`, unchanged. A header queued concurrently from now on
+            // is compared with the queue, this receive included, by the next progress pass.
+            return Ok(Posted::Queued(
+                self.queue_light(inner, addr, capacity, source, tag, context, sel),
+            ));
+        }
         let st = self.ni.lock_state();
         let Some(portal) = st.portals.get(self.pt_msg.0) else {
             return Ok(Posted::AsEntry);
@@ -142,7 +161,25 @@ impl Engine {
             inner.lights.seen_count = st.queued_unexpected.load(Ordering::Relaxed);
             inner.lights.seen_seq = st.next_seq;
         }
+        inner.lights.clean = !portal.unexpected.values().any(|u| !u.get);
         drop(st);
+        Ok(Posted::Queued(self.queue_light(
+            inner, addr, capacity, source, tag, context, sel,
+        )))
+    }
+
+    /// Appends a receive to the queue; its request id.
+    #[allow(clippy::too_many_arguments)]
+    fn queue_light(
+        &self,
+        inner: &mut Inner,
+        addr: usize,
+        capacity: usize,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+        sel: Selector,
+    ) -> u64 {
         let id = Engine::new_id(inner);
         inner.lights.queue.push_back(Light {
             id,
@@ -154,7 +191,7 @@ impl Engine {
             sel,
         });
         inner.reqs.insert(id, Req::Light(source));
-        Ok(Posted::Queued(id))
+        id
     }
 
     /// Posts every queued receive as an entry, oldest first, under its own id.

@@ -18,6 +18,7 @@
 mod bits;
 mod config;
 mod fast;
+mod group;
 mod light;
 mod probe;
 mod recv;
@@ -30,6 +31,7 @@ use std::time::Duration;
 use rdcoll_transport::{Fabric, Rank, Region, SpinLock, TransportError};
 
 pub use config::DEFAULT_RNDV_CREDITS;
+pub use group::{Group, Started};
 pub use send::RNDV_FIRST_CHUNK;
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
 pub const MAX_RNDV_CHUNK: usize = bits::MAX_CHUNK;
@@ -131,6 +133,8 @@ struct Inner {
     fast: Option<fast::FastRecv>,
     /// Nonblocking receives queued instead of posted as entries.
     lights: light::Lights,
+    /// The group of each grouped request whose result was not collected yet (`group`).
+    grouped: HashMap<u64, u64>,
 }
 
 /// One rank's point-to-point engine.
@@ -232,6 +236,7 @@ impl Engine {
                 delivery_failure: None,
                 fast: None,
                 lights: light::Lights::default(),
+                grouped: HashMap::default(),
             }),
         })
     }
@@ -358,8 +363,7 @@ impl Engine {
             self.progress_lights(inner, &mut events)?
         };
         if handled + events.len() > 0 {
-            self.activity
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.note_activity();
         }
         for ev in events.drain(..) {
             self.dispatch(inner, ev);
@@ -434,6 +438,9 @@ impl Engine {
         };
         if !finished {
             return Ok(None);
+        }
+        if !inner.grouped.is_empty() {
+            inner.grouped.remove(&id.0);
         }
         match inner.reqs.remove(&id.0) {
             Some(Req::Done(r)) => r.map(Some),

@@ -54,21 +54,36 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<ReqId> {
-        let mut inner = self.inner.lock();
-        self.take_delivery_failure(&mut inner)?;
+        // SAFETY: passed on from the caller.
+        unsafe { self.irecv_locked(&mut self.inner.lock(), ptr, len, source, tag, context) }
+    }
+
+    /// [`irecv`](Engine::irecv) with the engine lock held.
+    ///
+    /// # Safety
+    /// As for `irecv`.
+    pub(super) unsafe fn irecv_locked(
+        &self,
+        inner: &mut Inner,
+        ptr: *mut u8,
+        len: usize,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<ReqId> {
+        self.take_delivery_failure(inner)?;
         // A fast receive another thread is blocked in was posted first: it goes first.
-        self.materialize_fast(&mut inner);
+        self.materialize_fast(inner);
         if let Source::Rank(r) = source {
             self.check_rank(r, "source")?;
         }
         // SAFETY: passed on from the caller.
-        let posted =
-            unsafe { self.post_light(&mut inner, ptr as usize, len, source, tag, context)? };
+        let posted = unsafe { self.post_light(inner, ptr as usize, len, source, tag, context)? };
         if let super::light::Posted::Queued(id) = posted {
             return Ok(ReqId(id));
         }
         // SAFETY: passed on from the caller.
-        unsafe { self.post_recv(&mut inner, ptr, len, source, tag, context) }
+        unsafe { self.post_recv(inner, ptr, len, source, tag, context) }
     }
 
     /// Posts a receive (see [`irecv`](Engine::irecv)) with the engine lock held.

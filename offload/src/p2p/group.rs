@@ -1,0 +1,133 @@
+//! Groups of nonblocking requests, for callers that must wait for whatever a group still has
+//! in flight (`rdcoll::Scope` waits for the requests its closure left behind). The engine
+//! records each grouped request under the lock it holds anyway to start it, and forgets it
+//! when its result is collected, so a group costs its requests no lock or atomic
+//! instruction of their own: a lock per request in the caller's own set was one more
+//! locked instruction on the message path, and each waits for the previous message's store
+//! to reach the peer (docs/PERFORMANCE.md, "Message rate").
+//!
+//! Eager sends start complete ([`Started::Done`]): their data is copied out by the time the
+//! call returns, so there is nothing to record, wait for or remove.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use rdcoll_transport::Rank;
+
+use super::{Context, Engine, ReqId, Source, Status, TagSel};
+use crate::error::Result;
+
+/// A set of requests that [`Engine::wait_group`] can wait for together. Each
+/// [`Group::new`] is distinct from every other in the process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Group(u64);
+
+impl Group {
+    /// A group no other `Group::new` in this process returns.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Group {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        Group(NEXT.fetch_add(1, Ordering::Relaxed))
+    }
+}
+
+/// How a nonblocking send started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Started {
+    /// Complete already (a message of at most the eager limit was copied out): its status.
+    Done(Status),
+    /// In flight (a rendezvous, until the receiver has fetched it).
+    Pending(ReqId),
+}
+
+impl Engine {
+    /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`, recording the
+    /// request in `group` if it is still in flight when this returns.
+    ///
+    /// # Safety
+    /// As for [`Engine::isend`].
+    pub unsafe fn isend_in(
+        &self,
+        group: Group,
+        ptr: *const u8,
+        len: usize,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<Started> {
+        // SAFETY: passed on from the caller.
+        let started = unsafe { self.isend_started(ptr, len, dest, tag, context)? };
+        if let Started::Pending(id) = started {
+            self.inner.lock().grouped.insert(id.0, group.0);
+        }
+        Ok(started)
+    }
+
+    /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`: complete at once
+    /// if it fits the eager limit (no request to track), else a request in flight.
+    ///
+    /// # Safety
+    /// As for [`Engine::isend`].
+    pub unsafe fn isend_started(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<Started> {
+        if len <= self.cfg.eager_limit {
+            // SAFETY: the caller keeps the buffer valid for the call, which copies it out.
+            let data = unsafe { super::send::slice_or_empty(ptr, len) };
+            self.send_eager(data, dest, tag, context)?;
+            return Ok(Started::Done(Status {
+                source: self.rank(),
+                tag,
+                len,
+                cancelled: false,
+            }));
+        }
+        // SAFETY: passed on from the caller.
+        Ok(Started::Pending(unsafe {
+            self.isend(ptr, len, dest, tag, context)?
+        }))
+    }
+
+    /// Posts a receive (see [`Engine::irecv`]) recorded in `group` until its result is
+    /// collected.
+    ///
+    /// # Safety
+    /// As for [`Engine::irecv`].
+    pub unsafe fn irecv_in(
+        &self,
+        group: Group,
+        ptr: *mut u8,
+        len: usize,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<ReqId> {
+        let mut inner = self.inner.lock();
+        // SAFETY: passed on from the caller.
+        let id = unsafe { self.irecv_locked(&mut inner, ptr, len, source, tag, context)? };
+        inner.grouped.insert(id.0, group.0);
+        Ok(id)
+    }
+
+    /// Waits for every request of `group` whose result was not collected yet, oldest first;
+    /// their ids and results.
+    pub fn wait_group(&self, group: Group) -> Vec<(ReqId, Result<Status>)> {
+        let mut left: Vec<u64> = {
+            let inner = self.inner.lock();
+            inner
+                .grouped
+                .iter()
+                .filter(|&(_, &g)| g == group.0)
+                .map(|(&id, _)| id)
+                .collect()
+        };
+        left.sort_unstable();
+        left.into_iter()
+            .map(|id| (ReqId(id), self.wait(ReqId(id))))
+            .collect()
+    }
+}

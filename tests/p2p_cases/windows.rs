@@ -1,0 +1,169 @@
+//! Windows of nonblocking receives with wildcards, against messages of which some are there
+//! already (unexpected) and some still coming: every message is received once and whole, and
+//! the receives that take one sender's messages take them in post order (MPI's non-overtaking
+//! rule, which holds this simply because every receive here accepts any tag).
+//!
+//! Windows of small buffers are the engine's queued receives; windows of buffers above the
+//! eager limit are match-list entries, and an `iprobe` now and then turns queued receives into
+//! entries too, so the three meet in every order. A `test` part-way through posting a window
+//! makes messages unexpected while receives are queued and more are still to be posted.
+
+use rdcoll::{Comm, Source, Tag};
+
+use super::{e, pattern, Outcome};
+
+/// Longest message.
+const MAX_LEN: usize = 4096;
+/// A buffer above the eager limit (32 KiB by default): the receive becomes an entry.
+const ENTRY_BUF: usize = 40 << 10;
+
+/// Every rank but 0 sends `per_sender` messages (tag = sequence number) to rank 0, which takes
+/// them in random windows of receives.
+pub fn random_windows(world: &Comm, per_sender: u32) -> Outcome {
+    let size = world.size() as u32;
+    let rank = world.rank();
+    let len_of = |src: u32, seq: u32| (src as usize * 7919 + seq as usize * 104_729) % MAX_LEN;
+    if rank != 0 {
+        for seq in 0..per_sender {
+            if rank == 1 && seq % 50 == 49 {
+                // Rank 1 is slow: a receive naming it stays queued while the others'
+                // messages pile up as unexpected.
+                std::thread::sleep(std::time::Duration::from_micros(500));
+            }
+            let len = len_of(rank, seq);
+            world.send(&pattern(rank, seq, len), 0, seq).map_err(e)?;
+        }
+        return Ok(());
+    }
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next_random = move |below: usize| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        (rng % below.max(1) as u64) as usize
+    };
+    let mut next = vec![0u32; size as usize];
+    let remaining = |next: &[u32], s: usize| (per_sender - next[s]) as usize;
+    let mut window_no = 0usize;
+    loop {
+        let total: usize = (1..size as usize).map(|s| remaining(&next, s)).sum();
+        if total == 0 {
+            return Ok(());
+        }
+        let w = 1 + next_random(64.min(total));
+        let any = next_random(w + 1);
+        // A receive naming sender `s` is added only while `s` keeps enough messages for it
+        // even if every wildcard receive takes one of its messages: no window can hang.
+        let mut named = vec![0usize; size as usize];
+        let mut sources = vec![Source::Any; any];
+        for _ in any..w {
+            let s = 1 + next_random(size as usize - 1);
+            if named[s] + any < remaining(&next, s) {
+                named[s] += 1;
+                sources.push(Source::Rank(s as u32));
+            }
+        }
+        if sources.is_empty() {
+            sources.push(Source::Any);
+        }
+        let w = sources.len();
+        for i in (1..sources.len()).rev() {
+            sources.swap(i, next_random(i + 1));
+        }
+        let cap = if window_no % 3 == 2 {
+            ENTRY_BUF
+        } else {
+            MAX_LEN
+        };
+        let probe_at = (window_no % 4 == 1).then(|| next_random(w));
+        // A progress pass part-way through posting: messages that match no receive posted yet
+        // become unexpected while receives are queued, before the rest are posted.
+        let test_at = next_random(w);
+        let mut bufs = vec![vec![0u8; cap]; w];
+        let statuses = world.scope(|sc| -> Result<Vec<rdcoll::Status>, String> {
+            let mut reqs = Vec::with_capacity(w);
+            for (i, (buf, &src)) in bufs.iter_mut().zip(&sources).enumerate() {
+                reqs.push(sc.irecv(buf, src, Tag::Any).map_err(e)?);
+                if probe_at == Some(i) {
+                    world.iprobe(Source::Any, Tag::Any).map_err(e)?;
+                }
+                if test_at == i {
+                    reqs[0].test().map_err(e)?;
+                }
+            }
+            rdcoll::wait_all(reqs).map_err(e)
+        })?;
+        for ((st, buf), src) in statuses.iter().zip(&bufs).zip(&sources) {
+            let from = st.source as usize;
+            ensure!(
+                from != 0 && from < size as usize,
+                "window {window_no}: a message from rank {from}"
+            );
+            ensure!(
+                matches!(src, Source::Any) || *src == Source::Rank(st.source),
+                "window {window_no}: a receive for {src:?} took rank {from}'s message"
+            );
+            ensure!(
+                st.tag == next[from],
+                "window {window_no}: from {from}, seq {} before {} (overtaken, lost or twice)",
+                st.tag,
+                next[from]
+            );
+            let len = len_of(st.source, st.tag);
+            ensure!(
+                st.len == len && buf[..len] == pattern(st.source, st.tag, len)[..],
+                "window {window_no}: from {from} seq {}: wrong length or bytes",
+                st.tag
+            );
+            next[from] += 1;
+        }
+        window_no += 1;
+    }
+}
+
+/// Three ranks. Rank 0 queues a receive for rank 1, lets a progress pass turn rank 2's first
+/// two messages (tags 0, 1) into unexpected ones while that receive waits, then posts a
+/// receive for rank 2: it must take tag 0, not rank 2's next message (tag 2), which is sent
+/// only after it was posted.
+pub fn receive_queued_after_unexpected(world: &Comm) -> Outcome {
+    match world.rank() {
+        0 => {
+            let (mut first, mut second) = ([0u8; 1], [0u8; 1]);
+            let statuses = world.scope(|sc| -> Result<_, String> {
+                let mut from_one = sc.irecv(&mut first, 1, Tag::Any).map_err(e)?;
+                // Rank 2's tags 0 and 1 are in by now; this pass polls them.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                from_one.test().map_err(e)?;
+                let from_two = sc.irecv(&mut second, 2, Tag::Any).map_err(e)?;
+                for peer in [1, 2] {
+                    world.send(&[0u8; 0], peer, 99).map_err(e)?;
+                }
+                Ok((from_one.wait().map_err(e)?, from_two.wait().map_err(e)?))
+            })?;
+            ensure!(
+                statuses.1.tag == 0 && second[0] == 10,
+                "the receive for rank 2 took tag {} (byte {}), not the waiting tag 0",
+                statuses.1.tag,
+                second[0]
+            );
+            ensure!(statuses.0.source == 1 && first[0] == 7, "rank 1's message");
+            let mut rest = [0u8; 1];
+            for tag in [1, 2] {
+                let st = world.recv(&mut rest, 2, Tag::Any).map_err(e)?;
+                ensure!(st.tag == tag, "rank 2's tag {} before {tag}", st.tag);
+            }
+            Ok(())
+        }
+        1 => {
+            world.recv::<u8>(&mut [], 0, 99).map_err(e)?;
+            world.send(&[7u8], 0, 5).map_err(e)
+        }
+        2 => {
+            world.send(&[10u8], 0, 0).map_err(e)?;
+            world.send(&[11u8], 0, 1).map_err(e)?;
+            world.recv::<u8>(&mut [], 0, 99).map_err(e)?;
+            world.send(&[12u8], 0, 2).map_err(e)
+        }
+        _ => Ok(()),
+    }
+}
