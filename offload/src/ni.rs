@@ -37,10 +37,6 @@ pub const DEFAULT_AGENT_POLL: Duration = Duration::from_micros(50);
 /// in a communication loop; at most this late does it take over when the host leaves.
 pub const DEFAULT_AGENT_GRACE: Duration = Duration::from_micros(100);
 
-/// A point in the agent's notifications ([`Ni::activity_mark`]).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ActivityMark(u64);
-
 /// Limits and choices of a network interface.
 #[derive(Debug, Clone)]
 pub struct NiConfig {
@@ -756,18 +752,18 @@ impl Ni {
         })
     }
 
-    /// Where the agent's notifications stand: take one before looking at the state, and pass
-    /// it to [`wait_activity`](Ni::wait_activity) if the look found nothing.
-    pub fn activity_mark(&self) -> ActivityMark {
-        ActivityMark(self.shared.changed.count())
-    }
-
-    /// Waits up to `timeout` for something to happen: in thread mode for a notification of
-    /// the agent's after `mark` (at once if one came since), in inline mode for the fabric to
-    /// have an event.
-    pub fn wait_activity(&self, mark: ActivityMark, timeout: Duration) {
+    /// Waits up to `timeout` for something to happen: for the agent's next notification in
+    /// thread mode, for the fabric to have an event in inline mode.
+    pub fn wait_activity(&self, timeout: Duration) {
         match self.shared.mode {
-            Mode::Thread => self.shared.changed.wait_since(mark.0, timeout),
+            Mode::Thread => {
+                let st = self.shared.state.lock();
+                drop(
+                    self.shared
+                        .changed
+                        .wait_for(&self.shared.state, st, timeout),
+                );
+            }
             Mode::Inline => self.fabric.block(timeout),
         }
     }

@@ -484,14 +484,7 @@ impl Engine {
             Step::Spin if self.crowded => std::thread::yield_now(),
             Step::Spin => std::hint::spin_loop(),
             Step::Yield => std::thread::yield_now(),
-            Step::Block => {
-                let mark = backoff.mark.unwrap_or_else(|| self.ni.activity_mark());
-                self.ni.wait_activity(mark, Duration::from_millis(1));
-            }
-        }
-        if backoff.yielding {
-            // Before the caller's next look: a change from then on ends the next sleep.
-            backoff.mark = Some(self.ni.activity_mark());
+            Step::Block => self.ni.wait_activity(Duration::from_millis(1)),
         }
     }
 
@@ -550,9 +543,6 @@ pub struct Backoff {
     activity: u64,
     /// Past [`Backoff::SPIN`]: yielding (the clock is read only every 32nd poll).
     yielding: bool,
-    /// Where the agent's notifications stood before the caller's last look (thread mode;
-    /// taken once yielding, as only then can the next step sleep).
-    mark: Option<crate::ni::ActivityMark>,
 }
 
 enum Step {
