@@ -75,7 +75,7 @@ impl RawRequest {
     /// Waits for the request and returns its status.
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, RawState::Delivered) {
-            RawState::InFlight(id) => Ok(self.engine.wait(id)?),
+            RawState::InFlight(id) => self.engine.wait(id).map_err(|e| self.failed(id, e)),
             RawState::Complete(status) => Ok(status),
             RawState::Delivered => Err(already_completed()),
         }
@@ -94,8 +94,19 @@ impl RawRequest {
                 self.state = RawState::InFlight(id);
                 Ok(None)
             }
-            done => Ok(done?),
+            Ok(Some(status)) => Ok(Some(status)),
+            Err(e) => Err(self.failed(id, e)),
         }
+    }
+
+    /// After an error from the engine: a request still in flight (a progress pass failed, not
+    /// the request) stays so, and dropping it waits for it; its buffer is never left to the
+    /// caller while the transfer may still write it.
+    fn failed(&mut self, id: ReqId, e: rdcoll_offload::OffloadError) -> crate::Error {
+        if self.engine.is_pending(id) {
+            self.state = RawState::InFlight(id);
+        }
+        e.into()
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (its

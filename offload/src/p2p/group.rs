@@ -113,6 +113,13 @@ impl Engine {
         Ok(id)
     }
 
+    /// Whether request `id` is still the engine's (in flight, or its result not collected):
+    /// after an error from `test` or `wait`, which a failed progress pass can return while the
+    /// request is still in flight.
+    pub fn is_pending(&self, id: ReqId) -> bool {
+        self.inner.lock().reqs.contains_key(&id.0)
+    }
+
     /// Waits for every request of `group` whose result was not collected yet, oldest first;
     /// their ids and results.
     pub fn wait_group(&self, group: Group) -> Vec<(ReqId, Result<Status>)> {
