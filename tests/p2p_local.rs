@@ -56,3 +56,8 @@ fn random_receive_windows() {
     run(4, |c| p2p_cases::random_windows(c, 2000));
     run(3, p2p_cases::receive_queued_after_unexpected);
 }
+
+#[test]
+fn a_long_wait_sleeps_instead_of_spinning() {
+    run(2, p2p_cases::a_long_rendezvous_wait_sleeps);
+}

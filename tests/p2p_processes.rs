@@ -32,6 +32,7 @@ fn rank_entry() {
             "random" => p2p_cases::random_traffic(&world, 10_000),
             "windows" => p2p_cases::random_windows(&world, 10_000),
             "after_unexpected" => p2p_cases::receive_queued_after_unexpected(&world),
+            "long_wait" => p2p_cases::a_long_rendezvous_wait_sleeps(&world),
             "peer_death" => p2p_cases::peer_death(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
@@ -152,6 +153,14 @@ fn random_receive_windows_over_shm_in_thread_mode() {
         "after_unexpected",
         &[("RDCOLL_OFFLOAD", "thread".into())],
     );
+}
+
+/// In both modes, over shm: a long wait gives its core back.
+#[test]
+fn a_long_wait_sleeps_instead_of_spinning() {
+    for mode in ["inline", "thread"] {
+        job_with(2, "shm", "long_wait", &[("RDCOLL_OFFLOAD", mode.into())]);
+    }
 }
 
 #[test]

@@ -36,16 +36,16 @@ impl Changes {
         self.woken.notify_all();
     }
 
-    /// Releases `guard`, sleeps until the next notification or `timeout`, and locks `lock`
-    /// again.
-    pub(crate) fn wait_for<'a, T>(
-        &self,
-        lock: &'a SpinLock<T>,
-        guard: SpinGuard<'a, T>,
-        timeout: Duration,
-    ) -> SpinGuard<'a, T> {
-        let seen = self.count.load(Ordering::SeqCst);
-        drop(guard);
+    /// The notifications so far: a mark for [`wait_since`](Changes::wait_since), taken before
+    /// a look at the state.
+    pub(crate) fn count(&self) -> u64 {
+        self.count.load(Ordering::SeqCst)
+    }
+
+    /// Sleeps until a notification after `seen` (a [`count`](Changes::count) taken before the
+    /// caller last looked at the state) or `timeout`: at once if one came already, so a
+    /// change made between that look and this call is not slept through.
+    pub(crate) fn wait_since(&self, seen: u64, timeout: Duration) {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         {
             let mut sleep = self.sleep.lock();
@@ -54,6 +54,19 @@ impl Changes {
             }
         }
         self.sleepers.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Releases `guard`, sleeps until the next notification or `timeout`, and locks `lock`
+    /// again.
+    pub(crate) fn wait_for<'a, T>(
+        &self,
+        lock: &'a SpinLock<T>,
+        guard: SpinGuard<'a, T>,
+        timeout: Duration,
+    ) -> SpinGuard<'a, T> {
+        let seen = self.count();
+        drop(guard);
+        self.wait_since(seen, timeout);
         lock.lock()
     }
 }
@@ -63,6 +76,22 @@ mod tests {
     use super::*;
     use std::sync::Arc;
     use std::time::Instant;
+
+    /// A waiter that looked at the state, found nothing, and only then gets to sleep must not
+    /// sleep through a change made in between (the engine's waits take their mark before
+    /// their look).
+    #[test]
+    fn a_change_between_the_mark_and_the_sleep_is_not_slept_through() {
+        let changes = Changes::default();
+        let mark = changes.count();
+        changes.notify_all();
+        let start = Instant::now();
+        changes.wait_since(mark, Duration::from_secs(30));
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "slept through a notification made after the mark"
+        );
+    }
 
     #[test]
     fn a_change_made_after_the_waiters_look_wakes_it() {

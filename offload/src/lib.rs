@@ -34,7 +34,7 @@ use rdcoll_transport::SpinLock;
 
 pub use error::{OffloadError, Result};
 pub use event::{Event, EventKind, Location};
-pub use ni::{Mode, Ni, NiConfig, RdmaPut};
+pub use ni::{ActivityMark, Mode, Ni, NiConfig, RdmaPut};
 pub use rdcoll_transport::Fabric;
 pub use types::{
     AckReq, CtHandle, CtValue, EqHandle, GetArgs, List, MatchId, MdHandle, MdOptions, MeCounting,

@@ -37,6 +37,10 @@ pub const DEFAULT_AGENT_POLL: Duration = Duration::from_micros(50);
 /// in a communication loop; at most this late does it take over when the host leaves.
 pub const DEFAULT_AGENT_GRACE: Duration = Duration::from_micros(100);
 
+/// A point in the agent's notifications ([`Ni::activity_mark`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ActivityMark(u64);
+
 /// Limits and choices of a network interface.
 #[derive(Debug, Clone)]
 pub struct NiConfig {
@@ -339,7 +343,21 @@ impl Ni {
         if self.shared.mode == Mode::Inline {
             self.progress();
         }
-        self.with(|st| Ok(st.cts.must(ct.0)?.value))
+        let mut st = self.shared.state.lock();
+        let value = st.cts.must(ct.0).map(|c| c.value);
+        // A read notifies nobody (a waiter's own look must not end its next sleep: see
+        // `Engine::idle`), unless releasing pending triggered operations changed something.
+        let fired = if st.dirty.is_empty() {
+            Ok(())
+        } else {
+            let fired = st.fire_ready();
+            drop(st);
+            self.notify_changed();
+            fired
+        };
+        let value = value?;
+        fired?;
+        Ok(value)
     }
 
     /// The counter's value as it stands, without running the agent.
@@ -752,18 +770,18 @@ impl Ni {
         })
     }
 
-    /// Waits up to `timeout` for something to happen: for the agent's next notification in
-    /// thread mode, for the fabric to have an event in inline mode.
-    pub fn wait_activity(&self, timeout: Duration) {
+    /// Where the agent's notifications stand: take one before looking at the state, and pass
+    /// it to [`wait_activity`](Ni::wait_activity) if the look found nothing.
+    pub fn activity_mark(&self) -> ActivityMark {
+        ActivityMark(self.shared.changed.count())
+    }
+
+    /// Waits up to `timeout` for something to happen: in thread mode for a notification of
+    /// the agent's after `mark` (at once if one came since), in inline mode for the fabric to
+    /// have an event.
+    pub fn wait_activity(&self, mark: ActivityMark, timeout: Duration) {
         match self.shared.mode {
-            Mode::Thread => {
-                let st = self.shared.state.lock();
-                drop(
-                    self.shared
-                        .changed
-                        .wait_for(&self.shared.state, st, timeout),
-                );
-            }
+            Mode::Thread => self.shared.changed.wait_since(mark.0, timeout),
             Mode::Inline => self.fabric.block(timeout),
         }
     }

@@ -167,3 +167,48 @@ pub fn receive_queued_after_unexpected(world: &Comm) -> Outcome {
         _ => Ok(()),
     }
 }
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill in.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Two ranks. Rank 1 posts its receive of a rendezvous message only after 400 ms; rank 0's
+/// send waits that long, and a wait that long must sleep, not spin: the sending thread may
+/// use at most half of the wall time on its CPU (spinning uses all of it). Not a timing
+/// target, a check that a long wait gives its core back (ranks may outnumber cores).
+pub fn a_long_rendezvous_wait_sleeps(world: &Comm) -> Outcome {
+    const LEN: usize = 1 << 20;
+    let pause = std::time::Duration::from_millis(400);
+    match world.rank() {
+        0 => {
+            let data = pattern(0, 0, LEN);
+            let (wall, cpu) = (std::time::Instant::now(), thread_cpu_time());
+            world.send(&data, 1, 3).map_err(e)?;
+            let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
+            ensure!(
+                wall >= pause / 2,
+                "the send returned after {wall:?}, before the receive was posted"
+            );
+            ensure!(
+                cpu < wall / 2,
+                "the sending thread used {cpu:?} of CPU in a {wall:?} wait: it spun"
+            );
+            Ok(())
+        }
+        1 => {
+            std::thread::sleep(pause);
+            let mut buf = vec![0u8; LEN];
+            world.recv(&mut buf, 0, 3).map_err(e)?;
+            ensure!(buf == pattern(0, 0, LEN), "wrong bytes");
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}

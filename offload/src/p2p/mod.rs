@@ -484,7 +484,15 @@ impl Engine {
             Step::Spin if self.crowded => std::thread::yield_now(),
             Step::Spin => std::hint::spin_loop(),
             Step::Yield => std::thread::yield_now(),
-            Step::Block => self.ni.wait_activity(Duration::from_millis(1)),
+            Step::Block => {
+                let mark = backoff.mark.unwrap_or_else(|| self.ni.activity_mark());
+                self.ni.wait_activity(mark, Duration::from_millis(1));
+            }
+        }
+        if backoff.polls % 32 == 31 {
+            // The next step may sleep (it reads the clock): the mark is taken before the
+            // caller's look that precedes it, so a change from then on ends that sleep.
+            backoff.mark = Some(self.ni.activity_mark());
         }
     }
 
@@ -543,6 +551,9 @@ pub struct Backoff {
     activity: u64,
     /// Past [`Backoff::SPIN`]: yielding (the clock is read only every 32nd poll).
     yielding: bool,
+    /// Where the agent's notifications stood before the caller's last look (thread mode;
+    /// taken before each step that reads the clock, as only those can sleep).
+    mark: Option<crate::ni::ActivityMark>,
 }
 
 enum Step {
@@ -576,7 +587,11 @@ impl Backoff {
                 self.yielding = true;
                 Step::Yield
             }
-            _ => Step::Block,
+            _ => {
+                // Past the spinning and yielding phases, also when one clock read jumped both.
+                self.yielding = true;
+                Step::Block
+            }
         }
     }
 }
