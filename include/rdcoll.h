@@ -384,7 +384,8 @@ int rdc_wait(struct rdc_request **req, struct rdc_status *status);
 
 /**
  * Sets `*flag` to 1 if `*req` has completed (then fills `status`, sets `*req` to NULL and
- * returns the operation's result), else to 0.
+ * returns the operation's result), else to 0. An error with `*flag` 0 leaves the request in
+ * flight: `*req` stays valid and its buffer in use.
  */
 int rdc_test(struct rdc_request **req, int *flag, struct rdc_status *status);
 

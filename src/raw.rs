@@ -72,10 +72,12 @@ impl Comm {
 }
 
 impl RawRequest {
-    /// Waits for the request and returns its status.
+    /// Waits for the request and returns its status. It returns only once the transfer can no
+    /// longer touch the buffer: an error of the engine's own progress while the request is
+    /// still in flight is logged and the wait goes on.
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, RawState::Delivered) {
-            RawState::InFlight(id) => self.engine.wait(id).map_err(|e| self.failed(id, e)),
+            RawState::InFlight(id) => Ok(wait_out(&self.engine, id)?),
             RawState::Complete(status) => Ok(status),
             RawState::Delivered => Err(already_completed()),
         }
@@ -99,9 +101,10 @@ impl RawRequest {
         }
     }
 
-    /// After an error from the engine: a request still in flight (a progress pass failed, not
-    /// the request) stays so, and dropping it waits for it; its buffer is never left to the
-    /// caller while the transfer may still write it.
+    /// After an error from `test`: a request still in flight (a progress pass failed, not the
+    /// request) stays so ([`is_finished`](RawRequest::is_finished) says no, and dropping it
+    /// waits for it); its buffer is never left to the caller while the transfer may still
+    /// write it.
     fn failed(&mut self, id: ReqId, e: rdcoll_offload::OffloadError) -> crate::Error {
         if self.engine.is_pending(id) {
             self.state = RawState::InFlight(id);
@@ -128,10 +131,22 @@ fn already_completed() -> crate::Error {
     crate::Error::InvalidArgument("the request has already completed".into())
 }
 
+/// Waits for request `id` until the engine no longer has it: its result.
+fn wait_out(engine: &Engine, id: ReqId) -> rdcoll_offload::Result<Status> {
+    loop {
+        match engine.wait(id) {
+            Err(e) if engine.is_pending(id) => {
+                tracing::error!("waiting for a request failed while it is in flight: {e}");
+            }
+            done => return done,
+        }
+    }
+}
+
 impl Drop for RawRequest {
     fn drop(&mut self) {
         if let RawState::InFlight(id) = self.state {
-            if let Err(e) = self.engine.wait(id) {
+            if let Err(e) = wait_out(&self.engine, id) {
                 tracing::warn!("a request dropped unfinished failed: {e}");
             }
         }

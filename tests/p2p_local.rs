@@ -60,4 +60,5 @@ fn random_receive_windows() {
 #[test]
 fn a_long_wait_sleeps_instead_of_spinning() {
     run(2, p2p_cases::a_long_rendezvous_wait_sleeps);
+    run(2, p2p_cases::a_long_probe_sleeps);
 }

@@ -33,6 +33,7 @@ fn rank_entry() {
             "windows" => p2p_cases::random_windows(&world, 10_000),
             "after_unexpected" => p2p_cases::receive_queued_after_unexpected(&world),
             "long_wait" => p2p_cases::a_long_rendezvous_wait_sleeps(&world),
+            "long_probe" => p2p_cases::a_long_probe_sleeps(&world),
             "peer_death" => p2p_cases::peer_death(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
@@ -159,7 +160,12 @@ fn random_receive_windows_over_shm_in_thread_mode() {
 #[test]
 fn a_long_wait_sleeps_instead_of_spinning() {
     for mode in ["inline", "thread"] {
-        job_with(2, "shm", "long_wait", &[("RDCOLL_OFFLOAD", mode.into())]);
+        job_with(
+            2,
+            "shm",
+            "long_wait,long_probe",
+            &[("RDCOLL_OFFLOAD", mode.into())],
+        );
     }
 }
 

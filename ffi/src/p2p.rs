@@ -285,7 +285,8 @@ pub extern "C" fn rdc_wait(req: *mut *mut rdc_request, status: *mut rdc_status) 
 }
 
 /// Sets `*flag` to 1 if `*req` has completed (then fills `status`, sets `*req` to NULL and
-/// returns the operation's result), else to 0.
+/// returns the operation's result), else to 0. An error with `*flag` 0 leaves the request in
+/// flight: `*req` stays valid and its buffer in use.
 #[no_mangle]
 pub extern "C" fn rdc_test(
     req: *mut *mut rdc_request,
@@ -302,22 +303,30 @@ pub extern "C" fn rdc_test(
         };
         // Testing never blocks, so it may hold the table's lock; a finished request leaves
         // the table at once.
+        // A request an error left in flight stays in the table (its handle valid): dropping
+        // it here would wait for it under the lock.
         let res = running(|_, requests, _| {
             let r = requests.get_mut(h).ok_or(RDC_ERR_REQUEST)?;
             let res = r.test();
-            if !matches!(res, Ok(None)) {
+            let finished = r.is_finished();
+            if finished {
                 requests.take(h);
             }
-            Ok(res)
+            Ok((res, finished))
         });
         match res {
             Err(code) => code,
-            Ok(Ok(None)) => {
+            Ok((Ok(None), _)) => {
                 // SAFETY: `flag` is non-NULL and points to a writable int.
                 unsafe { *flag = 0 };
                 RDC_SUCCESS
             }
-            Ok(done) => {
+            Ok((Err(e), false)) => {
+                // SAFETY: as above.
+                unsafe { *flag = 0 };
+                code(&Err(e))
+            }
+            Ok((done, _)) => {
                 let res = done.map(|s| s.expect("Some: the None case is above"));
                 // SAFETY: as above; `handle` checked that `req` is non-NULL.
                 unsafe {

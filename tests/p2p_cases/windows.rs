@@ -179,6 +179,32 @@ fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// Two ranks. Rank 0 probes for a message rank 1 sends only after 400 ms: the blocking probe
+/// must sleep, not spin (as `a_long_rendezvous_wait_sleeps`).
+pub fn a_long_probe_sleeps(world: &Comm) -> Outcome {
+    let pause = std::time::Duration::from_millis(400);
+    match world.rank() {
+        0 => {
+            let (wall, cpu) = (std::time::Instant::now(), thread_cpu_time());
+            let st = world.probe(1, 4).map_err(e)?;
+            let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
+            ensure!(st.len == 8, "probed {} bytes", st.len);
+            let mut buf = [0u8; 8];
+            world.recv(&mut buf, 1, 4).map_err(e)?;
+            ensure!(
+                cpu < wall / 2,
+                "the probing thread used {cpu:?} of CPU in a {wall:?} probe: it spun"
+            );
+            Ok(())
+        }
+        1 => {
+            std::thread::sleep(pause);
+            world.send(&[9u8; 8], 0, 4).map_err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Two ranks. Rank 1 posts its receive of a rendezvous message only after 400 ms; rank 0's
 /// send waits that long, and a wait that long must sleep, not spin: the sending thread may
 /// use at most half of the wall time on its CPU (spinning uses all of it). Not a timing

@@ -62,19 +62,30 @@ impl Engine {
     pub fn probe(&self, source: Source, tag: TagSel, context: Context) -> Result<Status> {
         let mut backoff = super::Backoff::default();
         loop {
+            // A message a probe can report is one queued as unexpected: until another is, a
+            // new search would find nothing. Searching at every look made each one an event
+            // (so the wait never backed off, and spun) and a notification (so other threads'
+            // sleeps ended too).
+            let seen = self.ni.queued_unexpected();
             if let Some(s) = self.iprobe(source, tag, context)? {
                 return Ok(s);
             }
-            if let Source::Rank(r) = source {
-                if self.ni.fabric().is_failed(r) && self.ni.peer_failed(r) {
-                    // Its last messages were handled before its failure: one more look.
-                    if let Some(s) = self.iprobe(source, tag, context)? {
-                        return Ok(s);
+            loop {
+                if let Source::Rank(r) = source {
+                    if self.ni.fabric().is_failed(r) && self.ni.peer_failed(r) {
+                        // Its last messages were handled before its failure: one more look.
+                        if let Some(s) = self.iprobe(source, tag, context)? {
+                            return Ok(s);
+                        }
+                        return Err(TransportError::PeerFailed(r).into());
                     }
-                    return Err(TransportError::PeerFailed(r).into());
                 }
+                self.progress()?;
+                if self.ni.queued_unexpected() != seen {
+                    break;
+                }
+                self.idle(&mut backoff);
             }
-            self.idle(&mut backoff);
         }
     }
 }
