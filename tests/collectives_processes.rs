@@ -49,6 +49,7 @@ fn rank_entry() {
                 None => Err(format!("{DIR_VAR} is not set")),
             },
             "barrier_death" => barrier_cases::peer_death(&world),
+            "long_waits" => barrier_cases::long_waits_sleep(&world),
             other => Err(format!("no case {other:?}")),
         };
         if let Err(why) = r {
@@ -364,4 +365,13 @@ impl Drop for Hosts {
             let _ = ip(&["netns", "del", ns]);
         }
     }
+}
+
+/// Long collective waits give their core back, in both modes and with more ranks than cores.
+#[test]
+fn long_collective_waits_sleep() {
+    for mode in ["inline", "thread"] {
+        job_with(2, "shm", "long_waits", &[("RDCOLL_OFFLOAD", mode)]);
+    }
+    job(4, "shm", "long_waits");
 }

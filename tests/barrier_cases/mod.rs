@@ -70,3 +70,45 @@ pub fn peer_death(world: &Comm) -> Result<(), String> {
         other => Err(format!("after a failed barrier the next gave {other:?}")),
     }
 }
+
+/// CPU time the calling thread has used.
+fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid timespec for the call to fill in.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The last rank enters a barrier, then a broadcast it roots, 400 ms after the others: their
+/// waits that long must sleep, not spin (each waiting thread may use at most half of the wall
+/// time on its CPU). Not a timing target: a long wait must give its core back, as ranks may
+/// outnumber cores.
+pub fn long_waits_sleep(world: &Comm) -> Result<(), String> {
+    let pause = std::time::Duration::from_millis(400);
+    let last = world.size() as u32 - 1;
+    for what in ["barrier", "bcast"] {
+        if world.rank() == last {
+            std::thread::sleep(pause);
+        }
+        let (wall, cpu) = (std::time::Instant::now(), thread_cpu_time());
+        let mut buf = [world.rank() as u8; 8];
+        match what {
+            "barrier" => world.barrier(),
+            _ => world.bcast(&mut buf, last),
+        }
+        .map_err(|e| format!("{what}: {e}"))?;
+        let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
+        if what == "bcast" && buf != [last as u8; 8] {
+            return Err(format!("bcast delivered {buf:?}"));
+        }
+        if world.rank() != last && cpu >= wall / 2 {
+            return Err(format!(
+                "{what}: the waiting thread used {cpu:?} of CPU in {wall:?}: it spun"
+            ));
+        }
+    }
+    Ok(())
+}
