@@ -179,8 +179,9 @@ fn thread_cpu_time() -> std::time::Duration {
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
-/// Two ranks. Rank 0 probes for a message rank 1 sends only after 400 ms: the blocking probe
-/// must sleep, not spin (as `a_long_rendezvous_wait_sleeps`).
+/// Two ranks. Rank 0 probes for a message rank 1 sends only after 400 ms, then receives one
+/// sent 400 ms later still: the blocking probe and the blocking receive must sleep, not spin
+/// (as `a_long_rendezvous_wait_sleeps`).
 pub fn a_long_probe_sleeps(world: &Comm) -> Outcome {
     let pause = std::time::Duration::from_millis(400);
     match world.rank() {
@@ -195,11 +196,22 @@ pub fn a_long_probe_sleeps(world: &Comm) -> Outcome {
                 cpu < wall / 2,
                 "the probing thread used {cpu:?} of CPU in a {wall:?} probe: it spun"
             );
+            // And a blocking receive (the fast path) that waits as long.
+            let (wall, cpu) = (std::time::Instant::now(), thread_cpu_time());
+            world.recv(&mut buf, 1, 5).map_err(e)?;
+            let (wall, cpu) = (wall.elapsed(), thread_cpu_time() - cpu);
+            ensure!(buf == [8u8; 8], "received {buf:?}");
+            ensure!(
+                cpu < wall / 2,
+                "the receiving thread used {cpu:?} of CPU in a {wall:?} receive: it spun"
+            );
             Ok(())
         }
         1 => {
             std::thread::sleep(pause);
-            world.send(&[9u8; 8], 0, 4).map_err(e)
+            world.send(&[9u8; 8], 0, 4).map_err(e)?;
+            std::thread::sleep(pause);
+            world.send(&[8u8; 8], 0, 5).map_err(e)
         }
         _ => Ok(()),
     }
