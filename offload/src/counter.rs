@@ -19,6 +19,17 @@ pub(crate) enum TriggeredOp {
     CtSet { ct: CtHandle, to: CtValue },
 }
 
+impl TriggeredOp {
+    /// The memory descriptor the operation uses, if it is a put or a get.
+    pub(crate) fn md(&self) -> Option<crate::types::MdHandle> {
+        match self {
+            TriggeredOp::Put(a) => Some(a.md),
+            TriggeredOp::Get(a) => Some(a.md),
+            TriggeredOp::CtInc { .. } | TriggeredOp::CtSet { .. } => None,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Counter {
     pub(crate) value: CtValue,
@@ -44,11 +55,7 @@ impl Counter {
 
     /// Whether a pending operation puts from or gets into `md`.
     pub(crate) fn uses_md(&self, md: crate::types::MdHandle) -> bool {
-        self.triggers.values().any(|op| match op {
-            TriggeredOp::Put(a) => a.md == md,
-            TriggeredOp::Get(a) => a.md == md,
-            _ => false,
-        })
+        self.triggers.values().any(|op| op.md() == Some(md))
     }
 
     #[cfg(test)]
@@ -56,11 +63,10 @@ impl Counter {
         self.triggers.len()
     }
 
-    /// Drops every pending operation (the counter is freed or its triggers cancelled).
-    pub(crate) fn cancel_all(&mut self) -> usize {
-        let n = self.triggers.len();
-        self.triggers.clear();
-        n
+    /// Drops every pending operation (the counter is freed or its triggers cancelled) and
+    /// returns them.
+    pub(crate) fn cancel_all(&mut self) -> Vec<TriggeredOp> {
+        std::mem::take(&mut self.triggers).into_values().collect()
     }
 }
 

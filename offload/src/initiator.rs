@@ -31,6 +31,7 @@ pub(crate) const QUIET_OP: u64 = 1 << 63;
 
 fn new_op(st: &mut State, op: InitOp) -> u64 {
     st.next_op += 1;
+    st.use_md(op.md);
     st.ops.insert(st.next_op, op);
     st.next_op
 }
@@ -292,6 +293,7 @@ pub(crate) fn on_done(st: &mut State, from: Rank, op: u64, a: Answer) {
         raise_send(st, op);
     }
     st.ops.remove(&op);
+    st.unuse_md(o.md);
     let Some(md) = st.mds.get(o.md.0) else {
         return;
     };

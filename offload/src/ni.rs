@@ -332,7 +332,10 @@ impl Ni {
         self.with(|st| {
             let c = st.cts.must(ct.0)?;
             let dropped = c.cancel_all();
-            st.triggered_pending -= dropped;
+            st.triggered_pending -= dropped.len();
+            for md in dropped.iter().filter_map(TriggeredOp::md) {
+                st.unuse_md(md);
+            }
             st.cts.remove(ct.0);
             Ok(())
         })
@@ -416,9 +419,12 @@ impl Ni {
     pub fn md_release(&self, md: MdHandle) -> Result<()> {
         self.with(|st| {
             st.mds.must(md.0)?;
-            let in_flight = st.ops.values().any(|o| o.md == md);
-            let triggered = st.cts.values().any(|c| c.uses_md(md));
-            if in_flight || triggered {
+            debug_assert_eq!(
+                st.md_in_use(md),
+                st.ops.values().any(|o| o.md == md) || st.cts.values().any(|c| c.uses_md(md)),
+                "the use count of a memory descriptor went wrong"
+            );
+            if st.md_in_use(md) {
                 return Err(invalid(
                     "the memory descriptor is in use by an operation or a triggered operation",
                 ));

@@ -88,6 +88,10 @@ pub(crate) struct State {
     pub(crate) ops: HashMap<u64, InitOp>,
     pub(crate) transfers: HashMap<OpId, Transfer>,
     pub(crate) triggered_pending: usize,
+    /// Operations in flight and triggered operations waiting, per memory descriptor that
+    /// they use: `Ni::md_release` refuses a descriptor in use without scanning every
+    /// operation and trigger (a window of rendezvous messages made that quadratic).
+    pub(crate) md_users: HashMap<u32, usize>,
     /// Counters that changed and may have operations to release, in the order they changed.
     pub(crate) dirty: std::collections::VecDeque<CtHandle>,
     /// Reused for encoding outgoing messages.
@@ -124,6 +128,7 @@ impl State {
             ops: HashMap::default(),
             transfers: HashMap::default(),
             triggered_pending: 0,
+            md_users: HashMap::default(),
             dirty: std::collections::VecDeque::new(),
             wire_buf: Vec::new(),
             failed_peers: Vec::new(),
@@ -228,9 +233,33 @@ impl State {
                 limit,
             });
         }
+        let md = op.md();
         c.add_trigger(threshold, seq, op);
         self.triggered_pending += 1;
+        if let Some(md) = md {
+            self.use_md(md);
+        }
         Ok(())
+    }
+
+    /// Counts one more user of `md` (an operation in flight or a waiting trigger).
+    pub(crate) fn use_md(&mut self, md: MdHandle) {
+        *self.md_users.entry(md.0).or_insert(0) += 1;
+    }
+
+    /// Counts one user of `md` less.
+    pub(crate) fn unuse_md(&mut self, md: MdHandle) {
+        if let Some(n) = self.md_users.get_mut(&md.0) {
+            *n -= 1;
+            if *n == 0 {
+                self.md_users.remove(&md.0);
+            }
+        }
+    }
+
+    /// Whether an operation in flight or a waiting trigger uses `md`.
+    pub(crate) fn md_in_use(&self, md: MdHandle) -> bool {
+        self.md_users.contains_key(&md.0)
     }
 
     /// Releases every triggered operation whose counter has reached its threshold, following
@@ -239,6 +268,9 @@ impl State {
         while let Some(ct) = self.dirty.pop_front() {
             while let Some(op) = self.cts.get_mut(ct.0).and_then(Counter::pop_ready) {
                 self.triggered_pending -= 1;
+                if let Some(md) = op.md() {
+                    self.unuse_md(md);
+                }
                 self.run_triggered(op);
             }
         }
