@@ -17,6 +17,7 @@ mod counter;
 mod error;
 mod event;
 mod initiator;
+mod match_list;
 mod me;
 mod ni;
 pub mod p2p;

@@ -484,7 +484,7 @@ impl Ni {
         self.with(|st| {
             st.portal(me.pt)?
                 .list(me.list)
-                .remove(&me.seq)
+                .remove(me.seq)
                 .map(drop)
                 .ok_or_else(|| invalid("the match list entry is not linked"))
         })

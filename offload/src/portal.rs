@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use rdcoll_transport::Rank;
 
 use crate::event::Location;
+use crate::match_list::MatchList;
 use crate::me::Me;
 use crate::types::{EqHandle, List};
 
@@ -32,8 +33,8 @@ pub(crate) struct Portal {
     pub(crate) enabled: bool,
     pub(crate) flow_control: bool,
     pub(crate) eq: Option<EqHandle>,
-    pub(crate) priority: BTreeMap<u64, Me>,
-    pub(crate) overflow: BTreeMap<u64, Me>,
+    pub(crate) priority: MatchList,
+    pub(crate) overflow: MatchList,
     /// In arrival order.
     pub(crate) unexpected: BTreeMap<u64, Unexpected>,
     pub(crate) max_unexpected: usize,
@@ -45,14 +46,14 @@ impl Portal {
             enabled: true,
             flow_control,
             eq,
-            priority: BTreeMap::new(),
-            overflow: BTreeMap::new(),
+            priority: MatchList::default(),
+            overflow: MatchList::default(),
             unexpected: BTreeMap::new(),
             max_unexpected,
         }
     }
 
-    pub(crate) fn list(&mut self, list: List) -> &mut BTreeMap<u64, Me> {
+    pub(crate) fn list(&mut self, list: List) -> &mut MatchList {
         match list {
             List::Priority => &mut self.priority,
             List::Overflow => &mut self.overflow,
@@ -68,12 +69,8 @@ impl Portal {
         remote_offset: usize,
         rlength: usize,
     ) -> Option<(List, u64)> {
-        let first = |entries: &BTreeMap<u64, Me>| {
-            entries
-                .iter()
-                .find(|(_, me)| me.accepts(initiator, bits, remote_offset, rlength))
-                .map(|(&seq, _)| seq)
-        };
+        let first =
+            |entries: &MatchList| entries.first_accepting(initiator, bits, remote_offset, rlength);
         first(&self.priority)
             .map(|s| (List::Priority, s))
             .or_else(|| first(&self.overflow).map(|s| (List::Overflow, s)))

@@ -80,7 +80,7 @@ fn select(
         return Err(refuse(st, pt));
     }
     let entries = portal.list(list);
-    let Some(me) = entries.get_mut(&seq) else {
+    let Some(me) = entries.get_mut(seq) else {
         return Err(NiFail::Dropped);
     };
     let allowed = if get {
@@ -115,7 +115,7 @@ fn select(
         taken_by: None,
     };
     if unlink {
-        if let Some(old) = entries.remove(&seq) {
+        if let Some(old) = entries.remove(seq) {
             if old.options.renew {
                 renew(st, pt, list, old);
             }
