@@ -51,6 +51,7 @@
 //! assert_eq!(got, vec![2, 0, 1]);
 //! ```
 
+mod bind;
 mod collective;
 pub mod local;
 mod p2p;
@@ -238,9 +239,11 @@ fn install_log() {
 /// library's diagnostics go to stderr, prefixed with the rank.
 pub fn init() -> Result<Comm> {
     install_log();
-    Ok(Comm::from_fabric(
-        rdcoll_transport::bootstrap::init_from_env()?,
-    ))
+    let comm = Comm::from_fabric(rdcoll_transport::bootstrap::init_from_env()?);
+    if std::env::var("RDCOLL_BIND").as_deref() == Ok("core") && comm.backend() != "tcp" {
+        bind::to_core(comm.rank() as usize, comm.size());
+    }
+    Ok(comm)
 }
 
 /// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`).

@@ -34,6 +34,7 @@ fn rank_entry() {
             "after_unexpected" => p2p_cases::receive_queued_after_unexpected(&world),
             "long_wait" => p2p_cases::a_long_rendezvous_wait_sleeps(&world),
             "long_probe" => p2p_cases::a_long_probe_sleeps(&world),
+            "bound" => p2p_cases::windows::each_rank_has_a_core(&world),
             "peer_death" => p2p_cases::peer_death(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
@@ -154,6 +155,18 @@ fn random_receive_windows_over_shm_in_thread_mode() {
         "after_unexpected",
         &[("RDCOLL_OFFLOAD", "thread".into())],
     );
+}
+
+/// `RDCOLL_BIND=core` gives each rank a core of its own (where there are enough).
+#[test]
+fn ranks_bound_to_cores_each_get_their_own() {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let ranks = cores.min(4);
+    if ranks < 2 {
+        eprintln!("one core here: nothing to bind apart");
+        return;
+    }
+    job_with(ranks, "shm", "bound", &[("RDCOLL_BIND", "core".into())]);
 }
 
 /// In both modes, over shm: a long wait gives its core back.

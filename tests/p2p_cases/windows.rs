@@ -250,3 +250,36 @@ pub fn a_long_rendezvous_wait_sleeps(world: &Comm) -> Outcome {
         _ => Ok(()),
     }
 }
+
+/// The cores this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: `cpu_set_t` is plain data; zeroed is an empty set.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set of the size passed, for this process.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0
+    {
+        return Vec::new();
+    }
+    (0..libc::CPU_SETSIZE as usize)
+        // SAFETY: reads the set within its fixed size.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect()
+}
+
+/// Under `RDCOLL_BIND=core` with at least as many cores as ranks, every rank runs on one core
+/// of its own.
+pub fn each_rank_has_a_core(world: &Comm) -> Outcome {
+    let cpus = allowed_cpus();
+    ensure!(cpus.len() == 1, "rank {} may run on {cpus:?}", world.rank());
+    let mut all = vec![0u64; world.size()];
+    let mut mine = vec![0u64; world.size()];
+    mine[world.rank() as usize] = cpus[0] as u64 + 1;
+    world
+        .allreduce(&mine, &mut all, rdcoll::Op::Sum)
+        .map_err(e)?;
+    let mut sorted = all.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    ensure!(sorted.len() == all.len(), "ranks share cores: {all:?}");
+    Ok(())
+}
