@@ -252,7 +252,7 @@ pub fn a_long_rendezvous_wait_sleeps(world: &Comm) -> Outcome {
 }
 
 /// The cores this process may run on.
-fn allowed_cpus() -> Vec<usize> {
+pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: `cpu_set_t` is plain data; zeroed is an empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: a valid set of the size passed, for this process.
@@ -266,20 +266,25 @@ fn allowed_cpus() -> Vec<usize> {
         .collect()
 }
 
-/// Under `RDCOLL_BIND=core` with at least as many cores as ranks, every rank runs on one core
-/// of its own.
-pub fn each_rank_has_a_core(world: &Comm) -> Outcome {
+/// Under `RDCOLL_BIND=core` with `cores` cores and at least as many as ranks, every rank
+/// runs on its own equal share of them, no two sharing one.
+pub fn each_rank_has_its_cores(world: &Comm, cores: usize) -> Outcome {
     let cpus = allowed_cpus();
-    ensure!(cpus.len() == 1, "rank {} may run on {cpus:?}", world.rank());
-    let mut all = vec![0u64; world.size()];
-    let mut mine = vec![0u64; world.size()];
-    mine[world.rank() as usize] = cpus[0] as u64 + 1;
+    let per = cores / world.size();
+    ensure!(
+        cpus.len() == per,
+        "rank {} may run on {cpus:?}, not on {per} cores",
+        world.rank()
+    );
+    // Every rank's cores as a bit mask (cores below 64 here), summed: overlaps would carry.
+    let mask: u64 = cpus.iter().map(|&c| 1u64 << (c % 64)).sum();
+    let (mut or, mut sum) = ([0u64], [0u64]);
     world
-        .allreduce(&mine, &mut all, rdcoll::Op::Sum)
+        .allreduce(&[mask], &mut or, rdcoll::Op::BitOr)
         .map_err(e)?;
-    let mut sorted = all.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    ensure!(sorted.len() == all.len(), "ranks share cores: {all:?}");
+    world
+        .allreduce(&[mask], &mut sum, rdcoll::Op::Sum)
+        .map_err(e)?;
+    ensure!(or == sum, "ranks share cores");
     Ok(())
 }
