@@ -1,9 +1,11 @@
-//! One match list of a portal table entry (priority or overflow), in append order, with the
-//! entries that ignore no match bits also indexed by their bits: an arrival finds the first
-//! entry that takes it by one lookup among those, plus (where the list has entries with
-//! wildcard bits) a walk only as far as the first exact candidate. The rendezvous portal holds one exact get entry
-//! per message in flight, and walking them all for every get made a window of n messages cost
-//! n² (docs/PERFORMANCE.md, "Releasing a memory descriptor without a scan").
+//! One match list of a portal table entry (priority or overflow), in append order, with every
+//! entry also filed under its ignore mask and the match bits outside it. An arrival looks its
+//! own bits up under each mask in use (a few: receives ignore the nonce, wildcard-tag receives
+//! the tag too, rendezvous get entries nothing, bounce buffers everything) and takes the
+//! earliest entry that accepts it, instead of walking the list. The rendezvous portal holds
+//! one get entry per message in flight and the message portal one entry per posted receive:
+//! walking them for every arrival made a window of n messages cost n² (docs/PERFORMANCE.md,
+//! "Releasing a memory descriptor without a scan").
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -12,14 +14,19 @@ use rustc_hash::FxHashMap as HashMap;
 
 use crate::me::Me;
 
-/// Entries by append sequence number, indexed by match bits where they ignore none.
+/// The entries of one ignore mask, by their match bits outside it.
+#[derive(Debug)]
+struct MaskBins {
+    mask: u64,
+    bins: HashMap<u64, BTreeSet<u64>>,
+}
+
+/// Entries by append sequence number, filed by ignore mask and match bits.
 #[derive(Debug, Default)]
 pub(crate) struct MatchList {
     entries: BTreeMap<u64, Me>,
-    /// Sequence numbers of the entries with no ignore bits, by their match bits.
-    exact: HashMap<u64, BTreeSet<u64>>,
-    /// How many other entries there are (with wildcard bits).
-    wild: usize,
+    /// One per ignore mask in use (few), in the order the masks first appeared.
+    masks: Vec<MaskBins>,
 }
 
 impl MatchList {
@@ -27,33 +34,46 @@ impl MatchList {
     pub(crate) fn insert(&mut self, seq: u64, me: Me) {
         // Sequence numbers are never reused; the index stays right if one were.
         if let Some(old) = self.entries.remove(&seq) {
-            self.unindex(seq, &old);
+            self.unfile(seq, &old);
         }
-        if me.ignore_bits == 0 {
-            self.exact.entry(me.match_bits).or_default().insert(seq);
-        } else {
-            self.wild += 1;
-        }
+        let mask = me.ignore_bits;
+        let key = me.match_bits & !mask;
+        let at = match self.masks.iter().position(|m| m.mask == mask) {
+            Some(at) => at,
+            None => {
+                self.masks.push(MaskBins {
+                    mask,
+                    bins: HashMap::default(),
+                });
+                self.masks.len() - 1
+            }
+        };
+        self.masks[at].bins.entry(key).or_default().insert(seq);
         self.entries.insert(seq, me);
     }
 
     /// Unlinks the entry `seq`.
     pub(crate) fn remove(&mut self, seq: u64) -> Option<Me> {
         let me = self.entries.remove(&seq)?;
-        self.unindex(seq, &me);
+        self.unfile(seq, &me);
         Some(me)
     }
 
-    fn unindex(&mut self, seq: u64, me: &Me) {
-        if me.ignore_bits == 0 {
-            if let Some(seqs) = self.exact.get_mut(&me.match_bits) {
-                seqs.remove(&seq);
-                if seqs.is_empty() {
-                    self.exact.remove(&me.match_bits);
-                }
+    fn unfile(&mut self, seq: u64, me: &Me) {
+        let mask = me.ignore_bits;
+        let key = me.match_bits & !mask;
+        let Some(at) = self.masks.iter().position(|m| m.mask == mask) else {
+            return;
+        };
+        let bins = &mut self.masks[at].bins;
+        if let Some(seqs) = bins.get_mut(&key) {
+            seqs.remove(&seq);
+            if seqs.is_empty() {
+                bins.remove(&key);
             }
-        } else {
-            self.wild -= 1;
+        }
+        if bins.is_empty() {
+            self.masks.swap_remove(at);
         }
     }
 
@@ -79,22 +99,11 @@ impl MatchList {
                 .get(seq)
                 .is_some_and(|me| me.accepts(initiator, bits, remote_offset, rlength))
         };
-        let exact = self
-            .exact
-            .get(&bits)
-            .and_then(|seqs| seqs.iter().find(accepts).copied());
-        if self.wild == 0 {
-            return exact;
-        }
-        // A wildcard entry wins only if it was appended before the exact candidate.
-        let wild = self
-            .entries
-            .range(..exact.unwrap_or(u64::MAX))
-            .find(|(_, me)| {
-                me.ignore_bits != 0 && me.accepts(initiator, bits, remote_offset, rlength)
-            })
-            .map(|(&seq, _)| seq);
-        wild.or(exact)
+        self.masks
+            .iter()
+            .filter_map(|m| m.bins.get(&(bits & !m.mask)))
+            .filter_map(|seqs| seqs.iter().find(accepts).copied())
+            .min()
     }
 }
 
@@ -117,7 +126,8 @@ mod tests {
         })
     }
 
-    /// Against a plain walk in append order, over random lists and arrivals.
+    /// Against a plain walk in append order, over random lists (several ignore masks, match
+    /// ids, removals) and arrivals.
     #[test]
     fn finds_what_a_walk_in_append_order_finds() {
         let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -127,16 +137,13 @@ mod tests {
             x ^= x << 17;
             x % n
         };
-        for _ in 0..200 {
+        for _ in 0..500 {
             let mut list = MatchList::default();
             let mut seq = 0;
             for _ in 0..next(40) {
                 seq += 1 + next(3);
-                let (bits, ignore) = match next(3) {
-                    0 => (next(4), 0),
-                    1 => (next(4), 1),
-                    _ => (0, u64::MAX),
-                };
+                let ignore = [0, 1, 3, 0xc, u64::MAX][next(5) as usize];
+                let bits = next(16);
                 let from = if next(2) == 0 {
                     MatchId::Any
                 } else {
@@ -148,8 +155,8 @@ mod tests {
                     list.remove(victim);
                 }
             }
-            for _ in 0..20 {
-                let (from, bits) = (next(3) as Rank, next(5));
+            for _ in 0..40 {
+                let (from, bits) = (next(3) as Rank, next(16));
                 let walk = list
                     .entries
                     .iter()
