@@ -32,10 +32,10 @@ pub(crate) struct MatchList {
 impl MatchList {
     /// Appends `me` under sequence number `seq` (larger than any before it).
     pub(crate) fn insert(&mut self, seq: u64, me: Me) {
-        // Sequence numbers are never reused; the index stays right if one were.
-        if let Some(old) = self.entries.remove(&seq) {
-            self.unfile(seq, &old);
-        }
+        debug_assert!(
+            !self.entries.contains_key(&seq),
+            "sequence numbers are never reused"
+        );
         let mask = me.ignore_bits;
         let key = me.match_bits & !mask;
         let at = match self.masks.iter().position(|m| m.mask == mask) {

@@ -350,17 +350,21 @@ impl Ni {
         let value = st.cts.must(ct.0).map(|c| c.value);
         // A read notifies nobody (a waiter's own look must not end its next sleep: see
         // `Engine::idle`), unless releasing pending triggered operations changed something.
-        let fired = if st.dirty.is_empty() {
-            Ok(())
-        } else {
-            let fired = st.fire_ready();
-            drop(st);
-            self.notify_changed();
-            fired
-        };
-        let value = value?;
-        fired?;
-        Ok(value)
+        self.release_fired(st)?;
+        value
+    }
+
+    /// Releases the triggered operations that changed counters reached, drops the state lock
+    /// and, if anything was released, notifies waiters: the end of a call that changes nothing
+    /// else (a read, a quiet put).
+    fn release_fired(&self, mut st: SpinGuard<'_, State>) -> Result<()> {
+        if st.dirty.is_empty() {
+            return Ok(());
+        }
+        let fired = st.fire_ready();
+        drop(st);
+        self.notify_changed();
+        fired
     }
 
     /// The counter's value as it stands, without running the agent.
@@ -620,13 +624,7 @@ impl Ni {
         }
         st.mds.must(a.md.0)?;
         let sent = crate::initiator::put_quiet_inline(&mut st, &a, bytes);
-        let changed = !st.dirty.is_empty();
-        let fired = if changed { st.fire_ready() } else { Ok(()) };
-        drop(st);
-        if changed && self.shared.mode == Mode::Thread {
-            self.shared.changed.notify_all();
-        }
-        fired?;
+        self.release_fired(st)?;
         if sent {
             Ok(())
         } else {

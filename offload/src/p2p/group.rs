@@ -79,12 +79,7 @@ impl Engine {
             // SAFETY: the caller keeps the buffer valid for the call, which copies it out.
             let data = unsafe { super::send::slice_or_empty(ptr, len) };
             self.send_eager(data, dest, tag, context)?;
-            return Ok(Started::Done(Status {
-                source: self.rank(),
-                tag,
-                len,
-                cancelled: false,
-            }));
+            return Ok(Started::Done(self.sent_status(tag, len)));
         }
         // SAFETY: passed on from the caller.
         Ok(Started::Pending(unsafe {

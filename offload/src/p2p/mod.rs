@@ -489,7 +489,7 @@ impl Engine {
                 self.ni.wait_activity(mark, Duration::from_millis(1));
             }
         }
-        if backoff.polls % 32 == 31 {
+        if backoff.polls % CLOCK_EVERY == CLOCK_EVERY - 1 {
             // The next step may sleep (it reads the clock): the mark is taken before the
             // caller's look that precedes it, so a change from then on ends that sleep.
             backoff.mark = Some(self.ni.activity_mark());
@@ -538,6 +538,9 @@ impl Engine {
 /// host's next locked instruction waits for that store to own the line.
 const NOTE_EVERY: u32 = 32;
 
+/// A wait reads the clock (and so may step to yielding or sleeping) at every this many polls.
+const CLOCK_EVERY: u32 = 32;
+
 /// How a wait backs off while nothing happens: it spins for [`Backoff::SPIN`] (a peer on
 /// another core answers within that), then yields until [`Backoff::YIELD`] has passed (so ranks
 /// sharing a core take turns), then sleeps on the fabric in 1 ms slices (woken by arrivals).
@@ -573,7 +576,7 @@ impl Backoff {
         // Reading the clock every poll would cost more than a poll, and so would reading it
         // at the first: most waits for a peer on another core end within 32 polls, and one
         // that ends during a clock read (25-50 ns on this VM) ends that much later.
-        if !self.polls.is_multiple_of(32) {
+        if !self.polls.is_multiple_of(CLOCK_EVERY) {
             return if self.yielding {
                 Step::Yield
             } else {

@@ -89,13 +89,9 @@ impl Engine {
         if len <= self.cfg.eager_limit {
             let bits = bits::message_bits(context, tag, 0);
             self.put_first(dest, bits, Header::eager(len), data)?;
-            let status = Status {
-                source: self.rank(),
-                tag,
-                len,
-                cancelled: false,
-            };
-            inner.reqs.insert(id, Req::Done(Ok(status)));
+            inner
+                .reqs
+                .insert(id, Req::Done(Ok(self.sent_status(tag, len))));
             return Ok(ReqId(id));
         }
         let nonce = loop {
@@ -123,6 +119,16 @@ impl Engine {
                 inner.nonces.give_back(dest, nonce);
                 Err(e)
             }
+        }
+    }
+
+    /// The status of a send of `len` bytes with `tag` from this rank.
+    pub(super) fn sent_status(&self, tag: u32, len: usize) -> Status {
+        Status {
+            source: self.rank(),
+            tag,
+            len,
+            cancelled: false,
         }
     }
 
