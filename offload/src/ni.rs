@@ -585,23 +585,31 @@ impl Ni {
         }
         // The header alone on the stack; the transport takes it and `bytes` as two parts
         // (a 32 KiB eager message was copied into a wire buffer first, under the state lock).
-        let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
         let op = crate::initiator::QUIET_OP | a.md.0 as u64;
-        if !crate::wire::encode_quiet_header(
-            &mut header,
+        let sent = match crate::wire::quiet_header_short(
             op,
             a.pt,
             a.match_bits,
             a.hdr_data,
             bytes.len(),
         ) {
-            return self.put_inline(a, bytes);
-        }
-        if self
-            .fabric
-            .send_parts(a.target, &[header.bytes(), bytes])
-            .is_ok()
-        {
+            Some(header) => self.fabric.send_parts(a.target, &[&header, bytes]),
+            None => {
+                let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
+                if !crate::wire::encode_quiet_header(
+                    &mut header,
+                    op,
+                    a.pt,
+                    a.match_bits,
+                    a.hdr_data,
+                    bytes.len(),
+                ) {
+                    return self.put_inline(a, bytes);
+                }
+                self.fabric.send_parts(a.target, &[header.bytes(), bytes])
+            }
+        };
+        if sent.is_ok() {
             return Ok(());
         }
         let mut st = self.shared.state.lock();

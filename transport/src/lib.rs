@@ -13,6 +13,7 @@
 
 pub mod bootstrap;
 mod config;
+mod copy;
 mod error;
 mod fabric;
 pub mod launch;
@@ -26,6 +27,7 @@ mod types;
 mod wait;
 
 pub use config::FabricConfig;
+pub use copy::copy_bytes;
 pub use error::{Result, TransportError};
 pub use fabric::{Fabric, Poller};
 pub use region::{Region, REGION_ALIGN};

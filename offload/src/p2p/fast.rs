@@ -377,7 +377,7 @@ pub(super) fn deliver_eager(
         cancelled: false,
     };
     let n = payload.len().min(buf.len());
-    buf[..n].copy_from_slice(&payload[..n]);
+    rdcoll_transport::copy_bytes(&mut buf[..n], &payload[..n]);
     if payload.len() > buf.len() {
         Err(super::truncated(status, buf.len()))
     } else {

@@ -133,6 +133,7 @@ impl Engine {
     }
 
     /// Sends a message of at most the eager limit; complete on return.
+    #[inline]
     pub(super) fn send_eager(
         &self,
         data: &[u8],

@@ -299,6 +299,7 @@ impl Inner {
     /// `block_unless`): then either it sees our publication or we see it. With the asymmetric
     /// fence the sleeper's membarrier orders both sides, and here the compiler only must keep
     /// the order; otherwise this side pays a full fence.
+    #[inline]
     fn ring_doorbell(&self, rank: Rank) {
         if self.asymmetric_fence {
             compiler_fence(Ordering::SeqCst);
@@ -314,6 +315,7 @@ impl Inner {
     }
 
     /// Writes one record into `dest`'s ring from us; false if the ring is full.
+    #[inline]
     fn try_push(&self, dest: Rank, side: &mut ProducerSide, kind: u32, parts: &[&[u8]]) -> bool {
         let ring = &self.outgoing[dest as usize];
         // SAFETY: the ring from us to `dest` lives in dest's mapped segment and only this rank
@@ -325,6 +327,7 @@ impl Inner {
     }
 
     /// Sends a record to `dest`, behind any backlog so order per pair holds.
+    #[inline]
     fn send_record(&self, dest: Rank, kind: u32, parts: &[&[u8]]) -> Result<()> {
         self.check_peer(dest)?;
         let mut side = self.producers[dest as usize].lock();
@@ -333,21 +336,43 @@ impl Inner {
             self.ring_doorbell(dest);
             return Ok(());
         }
+        self.backlog_record(dest, side, kind, parts);
+        Ok(())
+    }
+
+    /// Queues a record that found its ring full (or others queued before it) in the
+    /// producer's backlog; out of line, so the common path of `send_record` stays short.
+    #[cold]
+    #[inline(never)]
+    fn backlog_record(
+        &self,
+        dest: Rank,
+        mut side: crate::spin::SpinGuard<'_, ProducerSide>,
+        kind: u32,
+        parts: &[&[u8]],
+    ) {
         let record = side.backlog_buffer(parts);
         side.backlog.push_back((kind, record));
         self.any_backlog.store(true, Ordering::Release);
         self.view(dest)
             .ring_producer_waiting(self.rank as usize)
             .store(1, Ordering::Release);
-        Ok(())
     }
 
     /// Moves backlogged records into rings that have room again.
     #[inline]
     fn flush_backlogs(&self) {
-        if !self.any_backlog.load(Ordering::Acquire)
-            || !self.any_backlog.swap(false, Ordering::AcqRel)
-        {
+        if self.any_backlog.load(Ordering::Acquire) {
+            self.flush_backlogs_now();
+        }
+    }
+
+    /// [`flush_backlogs`](Inner::flush_backlogs) once one is known to exist: out of line, so
+    /// every poll pays one load for it.
+    #[cold]
+    #[inline(never)]
+    fn flush_backlogs_now(&self) {
+        if !self.any_backlog.swap(false, Ordering::AcqRel) {
             return;
         }
         for dest in 0..self.size as Rank {

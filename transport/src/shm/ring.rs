@@ -48,6 +48,7 @@ impl Producer {
     /// `data` must point to a ring of `cap` bytes (a power of two of at least a cache line,
     /// 16-aligned; 64-aligned for records to fall on lines) that only this producer writes,
     /// and `head` must be its consumer position.
+    #[inline]
     pub(crate) unsafe fn try_push(
         &mut self,
         data: *mut u8,
@@ -85,7 +86,7 @@ impl Producer {
             let h = data.add(off);
             let mut p = h.add(REC_HEADER);
             for part in parts {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), p, part.len());
+                crate::copy_bytes(std::slice::from_raw_parts_mut(p, part.len()), part);
                 p = p.add(part.len());
             }
             std::ptr::write(h.add(8) as *mut u32, len as u32);
@@ -129,6 +130,7 @@ impl Consumer {
     /// # Safety
     /// `data` must point to a live ring of `cap` bytes that only this consumer reads, and
     /// `head` must be its published consumer position.
+    #[inline(always)]
     pub(crate) unsafe fn try_pop<R>(
         &mut self,
         data: *mut u8,
