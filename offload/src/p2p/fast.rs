@@ -139,11 +139,7 @@ impl Engine {
             let claimed = self.fast_state.load(Ordering::Acquire) == FAST_CLAIMED;
             if claimed {
                 // The claimer holds the engine lock until it has posted the receive.
-                let mut inner = self.inner.lock();
-                let posted = inner.fast.take().and_then(|f| f.materialized);
-                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-                drop(inner);
-                return Some(posted?.and_then(|id| self.wait(id)));
+                return self.finish_as_ordinary(false);
             }
             // Another thread's progress may have queued a message for this receive as
             // unexpected: looked at below, before anything newer is taken.
@@ -213,12 +209,7 @@ impl Engine {
                 // Post it as an ordinary receive, which takes the queued message. It stays
                 // open until posted: a receive another thread posts meanwhile must post this
                 // one first (`materialize_fast`), as it is older.
-                let mut inner = self.inner.lock();
-                self.materialize_fast(&mut inner);
-                let posted = inner.fast.take().and_then(|f| f.materialized);
-                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-                drop(inner);
-                return Some(posted?.and_then(|id| self.wait(id)));
+                return self.finish_as_ordinary(true);
             }
             if let Some(dead) = dead {
                 return Some(Err(TransportError::PeerFailed(dead).into()));
@@ -227,6 +218,22 @@ impl Engine {
                 self.idle(&mut backoff);
             }
         }
+    }
+
+    /// Ends a fast receive that became an ordinary one (claimed by another thread, or posted
+    /// here with `materialize` because a queued message matches it): waits for that request.
+    /// Out of line, so the polling loop's frame stays small.
+    #[cold]
+    #[inline(never)]
+    fn finish_as_ordinary(&self, materialize: bool) -> Option<Result<Status>> {
+        let mut inner = self.inner.lock();
+        if materialize {
+            self.materialize_fast(&mut inner);
+        }
+        let posted = inner.fast.take().and_then(|f| f.materialized);
+        self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+        drop(inner);
+        Some(posted?.and_then(|id| self.wait(id)))
     }
 
     /// Marks progress for waiters' back-off (a hint: a plain load and store, no atomic
@@ -324,18 +331,28 @@ pub(super) fn poll_one<T>(
     match polled {
         Ok(false) => Polled::Nothing,
         Err(e) => {
-            tracing::error!("offload agent: polling the fabric failed: {e}");
+            log_poll_failure(&e);
             Polled::Nothing
         }
-        Ok(true) => match (taken, other) {
-            (Some(t), _) => Polled::Taken(t),
-            (None, Some(ev)) => {
-                crate::agent::handle(st, ev);
-                Polled::Other
+        Ok(true) => {
+            // Not a tuple match: that moved the (large) event even when a message was taken.
+            if let Some(t) = taken {
+                return Polled::Taken(t);
             }
-            (None, None) => Polled::Other,
-        },
+            if let Some(ev) = other {
+                crate::agent::handle(st, ev);
+            }
+            Polled::Other
+        }
     }
+}
+
+/// Logs a failed poll of the fabric (out of line: the logging macro's call-site code would
+/// otherwise sit in every poll's frame).
+#[cold]
+#[inline(never)]
+fn log_poll_failure(e: &rdcoll_transport::TransportError) {
+    tracing::error!("offload agent: polling the fabric failed: {e}");
 }
 
 /// Copies an eager message for this receive into `buf`; `None` if `data` is anything else.
@@ -364,6 +381,7 @@ pub(super) fn eager_on_message_portal<'a>(
 
 /// Copies an eager message from `src` into `buf`: its status, or `Truncated` (with the true
 /// length, nothing written past `buf`).
+#[inline]
 pub(super) fn deliver_eager(
     src: Rank,
     bits: u64,

@@ -179,10 +179,7 @@ fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef
                 Ok(Some(ev)) => {
                     // Space was freed: wake the sender if it waits for it.
                     if ring.waiting().load(Ordering::Acquire) != 0 {
-                        ring.waiting().store(0, Ordering::Release);
-                        let peer = inner.view(src as Rank);
-                        peer.doorbell().fetch_add(1, Ordering::Release);
-                        os::futex_wake(peer.doorbell());
+                        wake_producer(inner, src as Rank);
                     }
                     let delivered = match ev {
                         Popped::Delivered => true,
@@ -204,8 +201,31 @@ fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef
     RingPoll::Empty
 }
 
-/// The part of a poll after the rings (read without holding the consumers any more).
+/// Wakes `src`, which waits for space in its ring to us (some was just freed).
+#[cold]
+#[inline(never)]
+fn wake_producer(inner: &Inner, src: Rank) {
+    inner.incoming[src as usize]
+        .waiting()
+        .store(0, Ordering::Release);
+    let peer = inner.view(src);
+    peer.doorbell().fetch_add(1, Ordering::Release);
+    os::futex_wake(peer.doorbell());
+}
+
+/// The part of a poll after the rings (read without holding the consumers any more): nothing
+/// to do when a record was delivered, else a corrupt ring to fail or a dead peer to reap.
+#[inline]
 fn after_rings(inner: &Inner, popped: RingPoll, f: &mut dyn FnMut(EventRef<'_>)) -> bool {
+    match popped {
+        RingPoll::Delivered => true,
+        other => after_undelivered(inner, other, f),
+    }
+}
+
+/// [`after_rings`] when nothing was delivered, out of line.
+#[inline(never)]
+fn after_undelivered(inner: &Inner, popped: RingPoll, f: &mut dyn FnMut(EventRef<'_>)) -> bool {
     match popped {
         RingPoll::Delivered => true,
         RingPoll::Corrupt(src) => {
