@@ -576,6 +576,7 @@ impl Ni {
     /// short one is encoded on the stack and sent without taking the lock. A thread's messages
     /// still leave in its program order. A failure is reported on the descriptor, as for any
     /// quiet put, and returned.
+    #[inline]
     pub fn put_inline_unsignalled(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
         if a.ack_req != crate::types::AckReq::None
             || a.remote_offset != 0
@@ -594,26 +595,43 @@ impl Ni {
             bytes.len(),
         ) {
             Some(header) => self.fabric.send_parts(a.target, &[&header, bytes]),
-            None => {
-                let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
-                if !crate::wire::encode_quiet_header(
-                    &mut header,
-                    op,
-                    a.pt,
-                    a.match_bits,
-                    a.hdr_data,
-                    bytes.len(),
-                ) {
-                    return self.put_inline(a, bytes);
-                }
-                self.fabric.send_parts(a.target, &[header.bytes(), bytes])
-            }
+            None => return self.put_unsignalled_long(a, bytes),
         };
         if sent.is_ok() {
             return Ok(());
         }
+        self.unsignalled_put_failed(&a)
+    }
+
+    /// [`put_inline_unsignalled`](Ni::put_inline_unsignalled) with the long header layout (a
+    /// portal, descriptor or length past the short one's fields).
+    #[inline(never)]
+    fn put_unsignalled_long(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
+        let op = crate::initiator::QUIET_OP | a.md.0 as u64;
+        let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
+        if !crate::wire::encode_quiet_header(
+            &mut header,
+            op,
+            a.pt,
+            a.match_bits,
+            a.hdr_data,
+            bytes.len(),
+        ) {
+            return self.put_inline(a, bytes);
+        }
+        match self.fabric.send_parts(a.target, &[header.bytes(), bytes]) {
+            Ok(()) => Ok(()),
+            Err(_) => self.unsignalled_put_failed(&a),
+        }
+    }
+
+    /// Reports a failed [`put_inline_unsignalled`](Ni::put_inline_unsignalled) on its
+    /// descriptor; out of line, as the put's path is the latency path.
+    #[cold]
+    #[inline(never)]
+    fn unsignalled_put_failed(&self, a: &PutArgs) -> Result<()> {
         let mut st = self.shared.state.lock();
-        crate::initiator::report_put_failure(&mut st, &a);
+        crate::initiator::report_put_failure(&mut st, a);
         Err(OffloadError::Transport(
             rdcoll_transport::TransportError::PeerFailed(a.target),
         ))

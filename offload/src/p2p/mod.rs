@@ -329,14 +329,22 @@ impl Engine {
         Ok(c as Context)
     }
 
+    #[inline]
     fn check_rank(&self, r: Rank, what: &str) -> Result<()> {
         if (r as usize) >= self.size() {
-            return Err(invalid(format!(
-                "{what} rank {r} is not in this job of {} ranks",
-                self.size()
-            )));
+            return Err(self.rank_out_of_range(r, what));
         }
         Ok(())
+    }
+
+    /// The error of [`check_rank`](Engine::check_rank), built out of line.
+    #[cold]
+    #[inline(never)]
+    fn rank_out_of_range(&self, r: Rank, what: &str) -> OffloadError {
+        invalid(format!(
+            "{what} rank {r} is not in this job of {} ranks",
+            self.size()
+        ))
     }
 
     fn new_id(inner: &mut Inner) -> u64 {

@@ -395,11 +395,19 @@ impl Engine {
     }
 
     /// Sends `data`, blocking until its buffer may be reused.
+    #[inline]
     pub fn send_from(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
         if data.len() <= self.cfg.eager_limit {
-            // Complete when the put call returns: no request to track.
+            // Complete when the put call returns: no request to track (and inlined into the
+            // caller: this is the latency path).
             return self.send_eager(data, dest, tag, context);
         }
+        self.send_rendezvous(data, dest, tag, context)
+    }
+
+    /// [`send_from`](Engine::send_from) above the eager limit: a rendezvous send, waited for.
+    #[inline(never)]
+    fn send_rendezvous(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
         // SAFETY: `data` is borrowed for the whole call and the request completes before it
         // returns.
         let id = unsafe { self.isend(data.as_ptr(), data.len(), dest, tag, context)? };

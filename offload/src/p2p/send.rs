@@ -219,6 +219,7 @@ impl Engine {
     }
 
     /// Puts `data` (at most the eager limit) with its header to `dest`'s message portal.
+    #[inline]
     fn put_first(&self, dest: Rank, bits: u64, hdr_data: u64, data: &[u8]) -> Result<()> {
         let a = PutArgs {
             md: self.eager_md,

@@ -136,6 +136,7 @@ enum RingPoll {
 }
 
 /// Hands the next record of the incoming rings (round robin from `consumers.1`) to `f`.
+#[inline]
 fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef<'_>)) -> RingPoll {
     let size = inner.size;
     let me = inner.rank as usize;
