@@ -77,12 +77,12 @@ impl Selector {
 }
 
 /// What polling one fabric event gave.
-pub(super) enum Polled<T> {
+pub(super) enum Polled {
     Nothing,
     /// Handled by the agent (not ours).
     Other,
-    /// Our message, and what taking it gave.
-    Taken(T),
+    /// Our message: what taking it gave is in the caller's slot.
+    Taken,
 }
 
 impl Engine {
@@ -172,12 +172,9 @@ impl Engine {
                         break;
                     }
                 }
-                match poll_one(&mut st, |src, data| take_eager(self, sel, src, data, buf)) {
-                    Polled::Nothing => break,
-                    Polled::Taken(result) => {
-                        taken = Some(result);
-                        break;
-                    }
+                let take = |src, data: &[u8]| take_eager(self, sel, src, data, buf);
+                match poll_one(&mut st, &mut taken, take) {
+                    Polled::Nothing | Polled::Taken => break,
                     Polled::Other => polled_any = true,
                 }
             }
@@ -314,16 +311,18 @@ pub(super) fn fire(st: &mut State) {
 }
 
 /// Polls one fabric event: a message `take` accepts (it returns `Some`) is the caller's, taken
-/// straight from the transport's buffer; anything else is handed to the agent.
+/// straight from the transport's buffer, and what taking it gave is left in `taken` (a slot
+/// of the caller's, not a return value: the result is large and this is the latency path);
+/// anything else is handed to the agent.
 pub(super) fn poll_one<T>(
     st: &mut State,
+    taken: &mut Option<T>,
     mut take: impl FnMut(Rank, &[u8]) -> Option<T>,
-) -> Polled<T> {
-    let mut taken = None;
+) -> Polled {
     let mut other = None;
     let polled = st.poll_fabric_with(&mut |ev| match ev {
         rdcoll_transport::EventRef::Message { src, data } => match take(src, data) {
-            Some(t) => taken = Some(t),
+            Some(t) => *taken = Some(t),
             None => other = Some(ev.into_owned()),
         },
         rdcoll_transport::EventRef::Owned(e) => other = Some(e),
@@ -335,9 +334,8 @@ pub(super) fn poll_one<T>(
             Polled::Nothing
         }
         Ok(true) => {
-            // Not a tuple match: that moved the (large) event even when a message was taken.
-            if let Some(t) = taken {
-                return Polled::Taken(t);
+            if taken.is_some() {
+                return Polled::Taken;
             }
             if let Some(ev) = other {
                 crate::agent::handle(st, ev);

@@ -236,13 +236,15 @@ impl Engine {
                     break;
                 }
                 let lights = &mut inner.lights;
-                match poll_one(&mut st, |src, data| take_for_queue(self, lights, src, data)) {
+                let mut taken = None;
+                let take = |src, data: &[u8]| take_for_queue(self, lights, src, data);
+                match poll_one(&mut st, &mut taken, take) {
                     Polled::Nothing => break,
                     Polled::Other => handled += 1,
-                    Polled::Taken((id, result)) => {
-                        handled += 1;
-                        inner.reqs.insert(id, Req::Done(result));
-                    }
+                    Polled::Taken => handled += 1,
+                }
+                if let Some((id, result)) = taken {
+                    inner.reqs.insert(id, Req::Done(result));
                 }
                 if inner.lights.is_empty() {
                     break;

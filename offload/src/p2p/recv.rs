@@ -387,6 +387,19 @@ impl Engine {
         if let Some(done) = self.recv_fast(buf, source, tag, context) {
             return done;
         }
+        self.recv_posted(buf, source, tag, context)
+    }
+
+    /// [`recv_into`](Engine::recv_into) where the fast path does not apply: an ordinary
+    /// receive, posted and waited for (out of line, so the fast path's frame stays small).
+    #[inline(never)]
+    fn recv_posted(
+        &self,
+        buf: &mut [u8],
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Result<Status> {
         // SAFETY: `buf` is borrowed mutably for the whole call and the request completes
         // before it returns (`wait` returns only with the result, or with an error after the
         // buffer was deregistered).

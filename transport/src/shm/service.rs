@@ -9,14 +9,6 @@ use crate::error::{Result, TransportError};
 use crate::region::Region;
 use crate::types::{range_fits, Event, EventRef, OpId, Payload, Rank, RegionKey, RemoteAddr};
 
-/// What one record from a ring turned into.
-enum Popped {
-    /// A message, already lent to the caller's callback.
-    Delivered,
-    /// An event to report, or nothing (a service record handled internally).
-    Event(Option<Event>),
-}
-
 /// Whether an incoming ring of a live peer has a record (plain loads, no lock).
 pub(super) fn rings_ready(inner: &Inner) -> bool {
     let me = inner.rank as usize;
@@ -151,6 +143,10 @@ fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef
         }
         let ring = &inner.incoming[src];
         loop {
+            // What a service record raised, handed to `f` once its space is released (a
+            // message is lent to `f` in place). Kept out of the pop's result, which stays a
+            // flag: moving an event through it cost the message path a large frame.
+            let mut raised: Option<Event> = None;
             // SAFETY: our own incoming ring from `src`, read only by the holder of
             // `consumers` (the consumer lock's, or the exclusive poller's).
             let popped = unsafe {
@@ -164,9 +160,10 @@ fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef
                                 src: src as Rank,
                                 data: payload,
                             });
-                            Popped::Delivered
+                            true
                         } else {
-                            Popped::Event(handle(inner, src as Rank, kind, payload))
+                            raised = handle(inner, src as Rank, kind, payload);
+                            raised.is_some()
                         }
                     },
                 )
@@ -177,19 +174,14 @@ fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef
                     consumers.1 = next(src);
                     return RingPoll::Corrupt(src as Rank);
                 }
-                Ok(Some(ev)) => {
+                Ok(Some(delivered)) => {
                     // Space was freed: wake the sender if it waits for it.
                     if ring.waiting().load(Ordering::Acquire) != 0 {
                         wake_producer(inner, src as Rank);
                     }
-                    let delivered = match ev {
-                        Popped::Delivered => true,
-                        Popped::Event(Some(ev)) => {
-                            f(EventRef::Owned(ev));
-                            true
-                        }
-                        Popped::Event(None) => false,
-                    };
+                    if let Some(ev) = raised {
+                        f(EventRef::Owned(ev));
+                    }
                     if delivered {
                         consumers.1 = next(src);
                         return RingPoll::Delivered;
