@@ -9,10 +9,19 @@ use crate::{Comm, Error, Rank, Result};
 
 impl Comm {
     /// The collectives of this communicator, created on first use.
+    #[inline]
     fn collectives(&self) -> Result<&Collectives> {
-        if let Some(c) = self.collectives.get() {
-            return Ok(c);
+        match self.collectives.get() {
+            Some(c) => Ok(c),
+            None => self.start_collectives(),
         }
+    }
+
+    /// The first use's part of [`collectives`](Comm::collectives), out of line (as for the
+    /// engine: every later call is then a load and a branch).
+    #[cold]
+    #[inline(never)]
+    fn start_collectives(&self) -> Result<&Collectives> {
         let c = Collectives::new(self.engine()?.clone(), self.context())?;
         Ok(self.collectives.get_or_init(|| c))
     }

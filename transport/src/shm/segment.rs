@@ -103,16 +103,25 @@ impl Segment {
     }
 
     /// Address of byte `offset`; `offset + size` must be within the segment.
+    #[inline]
     pub(crate) fn at(&self, offset: usize, size: usize) -> Result<*mut u8> {
         if offset.checked_add(size).is_some_and(|e| e <= self.len) {
             // SAFETY: checked to be inside the mapping.
             Ok(unsafe { self.base.add(offset) })
         } else {
-            Err(TransportError::InvalidArgument(format!(
-                "segment range {offset}+{size} beyond {}",
-                self.len
-            )))
+            Err(self.beyond(offset, size))
         }
+    }
+
+    /// The error of [`at`](Segment::at), built out of line: every shared word of the message
+    /// and RDMA-write paths is reached through `at`.
+    #[cold]
+    #[inline(never)]
+    fn beyond(&self, offset: usize, size: usize) -> TransportError {
+        TransportError::InvalidArgument(format!(
+            "segment range {offset}+{size} beyond {}",
+            self.len
+        ))
     }
 
     /// Maps the pages of `offset..offset + len` into this process now, so the first lap of a
