@@ -65,15 +65,9 @@ pub(crate) fn chunk(len: usize, block: usize, i: usize) -> (usize, usize, usize)
 
 /// One communicator's counter-byte broadcast state.
 pub(crate) struct CounterBcast {
-    area: Area,
-    /// Offset of the notification bytes (after the blocks).
-    notify: usize,
-    /// Blocks used so far (the same on every rank).
-    cursor: u64,
+    blocks: Blocks,
     /// Broadcasts so far.
     seq: u64,
-    /// Epochs this rank has finished.
-    epochs_done: u64,
     /// The tree of one-block broadcasts (longer ones go binomial, as in the paper, so that
     /// no rank writes every block to everyone). The same on every rank.
     one_block_shape: tree::Shape,
@@ -81,6 +75,22 @@ pub(crate) struct CounterBcast {
     /// root, and collecting the children cost the root about 280 instructions per broadcast
     /// (callgrind), a quarter of a one-block broadcast.
     place: Option<Place>,
+}
+
+/// The broadcast buffer and its reuse state: what moving a broadcast's blocks changes. Apart
+/// from [`Place`], so that a broadcast's result is returned straight from moving its blocks:
+/// held in a local while the place was put back, it was copied with wider loads than the
+/// stores that wrote it, and at the root such a load waits for every store before it,
+/// including the one into the child's block that is still fetching its line from the child
+/// (`perf annotate` put 84 % of the root's samples in `CounterBcast::bcast` on that load).
+struct Blocks {
+    area: Area,
+    /// Offset of the notification bytes (after the blocks).
+    notify: usize,
+    /// Blocks used so far (the same on every rank).
+    cursor: u64,
+    /// Epochs this rank has finished.
+    epochs_done: u64,
 }
 
 /// A rank's parent and children in the tree of one root and shape.
@@ -123,11 +133,13 @@ impl CounterBcast {
             tree::Shape::Binomial
         };
         Ok(CounterBcast {
-            area,
-            notify,
-            cursor: 0,
+            blocks: Blocks {
+                area,
+                notify,
+                cursor: 0,
+                epochs_done: 0,
+            },
             seq: 0,
-            epochs_done: 0,
             one_block_shape,
             place: None,
         })
@@ -152,15 +164,18 @@ impl CounterBcast {
         } else {
             tree::Shape::Binomial
         };
-        let place = match self.place.take() {
-            Some(p) if p.root == root && p.shape == shape => p,
-            _ => Place::new(shape, rel, root, n),
-        };
-        let sent = self.move_blocks(w, puts, buf, rel != 0, &place, counter, blocks);
-        self.place = Some(place);
-        sent
+        if !matches!(&self.place, Some(p) if p.root == root && p.shape == shape) {
+            self.place = None;
+        }
+        let place = self
+            .place
+            .get_or_insert_with(|| Place::new(shape, rel, root, n));
+        self.blocks
+            .move_blocks(w, puts, buf, rel != 0, place, counter, blocks)
     }
+}
 
+impl Blocks {
     /// The blocks of one broadcast: received from the parent (unless this rank is the root),
     /// written to the children.
     #[allow(clippy::too_many_arguments)]
