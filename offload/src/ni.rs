@@ -595,7 +595,7 @@ impl Ni {
             bytes.len(),
         ) {
             Some(header) => self.fabric.send_parts(a.target, &[&header, bytes]),
-            None => return self.put_unsignalled_long(a, bytes),
+            None => return self.put_unsignalled_long(a, op, bytes),
         };
         if sent.is_ok() {
             return Ok(());
@@ -606,8 +606,7 @@ impl Ni {
     /// [`put_inline_unsignalled`](Ni::put_inline_unsignalled) with the long header layout (a
     /// portal, descriptor or length past the short one's fields).
     #[inline(never)]
-    fn put_unsignalled_long(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
-        let op = crate::initiator::QUIET_OP | a.md.0 as u64;
+    fn put_unsignalled_long(&self, a: PutArgs, op: u64, bytes: &[u8]) -> Result<()> {
         let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
         if !crate::wire::encode_quiet_header(
             &mut header,

@@ -78,22 +78,16 @@ pub(crate) fn encode_quiet_header<B: WireBuf>(
     hdr_data: u64,
     len: usize,
 ) -> bool {
+    if let Some(header) = quiet_header_short(op, pt, bits, hdr_data, len) {
+        v.append_slice(&header);
+        return true;
+    }
     if op & QUIET_OP == 0 {
         return false;
     }
     let Ok(md) = u32::try_from(op & !QUIET_OP) else {
         return false;
     };
-    let short = (
-        u8::try_from(pt.0),
-        u16::try_from(md),
-        u16::try_from(hdr_data),
-        u16::try_from(len),
-    );
-    if let (Ok(pt), Ok(md), Ok(hdr), Ok(len)) = short {
-        v.append_slice(&short_quiet_header(pt, md, bits, hdr, len));
-        return true;
-    }
     let Ok(len) = u32::try_from(len) else {
         return false;
     };
@@ -106,28 +100,9 @@ pub(crate) fn encode_quiet_header<B: WireBuf>(
     true
 }
 
-/// The short layout of a quiet put's header, built in one fixed array (the eager send path
-/// writes it with a few stores instead of five variable-length appends).
-#[inline]
-fn short_quiet_header(
-    pt: u8,
-    md: u16,
-    bits: u64,
-    hdr: u16,
-    len: u16,
-) -> [u8; PUT_QUIET_SHORT_HEADER] {
-    let mut h = [0u8; PUT_QUIET_SHORT_HEADER];
-    h[0] = K_PUT_QUIET_SHORT;
-    h[1] = pt;
-    h[2..4].copy_from_slice(&md.to_le_bytes());
-    h[4..12].copy_from_slice(&bits.to_le_bytes());
-    h[12..14].copy_from_slice(&hdr.to_le_bytes());
-    h[14..16].copy_from_slice(&len.to_le_bytes());
-    h
-}
-
 /// The header of a quiet put of `len` bytes in the short layout (what
-/// [`encode_quiet_header`] writes for it), or `None` when it needs the long one.
+/// [`encode_quiet_header`] writes for it), or `None` when it needs the long one. Built in one
+/// fixed array: the eager send path writes it with a few stores, not five appends.
 #[inline]
 pub(crate) fn quiet_header_short(
     op: u64,
@@ -143,7 +118,14 @@ pub(crate) fn quiet_header_short(
     let pt = u8::try_from(pt.0).ok()?;
     let hdr = u16::try_from(hdr_data).ok()?;
     let len = u16::try_from(len).ok()?;
-    Some(short_quiet_header(pt, md, bits, hdr, len))
+    let mut h = [0u8; PUT_QUIET_SHORT_HEADER];
+    h[0] = K_PUT_QUIET_SHORT;
+    h[1] = pt;
+    h[2..4].copy_from_slice(&md.to_le_bytes());
+    h[4..12].copy_from_slice(&bits.to_le_bytes());
+    h[12..14].copy_from_slice(&hdr.to_le_bytes());
+    h[14..16].copy_from_slice(&len.to_le_bytes());
+    Some(h)
 }
 
 /// A buffer messages are encoded into.

@@ -240,8 +240,7 @@ impl Engine {
                 let take = |src, data: &[u8]| take_for_queue(self, lights, src, data);
                 match poll_one(&mut st, &mut taken, take) {
                     Polled::Nothing => break,
-                    Polled::Other => handled += 1,
-                    Polled::Taken => handled += 1,
+                    Polled::Other | Polled::Taken => handled += 1,
                 }
                 if let Some((id, result)) = taken {
                     inner.reqs.insert(id, Req::Done(result));
