@@ -64,7 +64,8 @@ pub use raw::RawRequest;
 pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
 pub use rdcoll_collectives::{
-    BarrierAlgorithm, BcastAlgorithm, CollConfig, CollError, Element, Model, Op, ReduceDegree,
+    BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Element, Model, Op,
+    ReduceDegree,
 };
 pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag};
 pub use rdcoll_offload::OffloadError;

@@ -5,7 +5,7 @@
 #[allow(dead_code)]
 mod bcast_cases;
 
-use rdcoll::{BcastAlgorithm, CollConfig};
+use rdcoll::{BcastAlgorithm, BcastTransfer, CollConfig};
 
 fn run(n: usize, case: impl Fn(&rdcoll::Comm) -> Result<(), String> + Sync) {
     for (rank, r) in rdcoll::local::run(n, |c| case(&c))
@@ -49,10 +49,14 @@ fn a_short_buffer_is_an_error_not_an_overrun() {
 
 #[test]
 fn every_rdmc_algorithm_with_small_blocks() {
-    for name in bcast_cases::algorithms() {
+    for (name, transfer) in bcast_cases::algorithms()
+        .into_iter()
+        .flat_map(|name| [(name, BcastTransfer::Write), (name, BcastTransfer::Staged)])
+    {
         let cfg = CollConfig {
             bcast_algorithm: BcastAlgorithm::from_name(name).unwrap(),
             bcast_block: Some(3000),
+            bcast_transfer: Some(transfer),
             ..CollConfig::default()
         };
         for n in [2, 3, 6, 8] {
@@ -61,7 +65,7 @@ fn every_rdmc_algorithm_with_small_blocks() {
                     .with_collectives_config(cfg.clone())
                     .map_err(|e| e.to_string())?;
                 bcast_cases::every_root_and_size(&c, &[0, 1, 2999, 3000, 3001, 50_000])
-                    .map_err(|e| format!("{name}: {e}"))
+                    .map_err(|e| format!("{name}, {transfer:?}: {e}"))
             });
         }
     }

@@ -235,7 +235,10 @@ fn death(transport: &str, case: &str, env: &[(&str, &str)]) {
 
 #[test]
 fn a_dead_rank_fails_the_broadcast_over_shm() {
+    // Blocks staged (the default where ranks outnumber cores), then written straight into
+    // the receivers' buffers.
     death("shm", "peer_death", &[]);
+    death("shm", "peer_death", &[("RDCOLL_BCAST_TRANSFER", "write")]);
 }
 
 #[test]
@@ -253,6 +256,7 @@ fn a_dead_rank_fails_the_barrier() {
 #[test]
 fn a_dead_rank_fails_the_broadcast_over_tcp() {
     death("tcp", "peer_death", &[]);
+    death("tcp", "peer_death", &[("RDCOLL_BCAST_TRANSFER", "write")]);
 }
 
 /// Ranks in two network namespaces joined by a veth pair (tcp chosen automatically, as for

@@ -1,5 +1,5 @@
 //! Settings of the collectives, from `RDCOLL_BCAST_SMALL_MAX`, `RDCOLL_BCAST_BLOCK`,
-//! `RDCOLL_BCAST_ALGORITHM`, `RDCOLL_CLUSTER`, `RDCOLL_ALLREDUCE_SMALL_MAX`,
+//! `RDCOLL_BCAST_TRANSFER`, `RDCOLL_BCAST_ALGORITHM`, `RDCOLL_CLUSTER`, `RDCOLL_ALLREDUCE_SMALL_MAX`,
 //! `RDCOLL_ALLREDUCE_DEGREE` and `RDCOLL_BARRIER_ALGORITHM`.
 
 use crate::error::{CollError, Result};
@@ -65,6 +65,29 @@ impl BcastAlgorithm {
     }
 }
 
+/// How an RDMC broadcast moves a block into this rank (each receiver chooses for itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BcastTransfer {
+    /// The sender writes it straight into this rank's buffer, then a notice (on shm with a
+    /// core per rank, both processes copy a large write at once).
+    Write,
+    /// The sender writes it into a staging buffer in this rank's registered area and the
+    /// notice after it, without waiting; this rank copies it into place (best where ranks
+    /// outnumber cores).
+    Staged,
+}
+
+impl BcastTransfer {
+    /// Parses `write` or `staged`.
+    pub fn from_name(s: &str) -> Option<BcastTransfer> {
+        match s {
+            "write" => Some(BcastTransfer::Write),
+            "staged" => Some(BcastTransfer::Staged),
+            _ => None,
+        }
+    }
+}
+
 /// How a barrier synchronises.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BarrierAlgorithm {
@@ -98,6 +121,9 @@ pub struct CollConfig {
     pub bcast_small_max: Option<usize>,
     /// RDMC block size; `None`: chosen by message size.
     pub bcast_block: Option<usize>,
+    /// How RDMC blocks move into this rank; `None`: staged where the ranks of this host
+    /// outnumber its cores, else written straight into place.
+    pub bcast_transfer: Option<BcastTransfer>,
     /// Which broadcast algorithm.
     pub bcast_algorithm: BcastAlgorithm,
     /// This rank's cluster for the hybrid broadcast; `None`: its host.
@@ -115,6 +141,7 @@ impl Default for CollConfig {
         CollConfig {
             bcast_small_max: None,
             bcast_block: None,
+            bcast_transfer: None,
             bcast_algorithm: BcastAlgorithm::Auto,
             cluster: None,
             allreduce_small_max: DEFAULT_ALLREDUCE_SMALL_MAX,
@@ -147,6 +174,16 @@ impl CollConfig {
                 )));
             }
             c.bcast_block = Some(b);
+        }
+        if let Some(v) = var("RDCOLL_BCAST_TRANSFER") {
+            c.bcast_transfer = match v.as_str() {
+                "auto" => None,
+                name => Some(BcastTransfer::from_name(name).ok_or_else(|| {
+                    CollError::InvalidArgument(format!(
+                        "RDCOLL_BCAST_TRANSFER={v:?}: expected auto, write or staged"
+                    ))
+                })?),
+            };
         }
         if let Some(v) = var("RDCOLL_BCAST_ALGORITHM") {
             c.bcast_algorithm = BcastAlgorithm::from_name(&v).ok_or_else(|| {
@@ -192,10 +229,18 @@ impl CollConfig {
     /// pipelines), at most 16. Each block costs a ready/transfer handshake (1-3 us between
     /// cores), so blocks below 128 KiB pay more in steps than they win in pipelining: at
     /// 256-512 KiB, 4 ranks, 128 KiB blocks took 0.55-0.7x the time of the earlier len/16
-    /// (docs/PERFORMANCE.md, "Block size of the RDMC broadcast").
+    /// (docs/PERFORMANCE.md, "Block size of the RDMC broadcast"). Two ranks have nothing to
+    /// pipeline (one receiver, no relays): one block up to 1 MiB, 1 MiB blocks beyond (at 1
+    /// MiB, 128 KiB blocks took 2x the time of one block on the 2-vCPU VM; "RDMC straight
+    /// into the receiver's buffer").
     pub fn block_for(&self, len: usize, ranks: usize) -> usize {
         if let Some(b) = self.bcast_block {
             return b;
+        }
+        if ranks <= 2 {
+            return len
+                .next_power_of_two()
+                .clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK);
         }
         let depth = ranks.max(1).next_power_of_two().ilog2() as usize;
         let k = (len >> 17).max(depth).clamp(2, 16);
@@ -204,7 +249,7 @@ impl CollConfig {
         block.clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK)
     }
 
-    /// The largest block any message may use (the size of a staging slot).
+    /// The largest block any message may use (the size of a staging buffer).
     pub fn max_block(&self) -> usize {
         self.bcast_block.unwrap_or(DEFAULT_MAX_BLOCK)
     }
@@ -220,6 +265,9 @@ mod tests {
             assert_eq!(BcastAlgorithm::from_name(n).map(|a| a.name()), Some(n));
         }
         assert_eq!(BcastAlgorithm::from_name("bogus"), None);
+        assert_eq!(BcastTransfer::from_name("write"), Some(BcastTransfer::Write));
+        assert_eq!(BcastTransfer::from_name("staged"), Some(BcastTransfer::Staged));
+        assert_eq!(BcastTransfer::from_name("read"), None);
         assert_eq!(
             BarrierAlgorithm::from_name("flat"),
             Some(BarrierAlgorithm::Flat)
@@ -230,7 +278,11 @@ mod tests {
         // Two blocks of 64 KiB, four of 128 KiB, eight of 128 KiB, then sixteen.
         assert_eq!(c.block_for(128 << 10, 4), 64 << 10);
         assert_eq!(c.block_for(512 << 10, 4), 128 << 10);
-        assert_eq!(c.block_for(1 << 20, 2), 128 << 10);
+        assert_eq!(c.block_for(1 << 20, 3), 128 << 10);
+        // Two ranks: one block up to 1 MiB.
+        assert_eq!(c.block_for(1 << 20, 2), 1 << 20);
+        assert_eq!(c.block_for(600 << 10, 2), 1 << 20);
+        assert_eq!(c.block_for(3 << 20, 2), 1 << 20);
         assert_eq!(c.block_for(4 << 20, 4), 256 << 10);
         // A group of 16 gets at least four blocks.
         assert_eq!(c.block_for(128 << 10, 16), 32 << 10);

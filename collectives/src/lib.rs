@@ -26,7 +26,7 @@ use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Rank, SpinLock, TransportError};
 
-pub use config::{BarrierAlgorithm, BcastAlgorithm, CollConfig, ReduceDegree};
+pub use config::{BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, ReduceDegree};
 pub use error::{CollError, Result};
 pub use reduce::model::Model;
 pub use reduce::op::{Element, Op};
@@ -232,7 +232,11 @@ impl Collectives {
 impl Drop for Collectives {
     fn drop(&mut self) {
         let inner = self.inner.get_mut();
-        let _ = self.waiter.engine().ni().ct_free(inner.puts.ct);
+        let ni = self.waiter.engine().ni();
+        let _ = ni.ct_free(inner.puts.ct);
+        if let Some(rdmc) = &inner.rdmc {
+            let _ = ni.ct_free(rdmc.counter());
+        }
     }
 }
 

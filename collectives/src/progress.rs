@@ -57,6 +57,11 @@ impl Waiter {
         &self.engine
     }
 
+    /// Whether the ranks on this host outnumber its cores (`Engine::crowded`).
+    pub(crate) fn crowded(&self) -> bool {
+        self.crowded
+    }
+
     pub(crate) fn fabric(&self) -> &dyn Fabric {
         self.fabric.as_ref()
     }

@@ -119,20 +119,30 @@ pub fn algorithms() -> Vec<&'static str> {
 }
 
 /// Each RDMC algorithm in turn (with 64 KiB blocks, so 1 MiB is 16 of them), and the hybrid
-/// with the ranks split into clusters of two.
+/// with the ranks split into clusters of two; each with every rank taking its blocks as
+/// direct writes, then staged, then half of them one way and half the other.
 pub fn every_algorithm(world: &Comm) -> Result<(), String> {
+    use rdcoll::BcastTransfer::{Staged, Write};
+    let odd = world.rank() % 2 == 1;
     for name in algorithms() {
-        let cfg = rdcoll::CollConfig {
-            bcast_algorithm: rdcoll::BcastAlgorithm::from_name(name).expect("known name"),
-            bcast_block: Some(64 << 10),
-            cluster: Some(format!("c{}", world.rank() / 2)),
-            ..rdcoll::CollConfig::default()
-        };
-        let c = world
-            .with_collectives_config(cfg)
-            .map_err(|e| e.to_string())?;
-        every_root_and_size(&c, &[0, 1, 65_536, 100_000, 1 << 20])
-            .map_err(|e| format!("{name}: {e}"))?;
+        for (how, transfer) in [
+            ("write", Write),
+            ("staged", Staged),
+            ("mixed", if odd { Staged } else { Write }),
+        ] {
+            let cfg = rdcoll::CollConfig {
+                bcast_algorithm: rdcoll::BcastAlgorithm::from_name(name).expect("known name"),
+                bcast_block: Some(64 << 10),
+                bcast_transfer: Some(transfer),
+                cluster: Some(format!("c{}", world.rank() / 2)),
+                ..rdcoll::CollConfig::default()
+            };
+            let c = world
+                .with_collectives_config(cfg)
+                .map_err(|e| e.to_string())?;
+            every_root_and_size(&c, &[0, 1, 65_536, 100_000, 1 << 20])
+                .map_err(|e| format!("{name}, {how}: {e}"))?;
+        }
     }
     Ok(())
 }

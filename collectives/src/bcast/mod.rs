@@ -14,7 +14,7 @@ pub(crate) use rdmc::Rdmc;
 
 use rdcoll_transport::Rank;
 
-use crate::config::BcastAlgorithm;
+use crate::config::{BcastAlgorithm, BcastTransfer};
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
 use crate::{Collectives, Inner};
@@ -139,11 +139,17 @@ impl Collectives {
         let rdmc = rdmc.as_mut().expect("set just above");
         debug_assert!(block <= rdmc.slot_cap());
         let node = (me + n - root as usize) % n;
+        let transfer = self.cfg.bcast_transfer.unwrap_or(if self.waiter.crowded() {
+            BcastTransfer::Staged
+        } else {
+            BcastTransfer::Write
+        });
         let job = rdmc::Job {
             schedule: schedule.as_ref(),
             members: &members,
             me: node,
             block,
+            transfer,
         };
         rdmc.run(&self.waiter, puts, &job, buf)
     }
