@@ -223,21 +223,23 @@ impl CollConfig {
         Ok(c)
     }
 
-    /// The RDMC block size for a message of `len` bytes broadcast to `ranks` ranks: the
-    /// setting, or `len / k` rounded down to a power of two between 32 KiB and 1 MiB, with
-    /// k = one block per 128 KiB, at least 2 and at least log2(ranks) (so a bigger group still
-    /// pipelines), at most 16. Each block costs a ready/transfer handshake (1-3 us between
-    /// cores), so blocks below 128 KiB pay more in steps than they win in pipelining: at
-    /// 256-512 KiB, 4 ranks, 128 KiB blocks took 0.55-0.7x the time of the earlier len/16
-    /// (docs/PERFORMANCE.md, "Block size of the RDMC broadcast"). Two ranks have nothing to
-    /// pipeline (one receiver, no relays): one block up to 1 MiB, 1 MiB blocks beyond (at 1
-    /// MiB, 128 KiB blocks took 2x the time of one block on the 2-vCPU VM; "RDMC straight
-    /// into the receiver's buffer").
-    pub fn block_for(&self, len: usize, ranks: usize) -> usize {
+    /// The RDMC block size for a message of `len` bytes broadcast to `ranks` ranks, all on
+    /// one host and more than its cores if `crowded`: the setting, or `len / k` rounded down
+    /// to a power of two between 32 KiB and 1 MiB, with k = one block per 128 KiB, at least 2
+    /// and at least log2(ranks) (so a bigger group still pipelines), at most 16. Each block
+    /// costs a ready/transfer handshake (1-3 us between cores), so blocks below 128 KiB pay
+    /// more in steps than they win in pipelining: at 256-512 KiB, 4 ranks, 128 KiB blocks
+    /// took 0.55-0.7x the time of the earlier len/16 (docs/PERFORMANCE.md, "Block size of the
+    /// RDMC broadcast"). Two ranks have nothing to pipeline (one receiver, no relays), and
+    /// where ranks outnumber cores every handshake costs context switches: there one block up
+    /// to 1 MiB, 1 MiB blocks beyond (2 ranks at 1 MiB: 128 KiB blocks took 2x the time of
+    /// one; 4 ranks on 2 cores at 1-2 MiB: the default took 1.35-1.55x the time of 1 MiB
+    /// blocks; "RDMC straight into the receiver's buffer").
+    pub fn block_for(&self, len: usize, ranks: usize, crowded: bool) -> usize {
         if let Some(b) = self.bcast_block {
             return b;
         }
-        if ranks <= 2 {
+        if ranks <= 2 || crowded {
             return len
                 .next_power_of_two()
                 .clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK);
@@ -265,8 +267,14 @@ mod tests {
             assert_eq!(BcastAlgorithm::from_name(n).map(|a| a.name()), Some(n));
         }
         assert_eq!(BcastAlgorithm::from_name("bogus"), None);
-        assert_eq!(BcastTransfer::from_name("write"), Some(BcastTransfer::Write));
-        assert_eq!(BcastTransfer::from_name("staged"), Some(BcastTransfer::Staged));
+        assert_eq!(
+            BcastTransfer::from_name("write"),
+            Some(BcastTransfer::Write)
+        );
+        assert_eq!(
+            BcastTransfer::from_name("staged"),
+            Some(BcastTransfer::Staged)
+        );
         assert_eq!(BcastTransfer::from_name("read"), None);
         assert_eq!(
             BarrierAlgorithm::from_name("flat"),
@@ -274,25 +282,28 @@ mod tests {
         );
         assert_eq!(BarrierAlgorithm::from_name("tree"), None);
         let c = CollConfig::default();
-        assert_eq!(c.block_for(0, 4), MIN_AUTO_BLOCK);
+        assert_eq!(c.block_for(0, 4, false), MIN_AUTO_BLOCK);
         // Two blocks of 64 KiB, four of 128 KiB, eight of 128 KiB, then sixteen.
-        assert_eq!(c.block_for(128 << 10, 4), 64 << 10);
-        assert_eq!(c.block_for(512 << 10, 4), 128 << 10);
-        assert_eq!(c.block_for(1 << 20, 3), 128 << 10);
+        assert_eq!(c.block_for(128 << 10, 4, false), 64 << 10);
+        assert_eq!(c.block_for(512 << 10, 4, false), 128 << 10);
+        assert_eq!(c.block_for(1 << 20, 3, false), 128 << 10);
         // Two ranks: one block up to 1 MiB.
-        assert_eq!(c.block_for(1 << 20, 2), 1 << 20);
-        assert_eq!(c.block_for(600 << 10, 2), 1 << 20);
-        assert_eq!(c.block_for(3 << 20, 2), 1 << 20);
-        assert_eq!(c.block_for(4 << 20, 4), 256 << 10);
+        assert_eq!(c.block_for(1 << 20, 2, false), 1 << 20);
+        assert_eq!(c.block_for(600 << 10, 2, false), 1 << 20);
+        assert_eq!(c.block_for(3 << 20, 2, false), 1 << 20);
+        // Ranks outnumbering cores: the same.
+        assert_eq!(c.block_for(512 << 10, 4, true), 512 << 10);
+        assert_eq!(c.block_for(4 << 20, 4, true), 1 << 20);
+        assert_eq!(c.block_for(4 << 20, 4, false), 256 << 10);
         // A group of 16 gets at least four blocks.
-        assert_eq!(c.block_for(128 << 10, 16), 32 << 10);
-        assert_eq!(c.block_for(1 << 30, 4), DEFAULT_MAX_BLOCK);
+        assert_eq!(c.block_for(128 << 10, 16, false), 32 << 10);
+        assert_eq!(c.block_for(1 << 30, 4, false), DEFAULT_MAX_BLOCK);
         let fixed = CollConfig {
             bcast_block: Some(5000),
             ..CollConfig::default()
         };
         assert_eq!(
-            (fixed.block_for(1 << 30, 4), fixed.max_block()),
+            (fixed.block_for(1 << 30, 4, false), fixed.max_block()),
             (5000, 5000)
         );
     }

@@ -88,6 +88,9 @@ pub struct Collectives {
     cfg: CollConfig,
     /// `cfg.bcast_small_max`, or its default for where the ranks run.
     bcast_small_max: usize,
+    /// Every rank on this host, and more of them than its cores (`placement::crowded_host`):
+    /// the same on every rank, so it may choose what the ranks must agree on.
+    crowded_host: bool,
     /// Released with a plain store, not a `Mutex`'s locked instruction, which would wait for
     /// the collective's last store into a peer's memory to land (see `SpinLock`).
     inner: SpinLock<Inner>,
@@ -119,15 +122,15 @@ impl Collectives {
         cfg: CollConfig,
     ) -> Result<Collectives> {
         let ct = engine.ni().ct_alloc()?;
-        let bcast_small_max = cfg
-            .bcast_small_max
-            .unwrap_or(if placement::crowded_host(&engine) {
-                config::OVERSUBSCRIBED_BCAST_SMALL_MAX
-            } else {
-                config::DEFAULT_BCAST_SMALL_MAX
-            });
+        let crowded_host = placement::crowded_host(&engine);
+        let bcast_small_max = cfg.bcast_small_max.unwrap_or(if crowded_host {
+            config::OVERSUBSCRIBED_BCAST_SMALL_MAX
+        } else {
+            config::DEFAULT_BCAST_SMALL_MAX
+        });
         Ok(Collectives {
             bcast_small_max,
+            crowded_host,
             waiter: Waiter::new(engine),
             context: context | COLLECTIVE_CONTEXT_BIT,
             cfg,

@@ -119,7 +119,7 @@ impl Collectives {
     fn rdmc(&self, inner: &mut Inner, alg: Algorithm, buf: &mut [u8], root: Rank) -> Result<()> {
         let fabric = self.waiter.fabric();
         let (me, n) = (fabric.rank() as usize, fabric.size());
-        let block = self.cfg.block_for(buf.len(), n);
+        let block = self.cfg.block_for(buf.len(), n, self.crowded_host);
         let blocks = buf.len().div_ceil(block).max(1);
         // Node i of the schedule is rank root + i.
         let members: Vec<Rank> = (0..n).map(|i| ((root as usize + i) % n) as Rank).collect();
