@@ -56,7 +56,7 @@ pub fn run(_args: &[String]) -> i32 {
         println!(
             "RDCOLL_BCAST_BLOCK        {}",
             coll.bcast_block.map_or(
-                "(unset: len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB; 2 ranks: one block up to 1 MiB)"
+                "(unset: len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB; 2 ranks or more ranks than cores: one block up to 1 MiB)"
                     .into(),
                 |b| b.to_string()
             )
