@@ -58,6 +58,7 @@ const NOTICE: usize = 16;
 const OUTGOING: usize = 8;
 /// Size of one of them (an announcement is the larger record).
 const OUTGOING_STRIDE: usize = ANNOUNCEMENT.next_multiple_of(8);
+const _: () = assert!(SLOTS <= STAGED_BIT as usize);
 
 /// One communicator's RDMC state: notice slots with their staging buffers, mailboxes, and
 /// the counter of this rank's direct writes.
