@@ -192,11 +192,10 @@ impl Rdmc {
             offset: index * block,
             len: block.min(total.saturating_sub(index * block)),
         };
-        // SAFETY: `buf` is borrowed mutably for this whole call and only touched through this
-        // region from here on: transfers into it (each announced by this rank and complete
-        // before its notice arrives) and out of it (complete before the puts are waited for
-        // below), so none is in flight when the region is dropped, except after a failure,
-        // when the dropped key fails whatever comes.
+        // `buf` is borrowed mutably for this whole call and only touched through this region
+        // from here on: transfers into it (each announced by this rank and complete before
+        // its notice arrives) and out of it (complete before the puts are waited for below).
+        // SAFETY: none is in flight when `mine` is dropped (after a failure its key fails them).
         let mine = unsafe { w.fabric().register_memory(buf.as_mut_ptr(), total)? };
         let steps: Vec<_> = (0..schedule.steps())
             .map(|s| schedule.step(me, s))
