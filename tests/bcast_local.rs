@@ -43,7 +43,7 @@ fn receivers_that_do_not_know_the_size() {
 }
 
 #[test]
-fn a_short_buffer_is_an_error_not_an_overrun() {
+fn a_buffer_of_another_length_is_an_error_not_an_overrun() {
     run(3, bcast_cases::length_mismatch);
 }
 

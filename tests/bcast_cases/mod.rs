@@ -91,26 +91,58 @@ pub fn any_size(world: &Comm) -> Result<(), String> {
     Ok(())
 }
 
-/// A rank whose buffer is shorter than the root's large message gets an error, writes nothing
-/// past its buffer, and the communicator stays usable.
+/// Longest message that one counter block carries, without its length.
+const ONE_BLOCK: usize = 8255;
+
+/// Ranks whose buffers are shorter or longer than the root's message get an error once
+/// their part is done, hold as much of the message as fits (none if the root's message fits
+/// one counter block, which carries no length) and nothing else (no byte written past it),
+/// and the communicator stays usable: for one-block, multi-block and RDMC messages, and
+/// where the other length would take the other path. (Two lengths that both fit one counter
+/// block cannot be told apart.)
 pub fn length_mismatch(world: &Comm) -> Result<(), String> {
-    let len = 200_000;
-    let short = world.rank() == 1;
-    let mine = if short { len / 2 } else { len };
-    let mut buf: Vec<u8> = if world.rank() == 0 {
-        (0..mine).map(|i| byte(0, 99, i)).collect()
-    } else {
-        vec![0u8; mine]
-    };
-    let r = world.bcast(&mut buf, 0);
-    match (short, r) {
-        (true, Err(rdcoll::Error::Mismatch(_))) => check(&buf, 0, 99, "truncated part")?,
-        (true, other) => return Err(format!("a short buffer gave {other:?}")),
-        (false, Err(e)) => return Err(format!("a full buffer failed: {e}")),
-        (false, Ok(())) => check(&buf, 0, 99, "full buffer")?,
+    const UNTOUCHED: u8 = 0xEE;
+    // (root's length, rank 1's, rank 2's)
+    let cases: &[(usize, usize, usize)] = &[
+        (100, 20_000, 3 << 20),
+        (0, 9000, 100_000),
+        (20_000, 8000, 20_001),
+        (200_000, 100_000, 300_000),
+        (2 << 20, 100, 3 << 20),
+        (20_000, 0, 2 << 20),
+    ];
+    for (round, &(len, short, long)) in cases.iter().enumerate() {
+        let mine = match world.rank() {
+            1 => short,
+            2 => long,
+            _ => len,
+        };
+        let mut buf: Vec<u8> = if world.rank() == 0 {
+            (0..mine).map(|i| byte(0, round, i)).collect()
+        } else {
+            vec![UNTOUCHED; mine]
+        };
+        let what = format!("{len} bytes into {mine}");
+        let r = world.bcast(&mut buf, 0);
+        let got = match (mine == len, r) {
+            (false, Err(rdcoll::Error::Mismatch(_))) if len <= ONE_BLOCK => 0,
+            (false, Err(rdcoll::Error::Mismatch(_))) => len.min(mine),
+            (false, other) => return Err(format!("{what} gave {other:?}")),
+            (true, Err(e)) => return Err(format!("{what} failed: {e}")),
+            (true, Ok(())) => len,
+        };
+        check(&buf[..got], 0, round, &what)?;
+        if let Some(i) = buf[got..].iter().position(|&b| b != UNTOUCHED) {
+            return Err(format!(
+                "{what}: byte {} past the message was written",
+                got + i
+            ));
+        }
+        // Still usable, from another root.
+        let root = round as u32 % world.size() as u32;
+        one(world, 10, root, round, &format!("after {what}"))?;
     }
-    // Still usable.
-    one(world, 10, 0, 5, "after a mismatch")
+    Ok(())
 }
 
 /// The names of the RDMC algorithms, for forcing each in turn.

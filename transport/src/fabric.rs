@@ -85,13 +85,14 @@ pub trait Fabric: Send + Sync {
         .map(crate::PutStatus::Pending)
     }
 
-    /// Writes `data`, caller memory that need not be registered, to `dst` (the flag byte after
-    /// it, if any, stored once the data is visible) as a store completed on return, where the
-    /// backend can reach `dst` directly: shm into a peer's heap. `Ok(false)` elsewhere, having
-    /// written nothing; the caller then stages the bytes in a region for
-    /// [`put_now`](Fabric::put_now). Saves the staging copy of small collectives.
-    fn store_now(&self, data: &[u8], dst: RemoteAddr, flag: Option<u8>) -> Result<bool> {
-        let _ = (data, dst, flag);
+    /// Writes the concatenation of `parts`, caller memory that need not be registered, to
+    /// `dst` (the flag byte after it, if any, stored once the data is visible) as a store
+    /// completed on return, where the backend can reach `dst` directly: shm into a peer's
+    /// heap. `Ok(false)` elsewhere, having written nothing; the caller then stages the bytes in
+    /// a region for [`put_now`](Fabric::put_now). Saves the staging copy of small collectives
+    /// (and, with a header part, the copy that would join header and payload).
+    fn store_now(&self, parts: &[&[u8]], dst: RemoteAddr, flag: Option<u8>) -> Result<bool> {
+        let _ = (parts, dst, flag);
         Ok(false)
     }
 

@@ -13,6 +13,14 @@
 //! or more ranks than cores: there a write is a store into shared memory, cheaper than the
 //! poll - or context switch - that each level of a tree costs.
 //!
+//! Lengths: a message longer than a block, an announcement of an RDMC broadcast and a
+//! message of unknown size carry a header ([`Heard`]) right before the first block's counter
+//! byte, and the counter byte says so ([`HEADED`]). A receiver then follows the root's length
+//! whatever it expected (so every rank's block cursor stays the same) and can report a
+//! mismatch at once. A one-block message goes without it, as in the paper (its 8 bytes and
+//! second copy cost 5-15 % of a small broadcast): a receiver that expected a longer one
+//! reports the mismatch; one that expected another one-block length cannot tell.
+//!
 //! Reuse (Section 3.3, 4.1.4): the buffer is split into `WINDOWS` epochs of blocks. A rank
 //! that has consumed every block of an epoch (copied it out, forwarded it, its writes from it
 //! completed) resets their counter bytes, and then writes the number of epochs it has
@@ -20,8 +28,8 @@
 //! block of epoch `e` of a receiver only once that receiver has finished epoch `e - WINDOWS`,
 //! the last one to use the same blocks. As blocks are reset before they are released, a
 //! receiver never finds an old counter in a block it expects, whatever the counter's value,
-//! also after it wraps (255 values, never 0: 0 is "empty"). A nonzero counter that is not
-//! the current one means the ranks are out of step (different lengths or roots): an error.
+//! also after it wraps (127 values, never 0: 0 is "empty"). A nonzero counter that is not
+//! the current one means the ranks are out of step (a broadcast missing on a rank): an error.
 
 use rdcoll_offload::p2p::Context;
 use rdcoll_offload::p2p::Engine;
@@ -61,6 +69,73 @@ pub(crate) fn chunk(len: usize, block: usize, i: usize) -> (usize, usize, usize)
     let lo = i * (block - 1);
     let n = (block - 1).min(len.saturating_sub(lo));
     (lo, n, block - 1 - n)
+}
+
+/// Bytes of the header (see [`Heard`]).
+pub(crate) const HEADER: usize = 8;
+/// Longest message that goes without a header: one block's worth.
+pub(crate) const ONE_BLOCK: usize = BLOCK - 1;
+/// The counter byte's bit that says the block carries the header; the counter is the other
+/// seven bits.
+const HEADED: u8 = 0x80;
+/// The header's bit that says an RDMC broadcast of the header's length follows.
+const FOLLOWS: u64 = 1 << 63;
+
+/// What the root sent. A header sits right before the first block's counter byte, where a
+/// receiver finds it without knowing the length (the message's first chunk sits right before
+/// it, `HEADER` bytes shorter).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Heard {
+    /// A message of this many bytes, in the counter blocks.
+    Message(u64),
+    /// A header alone: an RDMC broadcast of this many bytes follows.
+    Follows(u64),
+    /// A one-block message without a header, where the receiver expected a longer message
+    /// or an announcement: it was consumed and nothing was copied (its length is unknown,
+    /// at most [`ONE_BLOCK`]).
+    Short,
+}
+
+impl Heard {
+    fn from_bytes(bytes: [u8; HEADER]) -> Heard {
+        let word = u64::from_le_bytes(bytes);
+        if word & FOLLOWS != 0 {
+            Heard::Follows(word & !FOLLOWS)
+        } else {
+            Heard::Message(word)
+        }
+    }
+
+    /// Bytes that travel in the counter blocks.
+    fn payload(self) -> u64 {
+        match self {
+            Heard::Message(len) => len,
+            Heard::Follows(_) | Heard::Short => 0,
+        }
+    }
+}
+
+/// Where a receiver puts the root's bytes, and what it expects.
+pub(crate) enum Sink<'a> {
+    /// A message of this buffer's length. When the root's differs, the broadcast goes
+    /// through a buffer of the root's length and as much as fits is copied in.
+    Exact(&'a mut [u8]),
+    /// An announcement of an RDMC broadcast into this buffer; a message sent in the counter
+    /// blocks instead is copied in as far as it fits.
+    Announced(&'a mut [u8]),
+    /// A message of any length (the root sends a header), into this vector, resized.
+    Grow(&'a mut Vec<u8>),
+}
+
+impl Sink<'_> {
+    /// Message bytes the receiver expects in the counter blocks, and whether with a header.
+    #[inline]
+    fn expects(&self) -> (usize, bool) {
+        match self {
+            Sink::Exact(buf) => (buf.len(), buf.len() > ONE_BLOCK),
+            Sink::Announced(_) | Sink::Grow(_) => (0, true),
+        }
+    }
 }
 
 /// One communicator's counter-byte broadcast state.
@@ -119,6 +194,77 @@ impl Place {
     }
 }
 
+/// The blocks of one broadcast: its message length and whether the first block carries the
+/// header (then the message's first chunk is `HEADER` bytes shorter, the header after it).
+#[derive(Clone, Copy)]
+struct Layout {
+    len: usize,
+    headed: bool,
+}
+
+impl Layout {
+    /// Bytes in the blocks: the message and the header.
+    #[inline]
+    fn stream(self) -> usize {
+        self.len + if self.headed { HEADER } else { 0 }
+    }
+
+    #[inline]
+    fn blocks(self) -> usize {
+        blocks_for(self.stream(), BLOCK)
+    }
+}
+
+/// One chunk of a broadcast: where it sits and which message bytes it holds.
+struct Chunk {
+    /// Its position in the block sequence (the cursor's count).
+    at: u64,
+    /// The block's slot in the buffer, and the epoch of that use of it.
+    slot: usize,
+    epoch: u64,
+    /// Offset in the area where the chunk starts (bottom-filled: it ends at the counter byte).
+    data: usize,
+    /// Bytes of the message in this chunk (from `data` on; the header, if any, after them).
+    body: std::ops::Range<usize>,
+    /// Whether the header follows the message bytes.
+    headed: bool,
+}
+
+impl Chunk {
+    /// Chunk `i` of a broadcast laid out as `layout` whose first block is block `cursor`.
+    fn new(cursor: u64, layout: Layout, i: usize) -> Chunk {
+        let at = cursor + i as u64;
+        let (lo, n, in_block) = chunk(layout.stream(), BLOCK, i);
+        let slot = (at % BLOCKS as u64) as usize;
+        let headed = layout.headed && i == 0;
+        // The header is the first chunk's last bytes: every later chunk starts `HEADER`
+        // bytes earlier in the message than in the stream.
+        let body = match layout.headed {
+            false => lo..lo + n,
+            true => lo.max(HEADER) - HEADER..lo + n - HEADER,
+        };
+        Chunk {
+            at,
+            slot,
+            epoch: at / EPOCH as u64,
+            data: slot * BLOCK + in_block,
+            body,
+            headed,
+        }
+    }
+
+    /// Bytes from `data` up to the counter byte.
+    #[inline]
+    fn len(&self) -> usize {
+        self.body.len() + if self.headed { HEADER } else { 0 }
+    }
+
+    /// Offset of the block's counter byte.
+    fn flag(&self) -> usize {
+        self.slot * BLOCK + BLOCK - 1
+    }
+}
+
 impl CounterBcast {
     /// Registers the buffers and exchanges their addresses. Collective.
     pub(crate) fn new(engine: &Engine, context: Context) -> Result<CounterBcast> {
@@ -145,99 +291,279 @@ impl CounterBcast {
         })
     }
 
-    /// Broadcasts `buf` from `root` (every rank passes a buffer of the same length).
-    pub(crate) fn bcast(
+    /// At the root: broadcasts `data` (with a header if it is longer than a block, or if
+    /// `sized`: for receivers that do not know the length), or with `follows`, only a header
+    /// that announces an RDMC broadcast of that many bytes (`data` then empty).
+    pub(crate) fn send(
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
-        buf: &mut [u8],
-        root: Rank,
+        data: &[u8],
+        follows: Option<u64>,
+        sized: bool,
     ) -> Result<()> {
-        let fabric = w.fabric();
-        let (me, n) = (fabric.rank() as usize, fabric.size());
+        debug_assert!(follows.is_none() || data.is_empty());
+        let header = match follows {
+            Some(len) => len | FOLLOWS,
+            None => data.len() as u64,
+        }
+        .to_le_bytes();
+        let layout = Layout {
+            len: data.len(),
+            headed: follows.is_some() || sized || data.len() > ONE_BLOCK,
+        };
+        let counter = self.next_counter(layout.headed);
+        let me = w.fabric().rank();
+        let place = Self::place_for(&mut self.place, self.one_block_shape, w, me, layout);
+        self.blocks
+            .send(w, puts, &header, data, layout, &place.children, counter)
+    }
+
+    /// Elsewhere: receives the broadcast from `root` into `sink` (see [`Sink`]) and returns
+    /// what the root sent.
+    pub(crate) fn receive(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        sink: Sink<'_>,
+        root: Rank,
+    ) -> Result<Heard> {
+        let (expect, headed) = sink.expects();
+        let counter = self.next_counter(headed);
+        let layout = Layout {
+            len: expect,
+            headed,
+        };
+        // The tree of the broadcast this rank expects (the root's may differ: the first
+        // block lands in our own buffer either way, and only who is watched depends on it).
+        let place = Self::place_for(&mut self.place, self.one_block_shape, w, root, layout);
+        let first = self.blocks.first_block(w, place.parent, counter)?;
+        match (first & HEADED != 0, sink) {
+            (false, Sink::Exact(buf)) if buf.len() <= ONE_BLOCK => {
+                // As the paper: the length is the one expected.
+                self.blocks.relay(w, puts, buf, layout, place, first)?;
+                Ok(Heard::Message(expect as u64))
+            }
+            (false, _) => {
+                self.blocks.consume_first(w, puts)?;
+                Ok(Heard::Short)
+            }
+            (true, sink) => {
+                let heard = self.blocks.header()?;
+                let payload = usize::try_from(heard.payload()).map_err(|_| {
+                    CollError::InvalidArgument("the broadcast is too long for this host".into())
+                })?;
+                let layout = Layout {
+                    len: payload,
+                    headed: true,
+                };
+                let place = Self::place_for(&mut self.place, self.one_block_shape, w, root, layout);
+                match sink {
+                    Sink::Exact(buf) | Sink::Announced(buf) if buf.len() == payload => {
+                        self.blocks.relay(w, puts, buf, layout, place, first)?;
+                    }
+                    Sink::Exact(buf) | Sink::Announced(buf) => {
+                        let mut whole = vec![0u8; payload];
+                        self.blocks
+                            .relay(w, puts, &mut whole, layout, place, first)?;
+                        let n = payload.min(buf.len());
+                        buf[..n].copy_from_slice(&whole[..n]);
+                    }
+                    Sink::Grow(v) => {
+                        v.clear();
+                        v.resize(payload, 0);
+                        self.blocks.relay(w, puts, v, layout, place, first)?;
+                    }
+                }
+                Ok(heard)
+            }
+        }
+    }
+
+    /// The counter byte of the next broadcast (1-127, never 0: 0 is "empty"), with
+    /// [`HEADED`] if its first block carries the header.
+    #[inline]
+    fn next_counter(&mut self, headed: bool) -> u8 {
         self.seq += 1;
-        let counter = ((self.seq - 1) % 255) as u8 + 1;
-        let blocks = blocks_for(buf.len(), BLOCK);
-        let rel = tree::relative(me, root as usize, n);
-        let shape = if blocks == 1 {
-            self.one_block_shape
+        let counter = ((self.seq - 1) % 127) as u8 + 1;
+        if headed {
+            counter | HEADED
+        } else {
+            counter
+        }
+    }
+
+    /// This rank's place in the tree of a broadcast from `root` laid out as `layout`. (A
+    /// function of the fields it uses, so that the place may be borrowed beside `blocks`.)
+    #[inline]
+    fn place_for<'p>(
+        place: &'p mut Option<Place>,
+        one_block_shape: tree::Shape,
+        w: &Waiter,
+        root: Rank,
+        layout: Layout,
+    ) -> &'p Place {
+        let shape = if layout.blocks() == 1 {
+            one_block_shape
         } else {
             tree::Shape::Binomial
         };
-        if !matches!(&self.place, Some(p) if p.root == root && p.shape == shape) {
-            self.place = None;
+        if !matches!(place, Some(p) if p.root == root && p.shape == shape) {
+            *place = None;
         }
-        let place = self
-            .place
-            .get_or_insert_with(|| Place::new(shape, rel, root, n));
-        self.blocks
-            .move_blocks(w, puts, buf, rel != 0, place, counter, blocks)
+        place.get_or_insert_with(|| {
+            let fabric = w.fabric();
+            let (me, n) = (fabric.rank() as usize, fabric.size());
+            Place::new(shape, tree::relative(me, root as usize, n), root, n)
+        })
     }
 }
 
 impl Blocks {
-    /// The blocks of one broadcast: received from the parent (unless this rank is the root),
+    /// At the root: `data` (and `header`, if the layout has it), chunked into blocks,
     /// written to the children.
     #[allow(clippy::too_many_arguments)]
-    fn move_blocks(
+    fn send(
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
-        buf: &mut [u8],
-        receives: bool,
-        place: &Place,
+        header: &[u8; HEADER],
+        data: &[u8],
+        layout: Layout,
+        children: &[Rank],
         counter: u8,
-        blocks: usize,
     ) -> Result<()> {
         let fabric = w.fabric();
-        let (parent, children) = (place.parent, &place.children);
+        let blocks = layout.blocks();
         for i in 0..blocks {
-            let at = self.cursor + i as u64;
-            let (slot, epoch) = ((at % BLOCKS as u64) as usize, at / EPOCH as u64);
-            let (lo, len, in_block) = chunk(buf.len(), BLOCK, i);
-            let base = slot * BLOCK;
-            let (data, flag) = (base + in_block, base + BLOCK - 1);
+            let c = Chunk::new(self.cursor, layout, i);
+            let body = &data[c.body.clone()];
+            let head: &[u8] = if c.headed { header } else { &[] };
             let local = self.area.local();
-            // At the root the chunk goes from `buf` straight into the children's blocks where
-            // the fabric can store there directly; otherwise it is staged in our own block.
+            // The chunk goes from the caller's buffer straight into the children's blocks
+            // where the fabric can store there directly; otherwise it is staged in our own
+            // block, once.
             let mut staged = false;
-            if receives {
-                let byte = self.area.flag(flag);
-                w.until(parent, &|| {
-                    byte.load(std::sync::atomic::Ordering::Acquire) != 0
-                })?;
-                let got = byte.load(std::sync::atomic::Ordering::Acquire);
-                if got != counter {
-                    return Err(out_of_step(slot, got, counter));
-                }
-            }
             for &child in children {
-                self.wait_released(w, child, epoch)?;
-                if !receives && !staged {
-                    let to = self.area.at(child, data);
-                    if fabric.store_now(&buf[lo..lo + len], to, Some(counter))? {
+                self.wait_released(w, child, c.epoch)?;
+                if !staged {
+                    let to = self.area.at(child, c.data);
+                    if fabric.store_now(&[body, head], to, Some(counter))? {
                         continue;
                     }
-                    local.write(data, &buf[lo..lo + len])?;
+                    local.write(c.data, body)?;
+                    local.write(c.data + body.len(), head)?;
                     staged = true;
                 }
                 puts.put(
                     w,
                     local,
-                    data,
-                    len,
-                    self.area.at(child, data),
+                    c.data,
+                    c.len(),
+                    self.area.at(child, c.data),
                     Some(counter),
                 )?;
             }
-            if receives {
-                local.read(data, &mut buf[lo..lo + len])?;
-            }
-            if (at + 1).is_multiple_of(EPOCH as u64) {
-                self.finish_epoch(w, puts, epoch)?;
-            }
+            self.finish_block(w, puts, &c)?;
         }
         self.cursor += blocks as u64;
+        Ok(())
+    }
+
+    /// Elsewhere: waits (watching `parent`) for the first block of the next broadcast;
+    /// returns its counter byte (with [`HEADED`] if it carries the header).
+    #[inline]
+    fn first_block(&self, w: &Waiter, parent: Rank, counter: u8) -> Result<u8> {
+        let byte = self.area.flag(self.flag_at(self.cursor));
+        until_counter(w, parent, byte, counter & !HEADED, self.slot(self.cursor))
+    }
+
+    /// The header of the next broadcast's first block (valid: see `first_block`).
+    fn header(&self) -> Result<Heard> {
+        let mut bytes = [0u8; HEADER];
+        self.area
+            .local()
+            .read(self.flag_at(self.cursor) - HEADER, &mut bytes)?;
+        Ok(Heard::from_bytes(bytes))
+    }
+
+    /// Consumes the next broadcast's first block, a one-block message, unread (its length
+    /// is not the one expected and unknown).
+    fn consume_first(&mut self, w: &Waiter, puts: &mut Puts) -> Result<()> {
+        let c = Chunk::new(
+            self.cursor,
+            Layout {
+                len: 0,
+                headed: false,
+            },
+            0,
+        );
+        self.finish_block(w, puts, &c)?;
+        self.cursor += 1;
+        Ok(())
+    }
+
+    /// Elsewhere: the blocks of a broadcast laid out as `layout` (`buf.len()` message bytes),
+    /// received from the parent into `buf` and written to the children; `first` is the
+    /// counter byte of the first block, found valid by `first_block`.
+    fn relay(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        buf: &mut [u8],
+        layout: Layout,
+        place: &Place,
+        first: u8,
+    ) -> Result<()> {
+        debug_assert_eq!(layout.len, buf.len());
+        let blocks = layout.blocks();
+        for i in 0..blocks {
+            let c = Chunk::new(self.cursor, layout, i);
+            // Forwarded as it came (with or without `HEADED`).
+            let got = match i {
+                0 => first,
+                _ => {
+                    let byte = self.area.flag(c.flag());
+                    until_counter(w, place.parent, byte, first & !HEADED, c.slot)?
+                }
+            };
+            let local = self.area.local();
+            for &child in &place.children {
+                self.wait_released(w, child, c.epoch)?;
+                puts.put(
+                    w,
+                    local,
+                    c.data,
+                    c.len(),
+                    self.area.at(child, c.data),
+                    Some(got),
+                )?;
+            }
+            local.read(c.data, &mut buf[c.body.clone()])?;
+            self.finish_block(w, puts, &c)?;
+        }
+        self.cursor += blocks as u64;
+        Ok(())
+    }
+
+    /// Slot of block `at`.
+    #[inline]
+    fn slot(&self, at: u64) -> usize {
+        (at % BLOCKS as u64) as usize
+    }
+
+    /// Offset of the counter byte of block `at`.
+    #[inline]
+    fn flag_at(&self, at: u64) -> usize {
+        self.slot(at) * BLOCK + BLOCK - 1
+    }
+
+    /// After chunk `c` is consumed: ends its epoch if it was the epoch's last block.
+    #[inline]
+    fn finish_block(&mut self, w: &Waiter, puts: &mut Puts, c: &Chunk) -> Result<()> {
+        if (c.at + 1).is_multiple_of(EPOCH as u64) {
+            self.finish_epoch(w, puts, c.epoch)?;
+        }
         Ok(())
     }
 
@@ -257,6 +583,7 @@ impl Blocks {
 
     /// Resets the counter bytes of epoch `epoch`'s blocks and tells every rank they may be
     /// written again, once this rank's own writes from them have completed.
+    #[inline(never)]
     fn finish_epoch(&mut self, w: &Waiter, puts: &mut Puts, epoch: u64) -> Result<()> {
         w.puts_done(puts.ct, puts.issued)?;
         let first = (epoch * EPOCH as u64 % BLOCKS as u64) as usize;
@@ -277,6 +604,25 @@ impl Blocks {
     }
 }
 
+/// Waits (watching `parent`) until `byte`, a block's counter byte, is set; returns it, or an
+/// error if its counter (without [`HEADED`]) is not `counter`.
+fn until_counter(
+    w: &Waiter,
+    parent: Rank,
+    byte: &std::sync::atomic::AtomicU8,
+    counter: u8,
+    slot: usize,
+) -> Result<u8> {
+    w.until(parent, &|| {
+        byte.load(std::sync::atomic::Ordering::Acquire) != 0
+    })?;
+    let got = byte.load(std::sync::atomic::Ordering::Acquire);
+    if got & !HEADED != counter {
+        return Err(out_of_step(slot, got & !HEADED, counter));
+    }
+    Ok(got)
+}
+
 /// The error of a block that carries another broadcast's counter (built out of line: the
 /// formatting code would otherwise sit in every block's path).
 #[cold]
@@ -284,7 +630,7 @@ impl Blocks {
 fn out_of_step(slot: usize, got: u8, counter: u8) -> CollError {
     CollError::Mismatch(format!(
         "broadcast block {slot} carries counter {got}, expected {counter}: the ranks' \
-         broadcasts are out of step (different lengths or roots)"
+         broadcasts are out of step (different roots, or a broadcast missing on a rank)"
     ))
 }
 
@@ -302,6 +648,52 @@ mod tests {
         assert_eq!(chunk(5, 10, 0), (0, 5, 4));
         // An empty message still takes a block: just the counter byte.
         assert_eq!((blocks_for(0, 10), chunk(0, 10, 0)), (1, (0, 0, 9)));
+    }
+
+    /// With or without the header, the chunks cover the message once, in order, each
+    /// ending at its block's counter byte; a header takes the first block's last bytes.
+    #[test]
+    fn chunks_cover_the_message_and_leave_room_for_the_header() {
+        for len in [0, 1, 8247, 8248, 8255, 8256, 20_000, 3 * BLOCK] {
+            for headed in [false, true] {
+                let layout = Layout { len, headed };
+                let mut next = 0;
+                for i in 0..layout.blocks() {
+                    let c = Chunk::new(5, layout, i);
+                    assert_eq!(c.body.start, next, "{len} {headed} chunk {i}");
+                    next = c.body.end;
+                    assert_eq!(c.data + c.len(), c.flag());
+                    assert_eq!(c.headed, headed && i == 0);
+                    assert!(c.len() < BLOCK);
+                }
+                assert_eq!(next, len, "{len} {headed}");
+            }
+        }
+        // One block carries 8255 bytes alone, 8247 with the header.
+        assert_eq!(
+            Layout {
+                len: ONE_BLOCK,
+                headed: false
+            }
+            .blocks(),
+            1
+        );
+        assert_eq!(
+            Layout {
+                len: ONE_BLOCK - HEADER,
+                headed: true
+            }
+            .blocks(),
+            1
+        );
+        assert_eq!(
+            Layout {
+                len: ONE_BLOCK - HEADER + 1,
+                headed: true
+            }
+            .blocks(),
+            2
+        );
     }
 
     /// Paper 004 Figure 2: a broadcast of 2 * block_size bytes is split into blocks of

@@ -1,10 +1,13 @@
 //! Broadcast: counter-byte RDMA-write blocks for small messages (paper 004), the RDMC family
 //! for large ones (papers 000/001).
 //!
-//! Large broadcasts first broadcast their length through the small path (the receivers learn
-//! the size before the first block; a rank whose buffer has another length still takes part,
-//! through a buffer of the right size, and then reports the mismatch). `bcast_any_size` does
-//! the same for receivers that do not know the size at all.
+//! Every broadcast starts with a counter-byte broadcast: the message itself when it is
+//! small, or a header alone announcing an RDMC broadcast of the root's length when it is
+//! large. The root alone chooses the path, from its length; the receivers follow what comes
+//! ([`Heard`]), so a rank whose buffer has another length still takes part in full (through
+//! a buffer of the root's length) and then reports the mismatch (except between two lengths
+//! that each fit one counter block, which carries no length, as in the paper), and
+//! `bcast_any_size` needs no separate round for the length.
 
 mod counter_blocks;
 mod rdmc;
@@ -12,46 +15,70 @@ mod rdmc;
 pub(crate) use counter_blocks::CounterBcast;
 pub(crate) use rdmc::Rdmc;
 
+use counter_blocks::{Heard, Sink, ONE_BLOCK};
 use rdcoll_transport::Rank;
 
 use crate::config::{BcastAlgorithm, BcastTransfer};
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
-use crate::{Collectives, Inner};
+use crate::{Collectives, Inner, Puts};
 
 impl Collectives {
     /// Broadcasts `buf` from `root` to every rank; every rank passes a buffer of the same
-    /// length (a rank whose length differs from the root's gets an error once the broadcast
-    /// has completed elsewhere, for large messages; small ones may only be detected later).
+    /// length. A rank whose length differs from the root's still takes part and gets an
+    /// error (`Mismatch`) once its part is done, with as much of the root's message as fits
+    /// (nothing if the root's fits one counter block, which carries no length); the
+    /// communicator stays usable. Two lengths that both fit one counter block (8255 bytes)
+    /// cannot be told apart: the receiver gets the last bytes of the block.
     pub fn bcast(&self, buf: &mut [u8], root: Rank) -> Result<()> {
         self.check_root(root)?;
         self.guarded(|inner| {
-            let path = self.path_for(inner, buf.len())?;
-            match path {
-                None => {
-                    self.small(inner, buf, root)?;
-                    Ok(Ok(()))
+            if self.waiter.fabric().rank() == root {
+                if self.is_small(buf.len()) {
+                    self.announce(inner, buf, None, false)?;
+                } else {
+                    self.announce(inner, &[], Some(buf.len() as u64), false)?;
+                    let alg = self.large_algorithm(inner)?;
+                    self.rdmc(inner, alg, buf, root)?;
                 }
-                Some(alg) => {
-                    let mut len = (buf.len() as u64).to_le_bytes();
-                    self.small(inner, &mut len, root)?;
-                    let root_len = u64::from_le_bytes(len);
-                    if root_len == buf.len() as u64 {
-                        self.rdmc(inner, alg, buf, root)?;
-                        return Ok(Ok(()));
-                    }
-                    // Take part with a buffer of the root's size, then report.
-                    let mut whole = vec![0u8; usize::try_from(root_len).unwrap_or(usize::MAX)];
-                    self.rdmc(inner, alg, &mut whole, root)?;
-                    let n = whole.len().min(buf.len());
-                    buf[..n].copy_from_slice(&whole[..n]);
-                    // Every rank completed the broadcast: the communicator stays usable.
-                    Ok(Err(CollError::Mismatch(format!(
-                        "rank {root} broadcast {root_len} bytes into a {}-byte buffer",
-                        buf.len()
-                    ))))
-                }
+                return Ok(Ok(()));
             }
+            let sink = if self.is_small(buf.len()) {
+                Sink::Exact(buf)
+            } else {
+                Sink::Announced(buf)
+            };
+            let heard = self.hear(inner, sink, root)?;
+            let root_len = match heard {
+                Heard::Message(len) => Some(len),
+                Heard::Follows(len) => {
+                    let alg = self.large_algorithm(inner)?;
+                    if len == buf.len() as u64 {
+                        self.rdmc(inner, alg, buf, root)?;
+                    } else {
+                        // Take part with a buffer of the root's size, then report.
+                        let mut whole = vec![0u8; self.host_len(len)?];
+                        self.rdmc(inner, alg, &mut whole, root)?;
+                        let n = whole.len().min(buf.len());
+                        buf[..n].copy_from_slice(&whole[..n]);
+                    }
+                    Some(len)
+                }
+                Heard::Short => None,
+            };
+            // Every rank completed the broadcast: the communicator stays usable.
+            Ok(match root_len {
+                Some(len) if len == buf.len() as u64 => Ok(()),
+                Some(len) => Err(CollError::Mismatch(format!(
+                    "rank {root} broadcast {len} bytes into a {}-byte buffer",
+                    buf.len()
+                ))),
+                None => Err(CollError::Mismatch(format!(
+                    "rank {root} broadcast at most {ONE_BLOCK} bytes into a {}-byte buffer \
+                     (nothing was copied)",
+                    buf.len()
+                ))),
+            })
         })
     }
 
@@ -70,49 +97,112 @@ impl Collectives {
             (false, _) => None,
         };
         self.guarded(|inner| {
-            let mut len = (at_root.map_or(0, <[u8]>::len) as u64).to_le_bytes();
-            self.small(inner, &mut len, root)?;
-            let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| {
-                CollError::InvalidArgument("the broadcast is too long for this host".into())
-            })?;
-            let mut out = match at_root {
-                Some(d) => d.to_vec(),
-                None => vec![0u8; len],
-            };
-            match self.path_for(inner, len)? {
-                None => self.small(inner, &mut out, root)?,
-                Some(alg) => self.rdmc(inner, alg, &mut out, root)?,
+            if let Some(d) = at_root {
+                if self.is_small(d.len()) {
+                    self.announce(inner, d, None, true)?;
+                    return Ok(Ok(d.to_vec()));
+                }
+                self.announce(inner, &[], Some(d.len() as u64), true)?;
+                let alg = self.large_algorithm(inner)?;
+                let mut out = d.to_vec();
+                self.rdmc(inner, alg, &mut out, root)?;
+                return Ok(Ok(out));
+            }
+            let mut out = Vec::new();
+            match self.hear(inner, Sink::Grow(&mut out), root)? {
+                Heard::Message(_) => {}
+                Heard::Follows(len) => {
+                    out.resize(self.host_len(len)?, 0);
+                    let alg = self.large_algorithm(inner)?;
+                    self.rdmc(inner, alg, &mut out, root)?;
+                }
+                Heard::Short => {
+                    // A root in `bcast` always sends a length where one is asked for.
+                    return Err(out_of_step(root, "bcast_any_size"));
+                }
             }
             Ok(Ok(out))
         })
     }
 
-    /// `None`: counter-byte blocks; else the RDMC algorithm for a message of `len` bytes.
-    fn path_for(&self, inner: &mut Inner, len: usize) -> Result<Option<Algorithm>> {
+    /// Whether a root broadcasts `len` bytes by counter-byte blocks (else by RDMC).
+    #[inline]
+    fn is_small(&self, len: usize) -> bool {
+        match self.cfg.bcast_algorithm {
+            BcastAlgorithm::Counter => true,
+            BcastAlgorithm::Rdmc(_) => false,
+            BcastAlgorithm::Auto => len <= self.bcast_small_max,
+        }
+    }
+
+    /// The RDMC algorithm of a large broadcast (the same on every rank; the first call is
+    /// collective where it must learn the ranks' hosts).
+    fn large_algorithm(&self, inner: &mut Inner) -> Result<Algorithm> {
         Ok(match self.cfg.bcast_algorithm {
-            BcastAlgorithm::Counter => None,
-            BcastAlgorithm::Rdmc(a) => Some(a),
-            BcastAlgorithm::Auto if len <= self.bcast_small_max => None,
-            BcastAlgorithm::Auto => {
+            BcastAlgorithm::Rdmc(a) => a,
+            BcastAlgorithm::Counter | BcastAlgorithm::Auto => {
                 let groups = self.groups(inner)?;
                 let several = groups.iter().any(|&g| g != groups[0]);
-                Some(if several {
+                if several {
                     Algorithm::Hybrid
                 } else {
                     Algorithm::BinomialPipeline
-                })
+                }
             }
         })
     }
 
+    /// A root's length as a buffer length on this host.
+    fn host_len(&self, len: u64) -> Result<usize> {
+        usize::try_from(len).map_err(|_| {
+            CollError::InvalidArgument("the broadcast is too long for this host".into())
+        })
+    }
+
     /// The counter-byte broadcast (its buffers set up on first use).
-    pub(crate) fn small(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
+    #[inline]
+    fn counter<'a>(&self, inner: &'a mut Inner) -> Result<(&'a mut CounterBcast, &'a mut Puts)> {
         if inner.counter.is_none() {
             inner.counter = Some(CounterBcast::new(self.waiter.engine(), self.context)?);
         }
         let Inner { counter, puts, .. } = inner;
-        let counter = counter.as_mut().expect("set just above");
-        counter.bcast(&self.waiter, puts, buf, root)
+        Ok((counter.as_mut().expect("set just above"), puts))
+    }
+
+    /// At the root: a counter-byte broadcast of `data` (with its length if `sized`), or of a
+    /// header alone announcing an RDMC broadcast of `follows` bytes.
+    #[inline]
+    fn announce(
+        &self,
+        inner: &mut Inner,
+        data: &[u8],
+        follows: Option<u64>,
+        sized: bool,
+    ) -> Result<()> {
+        let (counter, puts) = self.counter(inner)?;
+        counter.send(&self.waiter, puts, data, follows, sized)
+    }
+
+    /// Elsewhere: a counter-byte broadcast from `root` into `sink` (see
+    /// `CounterBcast::receive`).
+    #[inline]
+    fn hear(&self, inner: &mut Inner, sink: Sink<'_>, root: Rank) -> Result<Heard> {
+        let (counter, puts) = self.counter(inner)?;
+        counter.receive(&self.waiter, puts, sink, root)
+    }
+
+    /// A counter-byte broadcast of `buf` from `root`, whose length every rank knows (the
+    /// collectives' own exchanges): another length is an error that breaks the
+    /// communicator, as the ranks no longer agree on what they are doing.
+    pub(crate) fn small(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
+        if self.waiter.fabric().rank() == root {
+            return self.announce(inner, buf, None, false);
+        }
+        let expect = buf.len() as u64;
+        match self.hear(inner, Sink::Exact(buf), root)? {
+            Heard::Message(len) if len == expect => Ok(()),
+            _ => Err(out_of_step(root, "an exchange of the collectives")),
+        }
     }
 
     /// Runs RDMC algorithm `alg` over `buf` (its length agreed by every rank).
@@ -153,4 +243,12 @@ impl Collectives {
         };
         rdmc.run(&self.waiter, puts, &job, buf)
     }
+}
+
+/// The error of a counter-byte broadcast that is not the one this rank takes part in.
+fn out_of_step(root: Rank, what: &str) -> CollError {
+    CollError::Mismatch(format!(
+        "rank {root} broadcast something else than {what}: the ranks' collectives are out of \
+         step"
+    ))
 }

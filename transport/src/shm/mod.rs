@@ -530,8 +530,8 @@ impl Fabric for ShmFabric {
         rma::put_now(&self.inner, src, src_offset, len, dst, tail, true)
     }
 
-    fn store_now(&self, data: &[u8], dst: RemoteAddr, flag: Option<u8>) -> Result<bool> {
-        rma::store_now(&self.inner, data, dst, flag)
+    fn store_now(&self, parts: &[&[u8]], dst: RemoteAddr, flag: Option<u8>) -> Result<bool> {
+        rma::store_now(&self.inner, parts, dst, flag)
     }
 
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {

@@ -66,7 +66,7 @@ pub(super) fn put_now(
         let result = src
             .with_range(src_offset, len, |s| {
                 // SAFETY: `s` is inside our live source region for `len` bytes.
-                unsafe { store_into_heap(inner, &e, dst, s, len, tail) }
+                unsafe { store_into_heap(inner, &e, dst, [(s, len), (s, 0)], tail) }
             })
             .and_then(|stored| stored);
         let result = match (result, tail) {
@@ -130,28 +130,34 @@ fn settled(inner: &Inner, result: Result<()>, now: bool) -> Result<PutStatus> {
     Ok(PutStatus::Pending(op))
 }
 
-/// Stores `len` bytes at `s`, then the flag of `tail` if it has one (release: after the
-/// data), straight into the peer heap block that entry `e` describes, announced to its owner
-/// (see `Inner::direct_copy`).
+/// Stores the two `parts` (pointer and length each; the second may be empty) one after the
+/// other, then the flag of `tail` if it has one (release: after the data), straight into the
+/// peer heap block that entry `e` describes, announced to its owner (see
+/// `Inner::direct_copy`).
 ///
 /// # Safety
-/// `s` must be valid for reads of `len` bytes, none of them in the destination range.
+/// Each part's pointer must be valid for reads of its length, none of them in the
+/// destination range.
 unsafe fn store_into_heap(
     inner: &Inner,
     e: &Entry,
     dst: RemoteAddr,
-    s: *const u8,
-    len: usize,
+    parts: [(*const u8, usize); 2],
     tail: PutTail,
 ) -> Result<()> {
+    let [(s0, n0), (s1, n1)] = parts;
+    let len = n0 + n1;
     let span = len.saturating_add(tail.extra());
     inner.direct_copy(dst.rank, dst.key, e, || {
         let d = inner.heap_ptr(dst.rank, e.addr + dst.offset, span)?;
         // SAFETY: `d` is inside the peer's heap block for `span` bytes (validated entry and
-        // range, held by `direct_copy`), `s` valid for `len` bytes (the caller's promise);
-        // `AtomicU8` has the layout of `u8`.
+        // range, held by `direct_copy`), the parts valid for their lengths (the caller's
+        // promise), which add up to `len`; `AtomicU8` has the layout of `u8`.
         unsafe {
-            std::ptr::copy_nonoverlapping(s, d, len);
+            std::ptr::copy_nonoverlapping(s0, d, n0);
+            if n1 > 0 {
+                std::ptr::copy_nonoverlapping(s1, d.add(n0), n1);
+            }
             if let PutTail::Flag(v) = tail {
                 // Release: the data is visible before the flag. The caller's `ring_doorbell`
                 // orders it before the look at the peer's sleepers.
@@ -162,11 +168,12 @@ unsafe fn store_into_heap(
     })
 }
 
-/// Writes caller bytes to `dst` as a direct store into a peer's heap, the flag after them, done
-/// on return (see `Fabric::store_now`); `Ok(false)` when `dst` is not in a peer's heap.
+/// Writes caller bytes, the concatenation of `parts`, to `dst` as a direct store into a
+/// peer's heap, the flag after them, done on return (see `Fabric::store_now`); `Ok(false)`
+/// when `dst` is not in a peer's heap.
 pub(super) fn store_now(
     inner: &Inner,
-    data: &[u8],
+    parts: &[&[u8]],
     dst: RemoteAddr,
     flag: Option<u8>,
 ) -> Result<bool> {
@@ -174,19 +181,34 @@ pub(super) fn store_now(
     if dst.rank == inner.rank {
         return Ok(false);
     }
+    let joined: Vec<u8>;
+    let (first, second): (&[u8], &[u8]) = match parts {
+        [] => (&[], &[]),
+        [a] => (a, &[]),
+        [a, b] => (a, b),
+        more => {
+            joined = more.concat();
+            (&joined, &[])
+        }
+    };
     let tail = flag.map_or(PutTail::None, PutTail::Flag);
+    let len = first.len() + second.len();
     let e = inner.entry_for(
         dst.rank,
         dst.key,
         dst.offset,
-        data.len().saturating_add(tail.extra()),
+        len.saturating_add(tail.extra()),
     )?;
     if e.kind != KIND_HEAP {
         return Ok(false);
     }
-    // SAFETY: `data` is a live shared slice; the destination is in a peer's heap, which safe
-    // code cannot borrow, so the two do not overlap.
-    unsafe { store_into_heap(inner, &e, dst, data.as_ptr(), data.len(), tail) }?;
+    let raw = [
+        (first.as_ptr(), first.len()),
+        (second.as_ptr(), second.len()),
+    ];
+    // SAFETY: the parts are live shared slices; the destination is in a peer's heap, which
+    // safe code cannot borrow, so they do not overlap it.
+    unsafe { store_into_heap(inner, &e, dst, raw, tail) }?;
     if flag.is_some() {
         // The peer may be asleep waiting for exactly this byte.
         inner.ring_doorbell(dst.rank);

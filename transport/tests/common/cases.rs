@@ -258,7 +258,7 @@ fn flagged_puts(h: &mut Harness) -> Result<(), String> {
         // Every third round from unregistered memory, where the backend stores directly.
         let stored = round % 3 == 2
             && h.f
-                .store_now(&pattern_vec(me, round, size), dst, Some(flag))
+                .store_now(&[&pattern_vec(me, round, size)], dst, Some(flag))
                 .map_err(|e| format!("store_now {size}: {e}"))?;
         let op = if stored {
             None
@@ -405,7 +405,7 @@ fn bad_keys_and_offsets(h: &mut Harness) -> Result<(), String> {
         ("to a deregistered region", doomeds[r].at(0), &is_key),
         ("to an unknown key", unknown, &is_key),
     ] {
-        match h.f.store_now(&[0xCD; 8], dst, Some(9)) {
+        match h.f.store_now(&[&[0xCD; 8]], dst, Some(9)) {
             Ok(false) => {}
             Err(e) if ok(&e) => {}
             other => return fail(h, format!("store_now {what}: {other:?}")),
