@@ -49,7 +49,7 @@ pub fn run(_args: &[String]) -> i32 {
         println!(
             "RDCOLL_BCAST_SMALL_MAX    {}",
             coll.bcast_small_max.map_or(
-                "(unset: 32 KiB, 64 KiB when ranks outnumber cores)".into(),
+                "(unset: 32 KiB, 256 KiB when ranks outnumber cores)".into(),
                 |b| b.to_string()
             )
         );

@@ -10,8 +10,10 @@ use crate::schedule::Algorithm;
 /// blocks took 3.8-4.2 us and an RDMC write 4.9-6.2; at 64 KiB 7.3-9.0 against 6.0-7.4).
 pub const DEFAULT_BCAST_SMALL_MAX: usize = 32 << 10;
 /// The same when the ranks of one host outnumber its cores: there every ready-for-block
-/// handshake of RDMC costs context switches, and counter-byte blocks stay ahead up to here.
-pub const OVERSUBSCRIBED_BCAST_SMALL_MAX: usize = 64 << 10;
+/// handshake of RDMC costs context switches, and counter-byte blocks stay ahead up to here
+/// (4 ranks on 2 cores, three alternated runs: 128 KiB 11-21 us against RDMC's 35-41,
+/// 256 KiB 23-48 against 54-57; at 512 KiB RDMC wins, 62-69 against 77-115).
+pub const OVERSUBSCRIBED_BCAST_SMALL_MAX: usize = 256 << 10;
 /// Largest RDMC block unless `RDCOLL_BCAST_BLOCK` says otherwise.
 pub const DEFAULT_MAX_BLOCK: usize = 1 << 20;
 /// Smallest RDMC block chosen automatically.
