@@ -195,6 +195,8 @@ fn sixty_four_mib_over_shm() {
 fn over_tcp() {
     job(3, "tcp", "sizes,back_to_back,any_size,mismatch,huge");
     job(4, "tcp", "algorithms");
+    // Binomial one-block trees: rank 2 relays to rank 3, also a block it cannot use.
+    job(4, "tcp", "mismatch");
 }
 
 #[test]

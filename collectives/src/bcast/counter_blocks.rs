@@ -345,7 +345,13 @@ impl CounterBcast {
                 Ok(Heard::Message(expect as u64))
             }
             (false, _) => {
-                self.blocks.consume_first(w, puts)?;
+                // The root's tree is the one of a one-block message.
+                let layout = Layout {
+                    len: 0,
+                    headed: false,
+                };
+                let place = Self::place_for(&mut self.place, self.one_block_shape, w, root, layout);
+                self.blocks.pass_on_first(w, puts, place, first)?;
                 Ok(Heard::Short)
             }
             (true, sink) => {
@@ -487,17 +493,29 @@ impl Blocks {
         Ok(Heard::from_bytes(bytes))
     }
 
-    /// Consumes the next broadcast's first block, a one-block message, unread (its length
-    /// is not the one expected and unknown).
-    fn consume_first(&mut self, w: &Waiter, puts: &mut Puts) -> Result<()> {
+    /// Consumes the next broadcast's first block, a one-block message of unknown length,
+    /// unread: forwards the whole block (the message sits at its bottom) to the children
+    /// and releases it. `first` is its counter byte.
+    fn pass_on_first(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        place: &Place,
+        first: u8,
+    ) -> Result<()> {
         let c = Chunk::new(
             self.cursor,
             Layout {
-                len: 0,
+                len: ONE_BLOCK,
                 headed: false,
             },
             0,
         );
+        for &child in &place.children {
+            self.wait_released(w, child, c.epoch)?;
+            let to = self.area.at(child, c.data);
+            puts.put(w, self.area.local(), c.data, c.len(), to, Some(first))?;
+        }
         self.finish_block(w, puts, &c)?;
         self.cursor += 1;
         Ok(())
