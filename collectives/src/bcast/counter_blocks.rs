@@ -312,7 +312,10 @@ impl CounterBcast {
             len: data.len(),
             headed: follows.is_some() || sized || data.len() > ONE_BLOCK,
         };
-        let counter = self.next_counter(layout.headed);
+        let counter = match layout.headed {
+            true => self.next_counter() | HEADED,
+            false => self.next_counter(),
+        };
         let me = w.fabric().rank();
         let place = Self::place_for(&mut self.place, self.one_block_shape, w, me, layout);
         self.blocks
@@ -329,7 +332,7 @@ impl CounterBcast {
         root: Rank,
     ) -> Result<Heard> {
         let (expect, headed) = sink.expects();
-        let counter = self.next_counter(headed);
+        let counter = self.next_counter();
         let layout = Layout {
             len: expect,
             headed,
@@ -356,9 +359,7 @@ impl CounterBcast {
             }
             (true, sink) => {
                 let heard = self.blocks.header()?;
-                let payload = usize::try_from(heard.payload()).map_err(|_| {
-                    CollError::InvalidArgument("the broadcast is too long for this host".into())
-                })?;
+                let payload = host_len(heard.payload())?;
                 let layout = Layout {
                     len: payload,
                     headed: true,
@@ -386,17 +387,12 @@ impl CounterBcast {
         }
     }
 
-    /// The counter byte of the next broadcast (1-127, never 0: 0 is "empty"), with
-    /// [`HEADED`] if its first block carries the header.
+    /// The counter of the next broadcast (1-127, never 0: 0 is "empty"; the root adds
+    /// [`HEADED`] to its counter bytes where the first block carries the header).
     #[inline]
-    fn next_counter(&mut self, headed: bool) -> u8 {
+    fn next_counter(&mut self) -> u8 {
         self.seq += 1;
-        let counter = ((self.seq - 1) % 127) as u8 + 1;
-        if headed {
-            counter | HEADED
-        } else {
-            counter
-        }
+        ((self.seq - 1) % 127) as u8 + 1
     }
 
     /// This rank's place in the tree of a broadcast from `root` laid out as `layout`. (A
@@ -480,16 +476,23 @@ impl Blocks {
     /// returns its counter byte (with [`HEADED`] if it carries the header).
     #[inline]
     fn first_block(&self, w: &Waiter, parent: Rank, counter: u8) -> Result<u8> {
-        let byte = self.area.flag(self.flag_at(self.cursor));
-        until_counter(w, parent, byte, counter & !HEADED, self.slot(self.cursor))
+        let c = self.first_chunk(ONE_BLOCK);
+        until_counter(w, parent, self.area.flag(c.flag()), counter, c.slot)
+    }
+
+    /// The first chunk of the next broadcast, a one-block message of `len` bytes without
+    /// a header (its block and counter byte are those of any broadcast's first chunk).
+    #[inline]
+    fn first_chunk(&self, len: usize) -> Chunk {
+        let layout = Layout { len, headed: false };
+        Chunk::new(self.cursor, layout, 0)
     }
 
     /// The header of the next broadcast's first block (valid: see `first_block`).
     fn header(&self) -> Result<Heard> {
         let mut bytes = [0u8; HEADER];
-        self.area
-            .local()
-            .read(self.flag_at(self.cursor) - HEADER, &mut bytes)?;
+        let at = self.first_chunk(ONE_BLOCK).flag() - HEADER;
+        self.area.local().read(at, &mut bytes)?;
         Ok(Heard::from_bytes(bytes))
     }
 
@@ -503,14 +506,7 @@ impl Blocks {
         place: &Place,
         first: u8,
     ) -> Result<()> {
-        let c = Chunk::new(
-            self.cursor,
-            Layout {
-                len: ONE_BLOCK,
-                headed: false,
-            },
-            0,
-        );
+        let c = self.first_chunk(ONE_BLOCK);
         for &child in &place.children {
             self.wait_released(w, child, c.epoch)?;
             let to = self.area.at(child, c.data);
@@ -564,18 +560,6 @@ impl Blocks {
         Ok(())
     }
 
-    /// Slot of block `at`.
-    #[inline]
-    fn slot(&self, at: u64) -> usize {
-        (at % BLOCKS as u64) as usize
-    }
-
-    /// Offset of the counter byte of block `at`.
-    #[inline]
-    fn flag_at(&self, at: u64) -> usize {
-        self.slot(at) * BLOCK + BLOCK - 1
-    }
-
     /// After chunk `c` is consumed: ends its epoch if it was the epoch's last block.
     #[inline]
     fn finish_block(&mut self, w: &Waiter, puts: &mut Puts, c: &Chunk) -> Result<()> {
@@ -620,6 +604,12 @@ impl Blocks {
         }
         Ok(())
     }
+}
+
+/// A root's length as a buffer length on this host.
+pub(crate) fn host_len(len: u64) -> Result<usize> {
+    usize::try_from(len)
+        .map_err(|_| CollError::InvalidArgument("the broadcast is too long for this host".into()))
 }
 
 /// Waits (watching `parent`) until `byte`, a block's counter byte, is set; returns it, or an

@@ -15,7 +15,7 @@ mod rdmc;
 pub(crate) use counter_blocks::CounterBcast;
 pub(crate) use rdmc::Rdmc;
 
-use counter_blocks::{Heard, Sink, ONE_BLOCK};
+use counter_blocks::{host_len, Heard, Sink, ONE_BLOCK};
 use rdcoll_transport::Rank;
 
 use crate::config::{BcastAlgorithm, BcastTransfer};
@@ -57,7 +57,7 @@ impl Collectives {
                         self.rdmc(inner, alg, buf, root)?;
                     } else {
                         // Take part with a buffer of the root's size, then report.
-                        let mut whole = vec![0u8; self.host_len(len)?];
+                        let mut whole = vec![0u8; host_len(len)?];
                         self.rdmc(inner, alg, &mut whole, root)?;
                         let n = whole.len().min(buf.len());
                         buf[..n].copy_from_slice(&whole[..n]);
@@ -112,7 +112,7 @@ impl Collectives {
             match self.hear(inner, Sink::Grow(&mut out), root)? {
                 Heard::Message(_) => {}
                 Heard::Follows(len) => {
-                    out.resize(self.host_len(len)?, 0);
+                    out.resize(host_len(len)?, 0);
                     let alg = self.large_algorithm(inner)?;
                     self.rdmc(inner, alg, &mut out, root)?;
                 }
@@ -149,13 +149,6 @@ impl Collectives {
                     Algorithm::BinomialPipeline
                 }
             }
-        })
-    }
-
-    /// A root's length as a buffer length on this host.
-    fn host_len(&self, len: u64) -> Result<usize> {
-        usize::try_from(len).map_err(|_| {
-            CollError::InvalidArgument("the broadcast is too long for this host".into())
         })
     }
 
