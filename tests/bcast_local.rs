@@ -72,6 +72,13 @@ fn every_rdmc_algorithm_with_small_blocks() {
 }
 
 #[test]
+fn shared_staging_with_small_chunks() {
+    for n in [2, 3, 6, 9] {
+        run(n, |c| bcast_cases::shared_staging(c, 3000));
+    }
+}
+
+#[test]
 fn nobody_leaves_a_barrier_before_everyone_entered_it() {
     use rdcoll::BarrierAlgorithm;
     use std::sync::atomic::{AtomicUsize, Ordering};

@@ -35,6 +35,7 @@ fn rank_entry() {
             "any_size" => bcast_cases::any_size(&world),
             "mismatch" => bcast_cases::length_mismatch(&world),
             "algorithms" => bcast_cases::every_algorithm(&world),
+            "shared" => bcast_cases::shared_staging(&world, 64 << 10),
             "huge" => bcast_cases::huge(&world),
             "peer_death" => bcast_cases::peer_death(&world),
             "reduce" => {
@@ -184,6 +185,12 @@ fn reuse_any_size_and_mismatch_over_shm() {
 #[test]
 fn every_algorithm_over_shm() {
     job(5, "shm", "algorithms");
+}
+
+#[test]
+fn shared_staging_over_shm() {
+    job(2, "shm", "shared");
+    job(5, "shm", "shared");
 }
 
 #[test]

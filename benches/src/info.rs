@@ -49,14 +49,14 @@ pub fn run(_args: &[String]) -> i32 {
         println!(
             "RDCOLL_BCAST_SMALL_MAX    {}",
             coll.bcast_small_max.map_or(
-                "(unset: 32 KiB, 256 KiB when ranks outnumber cores)".into(),
+                "(unset: 8255 where all ranks share one host, else 32 KiB)".into(),
                 |b| b.to_string()
             )
         );
         println!(
             "RDCOLL_BCAST_BLOCK        {}",
             coll.bcast_block.map_or(
-                "(unset: len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB; 2 ranks or more ranks than cores: one block up to 1 MiB)"
+                "(unset: RDMC len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB; 2 ranks or more ranks than cores: one block up to 1 MiB; shared staging 256 KiB)"
                     .into(),
                 |b| b.to_string()
             )

@@ -9,17 +9,19 @@ use crate::schedule::Algorithm;
 /// "Broadcast" and "RDMC straight into the receiver's buffer": at 32 KiB, 2 ranks, counter
 /// blocks took 3.8-4.2 us and an RDMC write 4.9-6.2; at 64 KiB 7.3-9.0 against 6.0-7.4).
 pub const DEFAULT_BCAST_SMALL_MAX: usize = 32 << 10;
-/// The same when the ranks of one host outnumber its cores: there every ready-for-block
-/// handshake of RDMC costs context switches, and counter-byte blocks stay ahead up to here
-/// (4 ranks on 2 cores, three alternated runs: 128 KiB 11-21 us against RDMC's 35-41,
-/// 256 KiB 23-48 against 54-57; at 512 KiB RDMC wins, 62-69 against 77-115).
-pub const OVERSUBSCRIBED_BCAST_SMALL_MAX: usize = 256 << 10;
+/// The same where every rank is on one host (shm, local): beyond it, the shared-staging
+/// broadcast (docs/PERFORMANCE.md, "Broadcast through the root's own staging").
+pub const SHARED_BCAST_SMALL_MAX: usize = 8255;
 /// Largest RDMC block unless `RDCOLL_BCAST_BLOCK` says otherwise.
 pub const DEFAULT_MAX_BLOCK: usize = 1 << 20;
 /// Smallest RDMC block chosen automatically.
 pub const MIN_AUTO_BLOCK: usize = 32 << 10;
 /// Largest `RDCOLL_BCAST_BLOCK`.
 pub const MAX_BLOCK: usize = 64 << 20;
+/// Chunk of the shared-staging broadcast.
+pub const SHARED_CHUNK: usize = 256 << 10;
+/// Largest chunk of the shared-staging broadcast (each rank stages `SLOTS` of them).
+pub const MAX_SHARED_CHUNK: usize = 1 << 20;
 
 /// Default largest allreduce (and reduce) sent through the degree-k tree of RDMA writes;
 /// larger ones reduce-scatter and allgather (docs/PERFORMANCE.md, "Allreduce").
@@ -46,6 +48,9 @@ pub enum BcastAlgorithm {
     Counter,
     /// One of the RDMC family, whatever the size.
     Rdmc(Algorithm),
+    /// Counter-byte blocks up to the small limit, then every rank copies the message out of
+    /// the root's own staging (ranks that share memory only: shm, local).
+    Shared,
 }
 
 impl BcastAlgorithm {
@@ -54,6 +59,7 @@ impl BcastAlgorithm {
         match s {
             "auto" => Some(BcastAlgorithm::Auto),
             "counter" | "small" => Some(BcastAlgorithm::Counter),
+            "shared" => Some(BcastAlgorithm::Shared),
             other => Algorithm::from_name(other).map(BcastAlgorithm::Rdmc),
         }
     }
@@ -63,6 +69,7 @@ impl BcastAlgorithm {
         match self {
             BcastAlgorithm::Auto => "auto",
             BcastAlgorithm::Counter => "counter",
+            BcastAlgorithm::Shared => "shared",
             BcastAlgorithm::Rdmc(a) => a.name(),
         }
     }
@@ -118,9 +125,9 @@ impl BarrierAlgorithm {
 /// The collectives' settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CollConfig {
-    /// Broadcasts up to this many bytes use counter-byte blocks (with `Auto`); `None`:
-    /// [`DEFAULT_BCAST_SMALL_MAX`], or [`OVERSUBSCRIBED_BCAST_SMALL_MAX`] when the ranks of
-    /// one host outnumber its cores.
+    /// Broadcasts up to this many bytes use counter-byte blocks (with `Auto` and `Shared`);
+    /// `None`: [`SHARED_BCAST_SMALL_MAX`] where every rank is on one host, else
+    /// [`DEFAULT_BCAST_SMALL_MAX`].
     pub bcast_small_max: Option<usize>,
     /// RDMC block size; `None`: chosen by message size.
     pub bcast_block: Option<usize>,
@@ -191,8 +198,8 @@ impl CollConfig {
         if let Some(v) = var("RDCOLL_BCAST_ALGORITHM") {
             c.bcast_algorithm = BcastAlgorithm::from_name(&v).ok_or_else(|| {
                 CollError::InvalidArgument(format!(
-                    "RDCOLL_BCAST_ALGORITHM={v:?}: expected auto, counter, sequential, chain, \
-                     binomial_tree, binomial_pipeline or hybrid"
+                    "RDCOLL_BCAST_ALGORITHM={v:?}: expected auto, counter, shared, sequential, \
+                     chain, binomial_tree, binomial_pipeline or hybrid"
                 ))
             })?;
         }
@@ -254,6 +261,13 @@ impl CollConfig {
         block.clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK)
     }
 
+    /// The chunk of the shared-staging broadcast: `RDCOLL_BCAST_BLOCK` (at most
+    /// [`MAX_SHARED_CHUNK`]), or [`SHARED_CHUNK`].
+    pub fn shared_chunk(&self) -> usize {
+        self.bcast_block
+            .map_or(SHARED_CHUNK, |b| b.min(MAX_SHARED_CHUNK))
+    }
+
     /// The largest block any message may use (the size of a staging buffer).
     pub fn max_block(&self) -> usize {
         self.bcast_block.unwrap_or(DEFAULT_MAX_BLOCK)
@@ -266,7 +280,14 @@ mod tests {
 
     #[test]
     fn names_and_blocks() {
-        for n in ["auto", "counter", "chain", "binomial_pipeline", "hybrid"] {
+        for n in [
+            "auto",
+            "counter",
+            "shared",
+            "chain",
+            "binomial_pipeline",
+            "hybrid",
+        ] {
             assert_eq!(BcastAlgorithm::from_name(n).map(|a| a.name()), Some(n));
         }
         assert_eq!(BcastAlgorithm::from_name("bogus"), None);

@@ -88,6 +88,9 @@ pub struct Collectives {
     cfg: CollConfig,
     /// `cfg.bcast_small_max`, or its default for where the ranks run.
     bcast_small_max: usize,
+    /// Every rank on this host (`placement::one_host`): large broadcasts go through the
+    /// root's shared staging. The same on every rank.
+    one_host: bool,
     /// Every rank on this host, and more of them than its cores (`placement::crowded_host`):
     /// the same on every rank, so it may choose what the ranks must agree on.
     crowded_host: bool,
@@ -101,6 +104,7 @@ pub(crate) struct Inner {
     puts: Puts,
     counter: Option<CounterBcast>,
     rdmc: Option<Rdmc>,
+    staging: Option<bcast::SharedStaging>,
     barrier: Option<barrier::Barrier>,
     reduction: Option<reduce::ReduceState>,
     /// Each rank's group (host or `RDCOLL_CLUSTER`) for the hybrid broadcast.
@@ -121,15 +125,23 @@ impl Collectives {
         context: Context,
         cfg: CollConfig,
     ) -> Result<Collectives> {
+        let one_host = placement::one_host(&engine);
+        if cfg.bcast_algorithm == BcastAlgorithm::Shared && !one_host {
+            return Err(CollError::InvalidArgument(format!(
+                "the shared broadcast needs ranks that share memory (shm, local), not {}",
+                engine.ni().fabric().backend()
+            )));
+        }
         let ct = engine.ni().ct_alloc()?;
         let crowded_host = placement::crowded_host(&engine);
-        let bcast_small_max = cfg.bcast_small_max.unwrap_or(if crowded_host {
-            config::OVERSUBSCRIBED_BCAST_SMALL_MAX
+        let bcast_small_max = cfg.bcast_small_max.unwrap_or(if one_host {
+            config::SHARED_BCAST_SMALL_MAX
         } else {
             config::DEFAULT_BCAST_SMALL_MAX
         });
         Ok(Collectives {
             bcast_small_max,
+            one_host,
             crowded_host,
             waiter: Waiter::new(engine),
             context: context | COLLECTIVE_CONTEXT_BIT,
@@ -139,6 +151,7 @@ impl Collectives {
                 puts: Puts { ct, issued: 0 },
                 counter: None,
                 rdmc: None,
+                staging: None,
                 barrier: None,
                 reduction: None,
                 groups: None,
@@ -232,9 +245,15 @@ impl Collectives {
     }
 }
 
+/// Longest a dropped communicator waits for the other ranks to copy out its last broadcast.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Drop for Collectives {
     fn drop(&mut self) {
         let inner = self.inner.get_mut();
+        if let Some(staging) = &inner.staging {
+            staging.drain(&self.waiter, DRAIN_LIMIT);
+        }
         let ni = self.waiter.engine().ni();
         let _ = ni.ct_free(inner.puts.ct);
         if let Some(rdmc) = &inner.rdmc {

@@ -179,6 +179,29 @@ pub fn every_algorithm(world: &Comm) -> Result<(), String> {
     Ok(())
 }
 
+/// The shared-staging broadcast forced for every size past the counter blocks' limit, with
+/// `chunk`-byte chunks: every root and size, then broadcasts of mixed sizes from rotating
+/// roots, so that each root's slots are reused many times between other roots' broadcasts.
+pub fn shared_staging(world: &Comm, chunk: usize) -> Result<(), String> {
+    let cfg = rdcoll::CollConfig {
+        bcast_algorithm: rdcoll::BcastAlgorithm::Shared,
+        bcast_block: Some(chunk),
+        ..rdcoll::CollConfig::default()
+    };
+    let c = world
+        .with_collectives_config(cfg)
+        .map_err(|e| e.to_string())?;
+    let sizes = [0, 1, chunk - 1, chunk, chunk + 1, 100_000, 1 << 20];
+    every_root_and_size(&c, &sizes).map_err(|e| format!("shared, {chunk}-byte chunks: {e}"))?;
+    let n = c.size() as u32;
+    for round in 0..200 {
+        let root = (round as u32 * 5 + round as u32 / 7) % n;
+        let len = [40_000, 9000, 3 * chunk + 5, 100, 0][round % 5];
+        one(&c, len, root, round, &format!("shared, broadcast {round}"))?;
+    }
+    Ok(())
+}
+
 /// One 64 MiB broadcast from the last rank.
 pub fn huge(world: &Comm) -> Result<(), String> {
     let root = world.size() as u32 - 1;

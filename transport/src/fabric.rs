@@ -96,6 +96,16 @@ pub trait Fabric: Send + Sync {
         Ok(false)
     }
 
+    /// Reads `dst.len()` bytes at `src` into caller memory that need not be registered, done on
+    /// return, where the backend can reach `src` at once: shm (a peer's heap by a load,
+    /// other registered memory by `process_vm_readv`) and local. `Ok(false)` elsewhere, having
+    /// read nothing (then [`get`](Fabric::get) into a registered region). Lets every reader of
+    /// a broadcast copy a chunk straight out of the root's staging.
+    fn load_now(&self, dst: &mut [u8], src: RemoteAddr) -> Result<bool> {
+        let _ = (dst, src);
+        Ok(false)
+    }
+
     /// RDMA read: `len` bytes from `src` into `dst` at `dst_offset`.
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId>;
 

@@ -22,6 +22,7 @@ mod membarrier;
 mod region;
 pub mod shm;
 mod spin;
+mod stream;
 pub mod tcp;
 mod types;
 mod wait;

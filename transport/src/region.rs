@@ -261,6 +261,18 @@ impl Region {
         })
     }
 
+    /// Copies `data` into the region at `offset` with non-temporal stores where the CPU has
+    /// them (see `stream::copy_streaming`): for bytes that other processes will read and this
+    /// one will not, such as a broadcast's staging. Any store after the call becomes visible
+    /// after the data.
+    pub fn write_streaming(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.with_range(offset, data.len(), |dst| {
+            // SAFETY: `dst` is valid for `data.len()` bytes (checked range, region alive while
+            // the guard is held); `data` cannot overlap region memory handed out as a slice.
+            unsafe { crate::stream::copy_streaming(dst, data.as_ptr(), data.len()) }
+        })
+    }
+
     /// Copies `len` bytes of `src` at `src_offset` into this region at `offset` (both of this
     /// process; one copy, the ranges checked, both regions held alive meanwhile).
     pub fn copy_from(

@@ -11,9 +11,11 @@
 
 mod counter_blocks;
 mod rdmc;
+mod shared_staging;
 
 pub(crate) use counter_blocks::CounterBcast;
 pub(crate) use rdmc::Rdmc;
+pub(crate) use shared_staging::SharedStaging;
 
 use counter_blocks::{host_len, Heard, Sink, ONE_BLOCK};
 use rdcoll_transport::Rank;
@@ -38,8 +40,7 @@ impl Collectives {
                     self.announce(inner, buf, None, false)?;
                 } else {
                     self.announce(inner, &[], Some(buf.len() as u64), false)?;
-                    let alg = self.large_algorithm(inner)?;
-                    self.rdmc(inner, alg, buf, root)?;
+                    self.large(inner, buf, root)?;
                 }
                 return Ok(Ok(()));
             }
@@ -52,13 +53,12 @@ impl Collectives {
             let root_len = match heard {
                 Heard::Message(len) => Some(len),
                 Heard::Follows(len) => {
-                    let alg = self.large_algorithm(inner)?;
                     if len == buf.len() as u64 {
-                        self.rdmc(inner, alg, buf, root)?;
+                        self.large(inner, buf, root)?;
                     } else {
                         // Take part with a buffer of the root's size, then report.
                         let mut whole = vec![0u8; host_len(len)?];
-                        self.rdmc(inner, alg, &mut whole, root)?;
+                        self.large(inner, &mut whole, root)?;
                         let n = whole.len().min(buf.len());
                         buf[..n].copy_from_slice(&whole[..n]);
                     }
@@ -103,9 +103,8 @@ impl Collectives {
                     return Ok(Ok(d.to_vec()));
                 }
                 self.announce(inner, &[], Some(d.len() as u64), true)?;
-                let alg = self.large_algorithm(inner)?;
                 let mut out = d.to_vec();
-                self.rdmc(inner, alg, &mut out, root)?;
+                self.large(inner, &mut out, root)?;
                 return Ok(Ok(out));
             }
             let mut out = Vec::new();
@@ -113,8 +112,7 @@ impl Collectives {
                 Heard::Message(_) => {}
                 Heard::Follows(len) => {
                     out.resize(host_len(len)?, 0);
-                    let alg = self.large_algorithm(inner)?;
-                    self.rdmc(inner, alg, &mut out, root)?;
+                    self.large(inner, &mut out, root)?;
                 }
                 Heard::Short => {
                     // A root in `bcast` always sends a length where one is asked for.
@@ -131,8 +129,23 @@ impl Collectives {
         match self.cfg.bcast_algorithm {
             BcastAlgorithm::Counter => true,
             BcastAlgorithm::Rdmc(_) => false,
-            BcastAlgorithm::Auto => len <= self.bcast_small_max,
+            BcastAlgorithm::Auto | BcastAlgorithm::Shared => len <= self.bcast_small_max,
         }
+    }
+
+    /// A broadcast announced as large, of `buf.len()` bytes (the root's length: the same on
+    /// every rank, as are the settings, so every rank takes the same path).
+    fn large(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
+        let shared = match self.cfg.bcast_algorithm {
+            BcastAlgorithm::Shared => true,
+            BcastAlgorithm::Auto => self.one_host,
+            BcastAlgorithm::Counter | BcastAlgorithm::Rdmc(_) => false,
+        };
+        if shared {
+            return self.shared(inner, buf, root);
+        }
+        let alg = self.large_algorithm(inner)?;
+        self.rdmc(inner, alg, buf, root)
     }
 
     /// The RDMC algorithm of a large broadcast (the same on every rank; the first call is
@@ -140,7 +153,7 @@ impl Collectives {
     fn large_algorithm(&self, inner: &mut Inner) -> Result<Algorithm> {
         Ok(match self.cfg.bcast_algorithm {
             BcastAlgorithm::Rdmc(a) => a,
-            BcastAlgorithm::Counter | BcastAlgorithm::Auto => {
+            BcastAlgorithm::Counter | BcastAlgorithm::Auto | BcastAlgorithm::Shared => {
                 let groups = self.groups(inner)?;
                 let several = groups.iter().any(|&g| g != groups[0]);
                 if several {
@@ -195,6 +208,22 @@ impl Collectives {
         match self.hear(inner, Sink::Exact(buf), root)? {
             Heard::Message(len) if len == expect => Ok(()),
             _ => Err(out_of_step(root, "an exchange of the collectives")),
+        }
+    }
+
+    /// The shared-staging broadcast of `buf` from `root` (its length agreed by every rank).
+    fn shared(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
+        if inner.staging.is_none() {
+            let chunk = self.cfg.shared_chunk();
+            let engine = self.waiter.engine();
+            inner.staging = Some(SharedStaging::new(engine, self.context, chunk)?);
+        }
+        let Inner { staging, puts, .. } = inner;
+        let staging = staging.as_mut().expect("set just above");
+        if self.waiter.fabric().rank() == root {
+            staging.send(&self.waiter, puts, buf)
+        } else {
+            staging.receive(&self.waiter, puts, buf, root)
         }
     }
 

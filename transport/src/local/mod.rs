@@ -190,6 +190,15 @@ impl Fabric for LocalFabric {
         Ok(crate::PutStatus::Done)
     }
 
+    fn load_now(&self, dst: &mut [u8], src: RemoteAddr) -> Result<bool> {
+        let target = self.peer(src.rank)?;
+        let read = target
+            .table
+            .lookup(src.key)
+            .and_then(|r| r.read(src.offset, dst));
+        self.blame_death(src.rank, read).map(|()| true)
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;

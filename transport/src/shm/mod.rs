@@ -534,6 +534,10 @@ impl Fabric for ShmFabric {
         rma::store_now(&self.inner, parts, dst, flag)
     }
 
+    fn load_now(&self, dst: &mut [u8], src: RemoteAddr) -> Result<bool> {
+        rma::load_now(&self.inner, dst, src)
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         rma::get(&self.inner, dst, dst_offset, len, src)
     }

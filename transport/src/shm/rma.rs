@@ -216,6 +216,74 @@ pub(super) fn store_now(
     Ok(true)
 }
 
+/// Reads `dst.len()` bytes at `src`, a peer's memory, into `dst` at once (see
+/// `Fabric::load_now`); `Ok(false)` for this rank's own memory or where only the peer could
+/// serve the read.
+pub(super) fn load_now(inner: &Inner, dst: &mut [u8], src: RemoteAddr) -> Result<bool> {
+    inner.check_peer(src.rank)?;
+    if src.rank == inner.rank {
+        return Ok(false);
+    }
+    let len = dst.len();
+    let e = inner.entry_for(src.rank, src.key, src.offset, len)?;
+    // SAFETY: `dst` is an exclusive caller buffer of `len` bytes, so not the peer's memory.
+    match unsafe { read_now(inner, &e, src, dst.as_mut_ptr(), len) } {
+        Some(result) => result.map(|()| true),
+        None => Ok(false),
+    }
+}
+
+/// Copies `len` bytes at `src` (described by entry `e`) to `d` at once where this process can
+/// reach them: a load from a peer's heap block, or `process_vm_readv` of other memory. `None`
+/// where the kernel refuses cross-memory attach (nothing copied: the peer must serve it).
+///
+/// # Safety
+/// `d` must be valid for writes of `len` bytes and not inside the source range.
+unsafe fn read_now(
+    inner: &Inner,
+    e: &Entry,
+    src: RemoteAddr,
+    d: *mut u8,
+    len: usize,
+) -> Option<Result<()>> {
+    let stale = || TransportError::BadKey {
+        rank: src.rank,
+        key: src.key.0,
+    };
+    if e.kind == KIND_HEAP {
+        return Some(inner.direct_copy(src.rank, src.key, e, || {
+            let s = inner.heap_ptr(src.rank, e.addr + src.offset, len)?;
+            // SAFETY: `s` is inside the peer's heap block (validated entry and range, held by
+            // `direct_copy`), `d` valid for `len` bytes outside it (the caller's promise).
+            unsafe { std::ptr::copy_nonoverlapping(s, d, len) };
+            Ok(())
+        }));
+    }
+    if !inner.cma_ok[src.rank as usize].load(Ordering::Acquire) {
+        return None;
+    }
+    let pid = inner.pids[src.rank as usize];
+    match os::read_remote(pid, e.addr + src.offset, d, len) {
+        // A region deregistered during the copy may have yielded garbage: refuse it.
+        Ok(()) if inner.still_valid(src.rank, src.key, e) => Some(Ok(())),
+        Ok(()) => Some(Err(stale())),
+        Err(errno) if errno == libc::EPERM || errno == libc::ENOSYS => {
+            inner.cma_ok[src.rank as usize].store(false, Ordering::Release);
+            None
+        }
+        Err(errno) => {
+            let gone =
+                errno == libc::ESRCH || inner.failed[src.rank as usize].load(Ordering::Acquire);
+            Some(if gone || !os::process_alive(pid) {
+                inner.fail_peer(src.rank);
+                Err(TransportError::PeerFailed(src.rank))
+            } else {
+                Err(stale())
+            })
+        }
+    }
+}
+
 /// One-sided read of `len` bytes at `src` into `dst` at `dst_offset` (see `Fabric::get`).
 pub(super) fn get(
     inner: &Inner,
@@ -242,54 +310,14 @@ pub(super) fn get(
             return Ok(op);
         }
     };
-    let stale = || TransportError::BadKey {
-        rank: src.rank,
-        key: src.key.0,
-    };
-    if e.kind == KIND_HEAP {
-        let result = inner.direct_copy(src.rank, src.key, &e, || {
-            let s = inner.heap_ptr(src.rank, e.addr + src.offset, len)?;
-            dst.with_range(dst_offset, len, |d| {
-                // SAFETY: `s` is inside the peer's heap block (validated entry and range,
-                // held by `direct_copy`), `d` inside our live destination region.
-                unsafe { std::ptr::copy_nonoverlapping(s, d, len) }
-            })
-        });
+    let read = dst.with_range(dst_offset, len, |d| {
+        // SAFETY: `d` is inside our live destination region for `len` bytes, which safe code
+        // cannot have handed to a peer as the source.
+        unsafe { read_now(inner, &e, src, d, len) }
+    })?;
+    if let Some(result) = read {
         inner.push_local(Event::Completed { op, result });
         return Ok(op);
-    }
-    if inner.cma_ok[src.rank as usize].load(Ordering::Acquire) {
-        let pid = inner.pids[src.rank as usize];
-        let read = dst.with_range(dst_offset, len, |d| {
-            os::read_remote(pid, e.addr + src.offset, d, len)
-        })?;
-        match read {
-            Ok(()) => {
-                // A region deregistered during the copy may have yielded garbage: refuse it.
-                let result = if inner.still_valid(src.rank, src.key, &e) {
-                    Ok(())
-                } else {
-                    Err(stale())
-                };
-                inner.push_local(Event::Completed { op, result });
-                return Ok(op);
-            }
-            Err(errno) if errno == libc::EPERM || errno == libc::ENOSYS => {
-                inner.cma_ok[src.rank as usize].store(false, Ordering::Release);
-            }
-            Err(errno) => {
-                let gone =
-                    errno == libc::ESRCH || inner.failed[src.rank as usize].load(Ordering::Acquire);
-                let result = if gone || !os::process_alive(pid) {
-                    inner.fail_peer(src.rank);
-                    Err(TransportError::PeerFailed(src.rank))
-                } else {
-                    Err(stale())
-                };
-                inner.push_local(Event::Completed { op, result });
-                return Ok(op);
-            }
-        }
     }
     let kind = PendingKind::Get {
         dst: dst.clone(),

@@ -188,6 +188,29 @@ fn put_get_sizes(h: &mut Harness) -> Result<(), String> {
                 format!("get of {size} bytes from {right} read wrong data"),
             );
         }
+        // The same as a load into unregistered memory, where the backend reaches it at once
+        // (shm, local); elsewhere nothing is read.
+        let mut loaded = vec![0xEEu8; size];
+        let at = srcs[right as usize].at(off);
+        match h.f.load_now(&mut loaded, at) {
+            Ok(true) if loaded != pattern_vec(right, off, size) => {
+                return fail(
+                    h,
+                    format!("load_now of {size} bytes from {right} read wrong data"),
+                )
+            }
+            Ok(false) if loaded.iter().any(|&b| b != 0xEE) => {
+                return fail(h, format!("load_now of {size} bytes said no but wrote"))
+            }
+            Ok(_) => {}
+            Err(e) => return fail(h, format!("load_now of {size} bytes: {e}")),
+        }
+        // Past the end of the peer's region: an error or nothing, never its neighbour's bytes.
+        let mut past = vec![0u8; 65];
+        match h.f.load_now(&mut past, srcs[right as usize].at(max)) {
+            Err(_) | Ok(false) => {}
+            Ok(true) => return fail(h, "load_now past the end of a region succeeded"),
+        }
         h.barrier()?;
     }
     Ok(())
