@@ -49,14 +49,14 @@ pub fn run(_args: &[String]) -> i32 {
         println!(
             "RDCOLL_BCAST_SMALL_MAX    {}",
             coll.bcast_small_max.map_or(
-                "(unset: 8255 where all ranks share one host, else 32 KiB)".into(),
+                "(unset: 4 KiB where all ranks share one host, else 32 KiB)".into(),
                 |b| b.to_string()
             )
         );
         println!(
             "RDCOLL_BCAST_BLOCK        {}",
             coll.bcast_block.map_or(
-                "(unset: RDMC len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB; 2 ranks or more ranks than cores: one block up to 1 MiB; shared staging 256 KiB)"
+                "(unset: RDMC len/k, k = one per 128 KiB, 2..16, at least log2 ranks; 32 KiB..1 MiB; 2 ranks or more ranks than cores: one block up to 1 MiB; shared staging 256 KiB chunks up to 1 MiB, 1 MiB beyond)"
                     .into(),
                 |b| b.to_string()
             )

@@ -214,16 +214,17 @@ impl Collectives {
     /// The shared-staging broadcast of `buf` from `root` (its length agreed by every rank).
     fn shared(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
         if inner.staging.is_none() {
-            let chunk = self.cfg.shared_chunk();
+            let cap = self.cfg.max_shared_chunk();
             let engine = self.waiter.engine();
-            inner.staging = Some(SharedStaging::new(engine, self.context, chunk)?);
+            inner.staging = Some(SharedStaging::new(engine, self.context, cap)?);
         }
         let Inner { staging, puts, .. } = inner;
         let staging = staging.as_mut().expect("set just above");
+        let chunk = self.cfg.shared_chunk(buf.len());
         if self.waiter.fabric().rank() == root {
-            staging.send(&self.waiter, puts, buf)
+            staging.send(&self.waiter, puts, buf, chunk)
         } else {
-            staging.receive(&self.waiter, puts, buf, root)
+            staging.receive(&self.waiter, puts, buf, root, chunk)
         }
     }
 

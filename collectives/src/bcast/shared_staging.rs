@@ -41,8 +41,8 @@ const _: () = assert!(SLOTS < 127);
 /// One communicator's shared-staging state.
 pub(crate) struct SharedStaging {
     area: Area,
-    /// Bytes per chunk (and per slot).
-    chunk: usize,
+    /// Bytes per slot: the largest chunk.
+    slot_cap: usize,
     /// Offset of the ready bytes (`SLOTS` per root, written by the roots).
     ready: usize,
     /// Offset of the done bytes (one per reader, written by the readers).
@@ -52,28 +52,35 @@ pub(crate) struct SharedStaging {
 }
 
 impl SharedStaging {
-    /// Registers `SLOTS` chunks of `chunk` bytes and the flag bytes. Collective.
-    pub(crate) fn new(engine: &Engine, context: Context, chunk: usize) -> Result<SharedStaging> {
+    /// Registers `SLOTS` slots of `slot_cap` bytes and the flag bytes. Collective.
+    pub(crate) fn new(engine: &Engine, context: Context, slot_cap: usize) -> Result<SharedStaging> {
         let n = engine.size();
-        let ready = SLOTS * chunk;
+        let ready = SLOTS * slot_cap;
         let done = ready + n * SLOTS;
         let area = Area::new(engine, context, done + n)?;
         Ok(SharedStaging {
             area,
-            chunk,
+            slot_cap,
             ready,
             done,
             staged: vec![0; n],
         })
     }
 
-    /// At the root: stages `data` chunk by chunk for every other rank.
-    pub(crate) fn send(&mut self, w: &Waiter, puts: &mut Puts, data: &[u8]) -> Result<()> {
+    /// At the root: stages `data` in chunks of `chunk` bytes for every other rank.
+    pub(crate) fn send(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        data: &[u8],
+        chunk: usize,
+    ) -> Result<()> {
+        let chunk = self.check(chunk)?;
         let fabric = w.fabric();
         let (me, n) = (fabric.rank(), fabric.size() as Rank);
         let readers = || (0..n).filter(move |&r| r != me);
         let first = self.staged[me as usize];
-        for (j, part) in chunks(data, self.chunk).enumerate() {
+        for (j, part) in chunks(data, chunk).enumerate() {
             let u = first + j as u64;
             let slot = (u % SLOTS as u64) as usize;
             if let Some(need) = (u + 1).checked_sub(SLOTS as u64) {
@@ -85,7 +92,9 @@ impl SharedStaging {
                     })?;
                 }
             }
-            self.area.local().write_streaming(slot * self.chunk, part)?;
+            self.area
+                .local()
+                .write_streaming(slot * self.slot_cap, part)?;
             let at = self.ready + me as usize * SLOTS + slot;
             for r in readers() {
                 puts.put(
@@ -98,8 +107,19 @@ impl SharedStaging {
                 )?;
             }
         }
-        self.staged[me as usize] += chunks(data, self.chunk).count() as u64;
+        self.staged[me as usize] += chunks(data, chunk).count() as u64;
         Ok(())
+    }
+
+    /// `chunk`, if it fits a slot.
+    fn check(&self, chunk: usize) -> Result<usize> {
+        if chunk == 0 || chunk > self.slot_cap {
+            return Err(CollError::InvalidArgument(format!(
+                "a {chunk}-byte chunk does not fit the {}-byte staging slots",
+                self.slot_cap
+            )));
+        }
+        Ok(chunk)
     }
 
     /// Waits until every other rank has copied out what this rank staged (a reader may still
@@ -126,25 +146,28 @@ impl SharedStaging {
         }
     }
 
-    /// Elsewhere: copies `root`'s message, `buf.len()` bytes, out of its staging.
+    /// Elsewhere: copies `root`'s message, `buf.len()` bytes in chunks of `chunk`, out of its
+    /// staging.
     pub(crate) fn receive(
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
         buf: &mut [u8],
         root: Rank,
+        chunk: usize,
     ) -> Result<()> {
+        let chunk = self.check(chunk)?;
         let fabric = w.fabric();
         let me = fabric.rank();
         let first = self.staged[root as usize];
-        let count = buf.len().div_ceil(self.chunk).max(1) as u64;
-        for (j, part) in chunks_mut(buf, self.chunk).enumerate() {
+        let count = buf.len().div_ceil(chunk).max(1) as u64;
+        for (j, part) in chunks_mut(buf, chunk).enumerate() {
             let u = first + j as u64;
             let slot = (u % SLOTS as u64) as usize;
             let ready = self.area.flag(self.ready + root as usize * SLOTS + slot);
             let want = ready_byte(u);
             w.until(root, &|| ready.load(Ordering::Acquire) == want)?;
-            let from = self.area.at(root, slot * self.chunk);
+            let from = self.area.at(root, slot * self.slot_cap);
             if !fabric.load_now(part, from)? {
                 return Err(CollError::InvalidArgument(format!(
                     "the {} backend cannot read rank {root}'s staging directly: choose another \
