@@ -203,8 +203,9 @@ fn a_blocked_receive_keeps_its_place_when_another_thread_posts() {
                     world.recv(&mut b, 1, 5).unwrap();
                     b[1]
                 });
-                // Let the blocked receive start polling before the second one is posted.
-                std::thread::sleep(std::time::Duration::from_millis(5));
+                // Let the blocked receive start polling before the second one is posted (5 ms
+                // was too short once under `./scripts/test`, with other tests on both cores).
+                std::thread::sleep(std::time::Duration::from_millis(50));
                 let mut b = [0u8; 2];
                 world.scope(|s| {
                     let r = s.irecv(&mut b, 1, 5).unwrap();
