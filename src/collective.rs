@@ -53,8 +53,9 @@ impl Comm {
     /// Broadcasts `buf` from `root`: afterwards every rank's `buf` holds the root's. Every
     /// rank passes a buffer of the same length (use [`bcast_any_size`](Comm::bcast_any_size)
     /// when only the root knows it). Small messages travel as RDMA writes with counter bytes
-    /// down a binomial tree, large ones by the binomial pipeline of RDMC (`RDCOLL_BCAST_*`
-    /// settings in the README). A rank whose length differs gets [`Error::Mismatch`] once it
+    /// down a tree; large ones, where every rank shares one host, through the root's own
+    /// staging (every rank copies them out once), elsewhere by the binomial pipeline of RDMC
+    /// (`RDCOLL_BCAST_*` settings in the README). A rank whose length differs gets [`Error::Mismatch`] once it
     /// has taken its part, with as much of the root's message as fits, and the communicator
     /// stays usable; only two lengths that both fit one counter block (8255 bytes) cannot be
     /// told apart.

@@ -36,6 +36,7 @@ fn rank_entry() {
             "mismatch" => bcast_cases::length_mismatch(&world),
             "algorithms" => bcast_cases::every_algorithm(&world),
             "shared" => bcast_cases::shared_staging(&world, 64 << 10),
+            "shared_refused" => bcast_cases::shared_refused(&world),
             "huge" => bcast_cases::huge(&world),
             "peer_death" => bcast_cases::peer_death(&world),
             "reduce" => {
@@ -200,7 +201,11 @@ fn sixty_four_mib_over_shm() {
 
 #[test]
 fn over_tcp() {
-    job(3, "tcp", "sizes,back_to_back,any_size,mismatch,huge");
+    job(
+        3,
+        "tcp",
+        "sizes,back_to_back,any_size,mismatch,huge,shared_refused",
+    );
     job(4, "tcp", "algorithms");
     // Binomial one-block trees: rank 2 relays to rank 3, also a block it cannot use.
     job(4, "tcp", "mismatch");

@@ -202,6 +202,20 @@ pub fn shared_staging(world: &Comm, chunk: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// Ranks that do not share memory (tcp) refuse the shared-staging broadcast when the
+/// communicator is made, rather than fail inside a broadcast.
+pub fn shared_refused(world: &Comm) -> Result<(), String> {
+    let cfg = rdcoll::CollConfig {
+        bcast_algorithm: rdcoll::BcastAlgorithm::Shared,
+        ..rdcoll::CollConfig::default()
+    };
+    match world.with_collectives_config(cfg) {
+        Err(rdcoll::Error::InvalidArgument(_)) => Ok(()),
+        Err(e) => Err(format!("the shared broadcast over tcp: {e}")),
+        Ok(_) => Err("the shared broadcast was accepted over tcp".into()),
+    }
+}
+
 /// One 64 MiB broadcast from the last rank.
 pub fn huge(world: &Comm) -> Result<(), String> {
     let root = world.size() as u32 - 1;

@@ -13,7 +13,7 @@
 //! or more ranks than cores: there a write is a store into shared memory, cheaper than the
 //! poll - or context switch - that each level of a tree costs.
 //!
-//! Lengths: a message longer than a block, an announcement of an RDMC broadcast and a
+//! Lengths: a message longer than a block, an announcement of a large broadcast and a
 //! message of unknown size carry a header ([`Heard`]) right before the first block's counter
 //! byte, and the counter byte says so ([`HEADED`]). A receiver then follows the root's length
 //! whatever it expected (so every rank's block cursor stays the same) and can report a
@@ -78,7 +78,8 @@ pub(crate) const ONE_BLOCK: usize = BLOCK - 1;
 /// The counter byte's bit that says the block carries the header; the counter is the other
 /// seven bits.
 const HEADED: u8 = 0x80;
-/// The header's bit that says an RDMC broadcast of the header's length follows.
+/// The header's bit that says a large broadcast (RDMC or shared staging) of the header's
+/// length follows.
 const FOLLOWS: u64 = 1 << 63;
 
 /// What the root sent. A header sits right before the first block's counter byte, where a
@@ -88,7 +89,7 @@ const FOLLOWS: u64 = 1 << 63;
 pub(crate) enum Heard {
     /// A message of this many bytes, in the counter blocks.
     Message(u64),
-    /// A header alone: an RDMC broadcast of this many bytes follows.
+    /// A header alone: a large broadcast (RDMC or shared staging) of this many bytes follows.
     Follows(u64),
     /// A one-block message without a header, where the receiver expected a longer message
     /// or an announcement: it was consumed and nothing was copied (its length is unknown,
@@ -120,7 +121,7 @@ pub(crate) enum Sink<'a> {
     /// A message of this buffer's length. When the root's differs, the broadcast goes
     /// through a buffer of the root's length and as much as fits is copied in.
     Exact(&'a mut [u8]),
-    /// An announcement of an RDMC broadcast into this buffer; a message sent in the counter
+    /// An announcement of a large broadcast into this buffer; a message sent in the counter
     /// blocks instead is copied in as far as it fits.
     Announced(&'a mut [u8]),
     /// A message of any length (the root sends a header), into this vector, resized.
@@ -293,7 +294,7 @@ impl CounterBcast {
 
     /// At the root: broadcasts `data` (with a header if it is longer than a block, or if
     /// `sized`: for receivers that do not know the length), or with `follows`, only a header
-    /// that announces an RDMC broadcast of that many bytes (`data` then empty).
+    /// that announces a large broadcast of that many bytes (`data` then empty).
     pub(crate) fn send(
         &mut self,
         w: &Waiter,

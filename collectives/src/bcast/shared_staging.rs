@@ -7,10 +7,11 @@
 //!
 //! Why (docs/PERFORMANCE.md, "Broadcast through the root's own staging"): the counter-byte
 //! blocks and RDMC's staged transfers write every byte into each receiver's memory and the
-//! receiver copies it out again; on this project's 2-core VM a plain store into lines a peer
-//! has read ran at 2.4-8.5 GB/s, so with 4 ranks on 2 cores a 256 KiB broadcast spent 45 % of
-//! its time in those copies and took 1.5-1.8x Open MPI's (which has each receiver read the
-//! root's buffer once, with `process_vm_readv`).
+//! receiver copies it out again. With 4 ranks on 2 cores a 256 KiB broadcast through counter
+//! blocks took 1.5-1.8x Open MPI's time, 41 % of its `perf` samples in the root's stores into
+//! its children's blocks (lines they had read), 3 % in each leaf's copy out. Through this
+//! staging: 0.45 of Open MPI's time at 256 KiB, 0.08-0.10 from 1 MiB; 2 ranks 0.38-0.71 of the
+//! better MPI's from 8 KiB to 4 MiB.
 //!
 //! Flow control, per root: every rank counts the chunks each root has staged (the same count
 //! on every rank: each broadcast's length and chunk size are known to all). The root's `u`th
