@@ -108,7 +108,7 @@ impl SharedStaging {
                 )?;
             }
         }
-        self.staged[me as usize] += chunks(data, chunk).count() as u64;
+        self.staged[me as usize] += chunk_count(data.len(), chunk);
         Ok(())
     }
 
@@ -161,7 +161,7 @@ impl SharedStaging {
         let fabric = w.fabric();
         let me = fabric.rank();
         let first = self.staged[root as usize];
-        let count = buf.len().div_ceil(chunk).max(1) as u64;
+        let count = chunk_count(buf.len(), chunk);
         for (j, part) in chunks_mut(buf, chunk).enumerate() {
             let u = first + j as u64;
             let slot = (u % SLOTS as u64) as usize;
@@ -189,6 +189,11 @@ impl SharedStaging {
 /// chunk the slot held before (`u - SLOTS`).
 fn ready_byte(u: u64) -> u8 {
     (u % 255) as u8 + 1
+}
+
+/// Chunks a message of `len` bytes takes (an empty one takes one, as [`chunks`] yields).
+fn chunk_count(len: usize, chunk: usize) -> u64 {
+    len.div_ceil(chunk).max(1) as u64
 }
 
 /// `data` in chunks of `chunk` bytes; an empty message is one empty chunk (so that every rank
@@ -222,6 +227,7 @@ mod tests {
         let lens: Vec<usize> = chunks(&data, 4).map(|c| c.len()).collect();
         assert_eq!(lens, vec![4, 4, 2]);
         assert_eq!(chunks(&[], 4).count(), 1);
+        assert_eq!((chunk_count(10, 4), chunk_count(0, 4)), (3, 1));
         let mut buf = vec![0u8; 8];
         assert_eq!(chunks_mut(&mut buf, 4).count(), 2);
         assert_eq!(chunks_mut(&mut [], 4).count(), 1);
