@@ -69,7 +69,7 @@ impl Mix {
 }
 
 fn context() -> ContextId {
-    ContextId::user(1).unwrap_or_else(|_| unreachable!("1 fits in 23 bits"))
+    ContextId::user(1).unwrap_or_else(|_| unreachable!("1 fits in 15 bits"))
 }
 
 fn target_envelope() -> Envelope {

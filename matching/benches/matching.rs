@@ -36,7 +36,7 @@ struct Cell {
 }
 
 fn context() -> ContextId {
-    ContextId::user(1).expect("1 fits in 23 bits")
+    ContextId::user(1).expect("1 fits in 15 bits")
 }
 
 fn source(cell: Cell, i: u64, rank: u32) -> Source {

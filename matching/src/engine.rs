@@ -9,7 +9,7 @@
 
 use crate::envelope::{Envelope, ReceiveSpec, Selector};
 use crate::error::{MatchError, Rejected};
-use crate::interface::{ArrivalOutcome, Matching, PostOutcome, ReceiveHandle};
+use crate::interface::{ArrivalOutcome, Matching, PostOutcome, ReceiveHandle, UnexpectedHandle};
 use crate::posted::PostedQueue;
 use crate::reorder::ReorderStage;
 use crate::slab::SlotId;
@@ -90,6 +90,45 @@ impl<R, M> Matcher<R, M> {
     #[inline]
     pub fn arrive(&mut self, envelope: Envelope, message: M) -> ArrivalOutcome<R, M> {
         arrive_at(&mut self.posted, &mut self.unexpected, envelope, message)
+    }
+
+    /// The first half of [`Matcher::arrive`]: takes the earliest posted receive `envelope`
+    /// matches, or leaves everything as it was. A caller that gets `None` must queue the
+    /// message with [`Matcher::queue_unexpected`] before the next arrival or post (or drop it),
+    /// so that the two halves together are one arrival. For a network interface that has to
+    /// find a place for the message's data before it can queue it.
+    #[inline]
+    pub fn take_posted(&mut self, envelope: &Envelope) -> Option<R> {
+        if self.posted.len() == 0 {
+            return None;
+        }
+        self.posted.take_match(envelope)
+    }
+
+    /// The second half of [`Matcher::arrive`] (after [`Matcher::take_posted`] found nothing):
+    /// queues the message as unexpected behind every earlier one; a handle to it.
+    #[inline]
+    pub fn queue_unexpected(&mut self, envelope: Envelope, message: M) -> UnexpectedHandle {
+        let SlotId { index, generation } = self.unexpected.push(envelope, message);
+        UnexpectedHandle { index, generation }
+    }
+
+    /// The value of a queued unexpected message, to update in place; `None` once taken.
+    pub fn unexpected_mut(&mut self, handle: UnexpectedHandle) -> Option<&mut M> {
+        self.unexpected.value_mut(SlotId {
+            index: handle.index,
+            generation: handle.generation,
+        })
+    }
+
+    /// Removes a queued unexpected message that must not be matched after all (its data never
+    /// arrived); `None` once taken.
+    pub fn withdraw_unexpected(&mut self, handle: UnexpectedHandle) -> Option<(Envelope, M)> {
+        let found = self.unexpected.by_id(SlotId {
+            index: handle.index,
+            generation: handle.generation,
+        })?;
+        Some(self.unexpected.take(found))
     }
 
     /// A message arrives with its stream sequence number, possibly out of order; see
@@ -249,6 +288,33 @@ mod tests {
         match outcome {
             ArrivalOutcome::Matched { receive, .. } => Some(receive),
             ArrivalOutcome::Queued { .. } => None,
+        }
+    }
+
+    #[test]
+    fn split_arrival_queues_updates_and_withdraws() {
+        for padding in [0u32, 40] {
+            let mut engine: Matcher<u32, u32> = Matcher::new();
+            let c = ctx(1);
+            for i in 0..padding {
+                engine.queue_unexpected(Envelope::new(c, 9, 1000 + i), 1000 + i);
+            }
+            engine.post(spec(c, Source::Rank(0), TagPattern::Exact(1)), 7);
+            assert_eq!(engine.take_posted(&Envelope::new(c, 0, 2)), None);
+            assert_eq!(engine.posted_len(), 1, "a miss leaves the receive posted");
+            assert_eq!(engine.take_posted(&Envelope::new(c, 0, 1)), Some(7));
+            let first = engine.queue_unexpected(Envelope::new(c, 0, 5), 1);
+            let second = engine.queue_unexpected(Envelope::new(c, 0, 5), 2);
+            *engine.unexpected_mut(second).expect("queued") = 22;
+            assert_eq!(
+                engine.withdraw_unexpected(first),
+                Some((Envelope::new(c, 0, 5), 1))
+            );
+            assert_eq!(engine.withdraw_unexpected(first), None, "stale handle");
+            let any = spec(c, Source::Any, TagPattern::Exact(5));
+            assert_eq!(engine.matched_probe(&any).map(|(_, m)| m), Some(22));
+            assert!(engine.unexpected_mut(second).is_none(), "taken");
+            assert_eq!(engine.unexpected_len(), padding as usize);
         }
     }
 

@@ -8,15 +8,15 @@
 //! Bit layout of the match bits (most significant first):
 //!
 //! ```text
-//!  63  62 ............ 40  39 ................... 8  7 ...... 0
-//! +---+-------------------+-----------------------+-----------+
-//! | I |  context id (23)  |        tag (32)       | nonce (8) |
-//! +---+-------------------+-----------------------+-----------+
-//!  \_______ context field (24) _______/
+//!  63  62 ............ 48  47 .................. 16  15 ...... 0
+//! +---+-------------------+-----------------------+------------+
+//! | I |  context id (15)  |        tag (32)       | nonce (16) |
+//! +---+-------------------+-----------------------+------------+
+//!  \_______ context field (16) _______/
 //! ```
 //!
 //! * `I` is the internal flag: traffic of the library itself (collectives) uses the *internal
-//!   twin* of a communicator's context ([`ContextId::internal_twin`]). The whole 24-bit context
+//!   twin* of a communicator's context ([`ContextId::internal_twin`]). The whole 16-bit context
 //!   field is always compared — an ignore mask may never cover it — so no user receive, not
 //!   even an ANY_TAG one, can ever match internal traffic: ANY_TAG wildcards the 32 tag bits only.
 //! * The nonce bits carry protocol information of the sender (e.g. a synchronous-send flag).
@@ -27,15 +27,15 @@
 use crate::error::MatchError;
 
 /// Bit position of the lowest tag bit in the match bits.
-pub const TAG_SHIFT: u32 = 8;
+pub const TAG_SHIFT: u32 = 16;
 /// Bit position of the lowest context bit in the match bits.
-pub const CONTEXT_SHIFT: u32 = 40;
+pub const CONTEXT_SHIFT: u32 = 48;
 /// Match-bit mask of the nonce (protocol) bits, which every receive ignores.
-pub const NONCE_MASK: u64 = 0xFF;
+pub const NONCE_MASK: u64 = 0xFFFF;
 /// Match-bit mask of the 32 tag bits; ignoring exactly these is ANY_TAG.
 pub const TAG_MASK: u64 = 0xFFFF_FFFF << TAG_SHIFT;
-/// Match-bit mask of the 24-bit context field (internal flag included); never ignorable.
-pub const CONTEXT_MASK: u64 = 0xFF_FFFF << CONTEXT_SHIFT;
+/// Match-bit mask of the 16-bit context field (internal flag included); never ignorable.
+pub const CONTEXT_MASK: u64 = 0xFFFF << CONTEXT_SHIFT;
 /// Match-bit mask of the internal flag, the top bit of the context field.
 pub const INTERNAL_FLAG: u64 = 1 << 63;
 
@@ -47,11 +47,11 @@ pub const INTERNAL_FLAG: u64 = 1 << 63;
 pub struct ContextId(u32);
 
 impl ContextId {
-    /// Largest context id (23 bits).
-    pub const MAX_ID: u32 = (1 << 23) - 1;
-    const INTERNAL: u32 = 1 << 23;
+    /// Largest context id (15 bits).
+    pub const MAX_ID: u32 = (1 << 15) - 1;
+    const INTERNAL: u32 = 1 << 15;
 
-    /// The user context `id`; fails if `id` does not fit in 23 bits.
+    /// The user context `id`; fails if `id` does not fit in 15 bits.
     pub fn user(id: u32) -> Result<Self, MatchError> {
         if id > Self::MAX_ID {
             return Err(MatchError::ContextOutOfRange { id });
@@ -59,7 +59,7 @@ impl ContextId {
         Ok(ContextId(id))
     }
 
-    /// The internal context `id` (for collectives); fails if `id` does not fit in 23 bits.
+    /// The internal context `id` (for collectives); fails if `id` does not fit in 15 bits.
     pub fn internal(id: u32) -> Result<Self, MatchError> {
         Ok(Self::user(id)?.internal_twin())
     }
@@ -74,7 +74,7 @@ impl ContextId {
         ContextId(self.0 & Self::MAX_ID)
     }
 
-    /// The 23-bit id, without the internal flag.
+    /// The 15-bit id, without the internal flag.
     pub const fn id(self) -> u32 {
         self.0 & Self::MAX_ID
     }
@@ -84,14 +84,14 @@ impl ContextId {
         self.0 & Self::INTERNAL != 0
     }
 
-    /// The 24-bit context field as it appears in the match bits.
+    /// The 16-bit context field as it appears in the match bits.
     pub const fn field(self) -> u32 {
         self.0
     }
 
-    /// The context whose 24-bit field is `field & 0xFF_FFFF` (extra high bits are dropped).
+    /// The context whose 24-bit field is `field & 0xFFFF` (extra high bits are dropped).
     pub const fn from_field(field: u32) -> Self {
-        ContextId(field & 0xFF_FFFF)
+        ContextId(field & 0xFFFF)
     }
 }
 
@@ -130,7 +130,7 @@ pub struct Envelope {
     /// The sender's tag.
     pub tag: u32,
     /// Protocol bits of the sender; carried, never matched.
-    pub nonce: u8,
+    pub nonce: u16,
 }
 
 impl Envelope {
@@ -158,7 +158,7 @@ impl Envelope {
             context: ContextId::from_field((bits >> CONTEXT_SHIFT) as u32),
             source,
             tag: (bits >> TAG_SHIFT) as u32,
-            nonce: bits as u8,
+            nonce: bits as u16,
         }
     }
 }
@@ -327,15 +327,15 @@ mod tests {
     #[test]
     fn envelope_match_bits_round_trip() {
         let env = Envelope {
-            context: ctx(0x12_3456).internal_twin(),
+            context: ctx(0x1234).internal_twin(),
             source: 9,
             tag: 0xDEAD_BEEF,
-            nonce: 0x5A,
+            nonce: 0x5A5A,
         };
         let bits = env.match_bits();
         assert_eq!(bits & INTERNAL_FLAG, INTERNAL_FLAG);
         assert_eq!((bits & TAG_MASK) >> TAG_SHIFT, 0xDEAD_BEEF);
-        assert_eq!(bits & NONCE_MASK, 0x5A);
+        assert_eq!(bits & NONCE_MASK, 0x5A5A);
         assert_eq!(Envelope::from_match_bits(bits, 9), env);
     }
 
@@ -343,8 +343,8 @@ mod tests {
     fn context_ids_out_of_range_are_errors() {
         assert!(ContextId::user(ContextId::MAX_ID).is_ok());
         assert_eq!(
-            ContextId::user(1 << 23),
-            Err(MatchError::ContextOutOfRange { id: 1 << 23 })
+            ContextId::user(1 << 15),
+            Err(MatchError::ContextOutOfRange { id: 1 << 15 })
         );
         assert!(ContextId::internal(u32::MAX).is_err());
     }
@@ -413,7 +413,7 @@ mod tests {
                             context,
                             source,
                             tag,
-                            nonce: (tag * 37) as u8,
+                            nonce: (tag * 37) as u16,
                         };
                         let portals = (env.match_bits() ^ bits) & !ignore == 0
                             && (spec.source == Source::Any || spec.source == Source::Rank(source));

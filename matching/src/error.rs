@@ -30,7 +30,7 @@ impl fmt::Display for MatchError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MatchError::ContextOutOfRange { id } => {
-                write!(f, "context id {id} does not fit in 23 bits")
+                write!(f, "context id {id} does not fit in 15 bits")
             }
             MatchError::IgnoresContextBits { ignore_bits } => write!(
                 f,

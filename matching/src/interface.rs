@@ -15,6 +15,14 @@ pub struct ReceiveHandle {
     pub(crate) generation: u32,
 }
 
+/// Names one queued unexpected message, for [`crate::Matcher::unexpected_mut`] and
+/// [`crate::Matcher::withdraw_unexpected`]. Stale once the message is taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct UnexpectedHandle {
+    pub(crate) index: u32,
+    pub(crate) generation: u32,
+}
+
 /// What posting a receive did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum PostOutcome<R, M> {

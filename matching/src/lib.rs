@@ -56,5 +56,5 @@ mod unexpected;
 pub use engine::{Footprint, Matcher};
 pub use envelope::{ContextId, Envelope, ReceiveSpec, Source, TagPattern};
 pub use error::{MatchError, Rejected, ReorderError};
-pub use interface::{ArrivalOutcome, Matching, PostOutcome, ReceiveHandle};
+pub use interface::{ArrivalOutcome, Matching, PostOutcome, ReceiveHandle, UnexpectedHandle};
 pub use reorder::ReorderStage;

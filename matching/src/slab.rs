@@ -125,6 +125,16 @@ impl<N: Copy, V> Slab<N, V> {
         }
     }
 
+    /// The value `id` names, to update in place; `None` once that occupant is gone.
+    #[inline]
+    pub(crate) fn value_mut(&mut self, id: SlotId) -> Option<&mut V> {
+        let slot = self.slots.get_mut(id.index as usize)?;
+        if slot.generation != id.generation {
+            return None;
+        }
+        slot.value.as_mut()
+    }
+
     /// Frees the occupied slot at `index` and returns its value (its node stays readable only
     /// until the slot is reused).
     #[inline]

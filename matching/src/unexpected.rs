@@ -14,7 +14,7 @@ use crate::envelope::{Envelope, Selector, Shape};
 use crate::general;
 use crate::posted::{exact_key, pair_key};
 use crate::queue_form::{QueueForm, DEMOTE_AT, PROMOTE_ABOVE};
-use crate::slab::{Slab, NIL};
+use crate::slab::{Slab, SlotId, NIL};
 
 /// Lane of the exact `(context, source, tag)` FIFO.
 const EXACT: usize = 0;
@@ -94,15 +94,16 @@ impl<M> UnexpectedQueue<M> {
         self.nodes.len()
     }
 
-    /// Queues a message behind every earlier one.
+    /// Queues a message behind every earlier one; its slot, for [`UnexpectedQueue::by_id`].
     #[inline]
-    pub(crate) fn push(&mut self, envelope: Envelope, value: M) {
+    pub(crate) fn push(&mut self, envelope: Envelope, value: M) -> SlotId {
         let node = UnexpectedNode {
             envelope,
             lanes: [Link::DETACHED; 5],
             buckets: [NIL; 4],
         };
-        let index = self.nodes.insert(node, value).index;
+        let id = self.nodes.insert(node, value);
+        let index = id.index;
         match self.form {
             QueueForm::Short => {
                 self.short.push(ShortEntry { envelope, index });
@@ -115,6 +116,28 @@ impl<M> UnexpectedQueue<M> {
                 self.link_buckets(index);
             }
         }
+        id
+    }
+
+    /// Where the message `id` names is, if it is still queued (O(1); in the short form a scan
+    /// of at most [`PROMOTE_ABOVE`] entries).
+    pub(crate) fn by_id(&self, id: SlotId) -> Option<Found> {
+        if !self.nodes.contains(id) {
+            return None;
+        }
+        let position = match self.form {
+            QueueForm::Short => self.short.iter().position(|e| e.index == id.index)?,
+            QueueForm::Indexed => usize::MAX,
+        };
+        Some(Found {
+            index: id.index,
+            position,
+        })
+    }
+
+    /// The value of the message `id` names, to update in place.
+    pub(crate) fn value_mut(&mut self, id: SlotId) -> Option<&mut M> {
+        self.nodes.value_mut(id)
     }
 
     /// Where the earliest arrived message `selector` matches is.

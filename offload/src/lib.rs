@@ -19,7 +19,9 @@ mod event;
 mod initiator;
 mod match_list;
 mod me;
+mod mpi_lists;
 mod ni;
+mod ni_mpi;
 pub mod p2p;
 mod pin;
 mod portal;
@@ -35,7 +37,9 @@ use rdcoll_transport::SpinLock;
 
 pub use error::{OffloadError, Result};
 pub use event::{Event, EventKind, Location};
+pub use mpi_lists::{DirectDone, DirectHandle};
 pub use ni::{ActivityMark, Mode, Ni, NiConfig, RdmaPut};
+pub use ni_mpi::DirectPost;
 pub use rdcoll_transport::Fabric;
 pub use types::{
     AckReq, CtHandle, CtValue, EqHandle, GetArgs, List, MatchId, MdHandle, MdOptions, MeCounting,

@@ -82,10 +82,6 @@ impl MatchList {
         self.entries.get_mut(&seq)
     }
 
-    pub(crate) fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
     /// The first entry in append order that takes a message from `initiator` with `bits`.
     pub(crate) fn first_accepting(
         &self,

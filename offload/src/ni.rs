@@ -226,7 +226,7 @@ impl Ni {
         st.failed_peers.get(rank as usize).copied().unwrap_or(false)
     }
 
-    /// The state, locked (for the p2p fast path, which acts as the agent in inline mode).
+    /// The state, locked (for the NI's own modules).
     pub(crate) fn lock_state(&self) -> SpinGuard<'_, State> {
         self.shared.state.lock()
     }
@@ -248,7 +248,7 @@ impl Ni {
         crate::agent::progress(&self.shared)
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
         let mut st = self.shared.state.lock();
         let r = f(&mut st);
         let fired = st.fire_ready();
@@ -301,7 +301,7 @@ impl Ni {
             }
             let max_unexpected = st.cfg.max_unexpected;
             st.portals
-                .insert(Portal::new(eq, flow_control, max_unexpected))
+                .insert(Portal::new(eq, flow_control, max_unexpected, false))
                 .map(PtIndex)
         })
     }
@@ -462,6 +462,10 @@ impl Ni {
             let me = Me::new(spec);
             let seq = st.seq();
             let handle = MeHandle { pt, list, seq };
+            if list == List::Priority && st.portal(pt)?.mpi.is_some() {
+                crate::ni_mpi::append_mpi(st, pt, seq, me)?;
+                return Ok(handle);
+            }
             if list == List::Priority {
                 let taken = crate::target::take_unexpected(st, pt, &me);
                 if taken > 0 && me.options.use_once {
@@ -486,7 +490,14 @@ impl Ni {
     /// Unlinks an entry that is still linked.
     pub fn me_unlink(&self, me: MeHandle) -> Result<()> {
         self.with(|st| {
-            st.portal(me.pt)?
+            let portal = st.portal(me.pt)?;
+            if let (List::Priority, Some(mpi)) = (me.list, portal.mpi.as_mut()) {
+                return mpi
+                    .unlink_entry(me.seq)
+                    .map(drop)
+                    .ok_or_else(|| invalid("the match list entry is not linked"));
+            }
+            portal
                 .list(me.list)
                 .remove(me.seq)
                 .map(drop)
@@ -504,12 +515,7 @@ impl Ni {
             if op == SearchOp::Delete && crate::target::take_unexpected(st, pt, &me) > 0 {
                 return Ok(());
             }
-            let portal = st.portal(pt)?;
-            let first = portal
-                .unexpected_for(&me, false, false)
-                .first()
-                .and_then(|s| portal.unexpected.get(s))
-                .cloned();
+            let first = st.portal(pt)?.first_header(&me);
             let mut ev = Event::simple(EventKind::Search, Some(pt), st.rank(), me.user_ptr);
             match first {
                 Some(u) if op == SearchOp::Only => {
@@ -858,7 +864,7 @@ impl Ni {
 }
 
 /// Moves every queued event of `eq` to `out`.
-fn drain_eq(st: &mut State, eq: EqHandle, out: &mut Vec<Event>) -> Result<()> {
+pub(crate) fn drain_eq(st: &mut State, eq: EqHandle, out: &mut Vec<Event>) -> Result<()> {
     let q = st.eqs.must(eq.0)?;
     while let Some(ev) = q.pop()? {
         out.push(ev);

@@ -11,6 +11,8 @@ use crate::counter::{Counter, TriggeredOp};
 use crate::error::{OffloadError, Result};
 use crate::event::{Event, EventQueue};
 use crate::me::Placement;
+use crate::mpi_lists::{DirectDone, DirectRecv};
+use crate::portal::HeaderRef;
 use crate::portal::Portal;
 use crate::table::Table;
 use crate::types::{AckReq, CtHandle, CtValue, EqHandle, List, MdHandle, MdOptions, PtIndex};
@@ -63,10 +65,12 @@ pub(crate) struct Transfer {
     /// An inline put that asked for no acknowledgement: a success is not answered.
     pub(crate) quiet: bool,
     /// The unexpected header recorded for this transfer when it matched the overflow list.
-    pub(crate) header: Option<u64>,
+    pub(crate) header: Option<HeaderRef>,
     /// An entry appended (or a search-delete) took that header before the data was all in:
     /// its PUT_OVERFLOW is raised when the transfer finishes.
     pub(crate) taken_by: Option<Taker>,
+    /// A put into a direct receive's buffer (MPI portals): reported as a `DirectDone`.
+    pub(crate) direct: Option<DirectRecv>,
 }
 
 /// Who took an unexpected header whose data was still arriving.
@@ -74,6 +78,8 @@ pub(crate) struct Transfer {
 pub(crate) struct Taker {
     pub(crate) user_ptr: u64,
     pub(crate) counting: crate::types::MeCounting,
+    /// A direct receive took it: the data is copied into its buffer when it is all in.
+    pub(crate) direct: Option<DirectRecv>,
 }
 
 pub(crate) struct State {
@@ -112,6 +118,8 @@ pub(crate) struct State {
     /// The fabric's exclusive poller, where it has one: the agent polls only under the state
     /// lock, so the fabric's own lock is not needed (`Fabric::take_poller`).
     poller: Option<Box<dyn Poller>>,
+    /// Direct receives that matched, not yet collected (`Ni::progress_and_drain`).
+    pub(crate) direct_done: Vec<DirectDone>,
 }
 
 impl State {
@@ -136,6 +144,7 @@ impl State {
             early_completions: HashMap::default(),
             queued_unexpected: Arc::new(AtomicU64::new(0)),
             poller: None,
+            direct_done: Vec::new(),
         }
     }
 

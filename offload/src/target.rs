@@ -4,11 +4,12 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_transport::{Rank, RegionKey, RemoteAddr};
+use rdcoll_transport::{Rank, Region, RegionKey, RemoteAddr};
 
 use crate::event::{Event, EventKind, Location};
-use crate::me::Me;
-use crate::portal::Unexpected;
+use crate::me::{Me, Placement};
+use crate::mpi_lists::{DirectDone, DirectRecv};
+use crate::portal::{Chosen, Unexpected};
 use crate::state::{State, Taker, Transfer};
 use crate::types::{List, MeCounting, NiFail, PtIndex};
 use crate::wire::{Msg, PutData};
@@ -52,6 +53,15 @@ fn refuse(st: &mut State, pt: PtIndex) -> NiFail {
     NiFail::PtDisabled
 }
 
+/// What an arrival selected (returned once per arrival, never stored: no box).
+#[allow(clippy::large_enum_variant)]
+enum Selected {
+    /// An entry: the transfer to perform.
+    Entry(Transfer),
+    /// A direct receive of an MPI portal.
+    Direct(DirectRecv),
+}
+
 /// Selects the entry for a message and applies its side effects on the entry (offset advance,
 /// unlink); returns the transfer to perform, or the failure to answer with.
 #[allow(clippy::too_many_arguments)]
@@ -65,23 +75,36 @@ fn select(
     remote_offset: usize,
     rlength: usize,
     hdr_data: u64,
-) -> Result<Transfer, NiFail> {
+) -> Result<Selected, NiFail> {
     let Ok(portal) = st.portal(pt) else {
         return Err(NiFail::Dropped);
     };
     if !portal.enabled {
         return Err(NiFail::PtDisabled);
     }
-    let Some((list, seq)) = portal.find(from, bits, remote_offset, rlength) else {
-        return Err(refuse(st, pt));
+    if get && portal.mpi.is_some() {
+        // MPI portals take puts only (SEMANTICS.md §8).
+        return Err(NiFail::OpViolation);
+    }
+    let header_room = portal.unexpected_len() < portal.max_unexpected;
+    let (list, seq, mut me) = match portal.choose(from, bits, remote_offset, rlength) {
+        None => return Err(refuse(st, pt)),
+        Some(Chosen::Direct(d)) => return Ok(Selected::Direct(d)),
+        Some(Chosen::Taken(me)) => (List::Priority, None, Some(me)),
+        Some(Chosen::Linked(list, seq)) => (list, Some(seq), None),
     };
-    let header_room = portal.unexpected.len() < portal.max_unexpected;
     if list == List::Overflow && !header_room {
         return Err(refuse(st, pt));
     }
+    let portal = st.portal(pt).map_err(|_| NiFail::Dropped)?;
     let entries = portal.list(list);
-    let Some(me) = entries.get_mut(seq) else {
-        return Err(NiFail::Dropped);
+    let me: &mut Me = match (&mut me, seq) {
+        (Some(me), _) => me,
+        (None, Some(seq)) => match entries.get_mut(seq) {
+            Some(me) => me,
+            None => return Err(NiFail::Dropped),
+        },
+        (None, None) => return Err(NiFail::Dropped),
     };
     let allowed = if get {
         me.options.op_get
@@ -92,7 +115,8 @@ fn select(
         return Err(NiFail::OpViolation);
     }
     let place = me.placement(remote_offset, rlength);
-    let unlink = me.consume(place.mlength);
+    // An entry taken off an MPI portal's list is use-once: it is unlinked already.
+    let unlink = me.consume(place.mlength) || seq.is_none();
     let t = Transfer {
         get,
         initiator: from,
@@ -113,15 +137,16 @@ fn select(
         quiet: false,
         header: None,
         taken_by: None,
+        direct: None,
     };
-    if unlink {
+    if let (true, Some(seq)) = (unlink, seq) {
         if let Some(old) = entries.remove(seq) {
             if old.options.renew {
                 renew(st, pt, list, old);
             }
         }
     }
-    Ok(t)
+    Ok(Selected::Entry(t))
 }
 
 /// Appends a fresh copy of a renewing entry that just unlinked itself.
@@ -168,16 +193,19 @@ fn header_of(t: &Transfer, pending: Option<rdcoll_transport::OpId>) -> Unexpecte
 fn record_header(st: &mut State, t: &mut Transfer, pending: Option<rdcoll_transport::OpId>) {
     let seq = st.seq();
     if let Ok(portal) = st.portal(t.pt) {
-        portal.unexpected.insert(seq, header_of(t, pending));
-        t.header = Some(seq);
+        t.header = Some(portal.queue_header(seq, header_of(t, pending)));
         // One writer (the state lock's holder): a plain load and store, no locked operation.
         let queued = st.queued_unexpected.load(Ordering::Relaxed);
         st.queued_unexpected.store(queued + 1, Ordering::Release);
     }
 }
 
-/// Raises PUT_OVERFLOW (GET_OVERFLOW for a get's header) for `taker`, which took `u`.
+/// Raises PUT_OVERFLOW (GET_OVERFLOW for a get's header) for `taker`, which took `u`; a
+/// direct receive gets the data copied out of the overflow entry and a `DirectDone` instead.
 fn overflow_event(st: &mut State, pt: PtIndex, u: &Unexpected, taker: Taker, fail: NiFail) {
+    if let Some(d) = taker.direct {
+        return direct_from_header(st, d, u, fail);
+    }
     let kind = if u.get {
         EventKind::GetOverflow
     } else {
@@ -204,6 +232,22 @@ fn overflow_event(st: &mut State, pt: PtIndex, u: &Unexpected, taker: Taker, fai
 /// Raises the target events of a finished transfer, settles the unexpected header of an
 /// overflow deposit, and answers the initiator.
 pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
+    if let Some(d) = t.direct {
+        // A put pulled into a direct receive's buffer: no entry, no events.
+        let mlength = if fail == NiFail::Ok {
+            t.place.mlength
+        } else {
+            0
+        };
+        st.direct_done
+            .push(direct_done(d, &t, mlength as u64, fail));
+        if fail != NiFail::Ok {
+            t.place.mlength = 0;
+        } else if t.quiet {
+            return;
+        }
+        return answer(st, t.initiator, t.get, t.op, fail, Some(&t));
+    }
     // Every message that lands on the overflow list leaves a header (a get's data went out
     // from the overflow entry; an append that takes its header learns of it).
     let on_overflow = t.list == List::Overflow;
@@ -239,14 +283,14 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
     if on_overflow {
         if let Some(taker) = t.taken_by {
             overflow_event(st, t.pt, &header_of(&t, None), taker, fail);
-        } else if let (Some(seq), Ok(portal)) = (t.header, st.portal(t.pt)) {
+        } else if let (Some(h), Ok(portal)) = (t.header, st.portal(t.pt)) {
             if fail == NiFail::Ok {
-                if let Some(u) = portal.unexpected.get_mut(&seq) {
+                if let Some(u) = portal.header_mut(h) {
                     u.pending = None;
                 }
             } else {
                 // The data never arrived: the header must not be taken.
-                portal.unexpected.remove(&seq);
+                portal.withdraw_header(h);
             }
         }
     }
@@ -276,13 +320,18 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
             data,
         } => {
             let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
-            let mut t = match select(st, from, pt, false, op, bits, roff, rlen, hdr_data) {
-                Ok(t) => t,
-                Err(fail) => return answer(st, from, false, op, fail, None),
-            };
-            t.quiet = ack == crate::types::AckReq::None
+            let quiet = ack == crate::types::AckReq::None
                 && matches!(data, PutData::Inline(_))
                 && op & crate::initiator::QUIET_OP != 0;
+            let mut t = match select(st, from, pt, false, op, bits, roff, rlen, hdr_data) {
+                Ok(Selected::Entry(t)) => t,
+                Ok(Selected::Direct(d)) => {
+                    let t = direct_transfer(st.rank(), d, from, pt, op, bits, rlen, hdr_data);
+                    return put_direct(st, t, quiet, data);
+                }
+                Err(fail) => return answer(st, from, false, op, fail, None),
+            };
+            t.quiet = quiet;
             match data {
                 PutData::Inline(bytes) => {
                     let n = t.place.mlength;
@@ -327,7 +376,11 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
         } => {
             let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
             let t = match select(st, from, pt, true, op, bits, roff, rlen, 0) {
-                Ok(t) => t,
+                Ok(Selected::Entry(t)) => t,
+                // Gets never select a direct receive (MPI portals refuse them).
+                Ok(Selected::Direct(_)) => {
+                    return answer(st, from, true, op, NiFail::Dropped, None)
+                }
                 Err(fail) => return answer(st, from, true, op, fail, None),
             };
             if t.place.mlength == 0 {
@@ -366,20 +419,135 @@ fn to_usize(x: u64) -> usize {
 /// Returns how many it took.
 pub(crate) fn take_unexpected(st: &mut State, pt: PtIndex, me: &Me) -> usize {
     let Ok(portal) = st.portal(pt) else { return 0 };
-    let seqs = portal.unexpected_for(me, !me.options.use_once, true);
-    let taken: Vec<Unexpected> = seqs
-        .iter()
-        .filter_map(|s| portal.unexpected.remove(s))
-        .collect();
+    let taken = portal.take_headers(me, !me.options.use_once, true);
     let taker = Taker {
         user_ptr: me.user_ptr,
         counting: me.options.counting,
+        direct: None,
     };
     for u in &taken {
-        match u.pending.and_then(|id| st.transfers.get_mut(&id)) {
-            Some(t) => t.taken_by = Some(taker),
-            None => overflow_event(st, pt, u, taker, NiFail::Ok),
-        }
+        settle_taken(st, pt, u, taker);
     }
     taken.len()
+}
+
+/// Hands the taken header `u` to `taker`: now, or when its data has arrived.
+pub(crate) fn settle_taken(st: &mut State, pt: PtIndex, u: &Unexpected, taker: Taker) {
+    match u.pending.and_then(|id| st.transfers.get_mut(&id)) {
+        Some(t) => t.taken_by = Some(taker),
+        None => overflow_event(st, pt, u, taker, NiFail::Ok),
+    }
+}
+
+/// A direct receive took the header `u`: copies its data out of the overflow entry.
+fn direct_from_header(st: &mut State, d: DirectRecv, u: &Unexpected, fail: NiFail) {
+    let mut mlength = 0;
+    if fail == NiFail::Ok {
+        let n = u.mlength.min(d.capacity);
+        if n > 0 {
+            // SAFETY: as in `DirectRecv::deposit`: the buffer is lent to this receive until it
+            // completes, which this does; `n <= capacity`.
+            let out = unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, n) };
+            match u.start.region.read(u.start.offset, out) {
+                Ok(()) => mlength = n,
+                Err(e) => tracing::error!("copying an unexpected message out failed: {e}"),
+            }
+        }
+    }
+    st.direct_done.push(DirectDone {
+        user_ptr: d.user_ptr,
+        initiator: u.initiator,
+        match_bits: u.match_bits,
+        hdr_data: u.hdr_data,
+        rlength: u.rlength as u64,
+        mlength: mlength as u64,
+        fail,
+    });
+}
+
+/// The transfer of a put into a direct receive's buffer.
+#[allow(clippy::too_many_arguments)]
+fn direct_transfer(
+    rank: Rank,
+    d: DirectRecv,
+    from: Rank,
+    pt: PtIndex,
+    op: u64,
+    bits: u64,
+    rlength: usize,
+    hdr_data: u64,
+) -> Transfer {
+    // SAFETY: the buffer `Ni::post_direct`'s caller lent to this receive, valid and untouched
+    // by anything else until it completes; the region is only written by this transfer.
+    let region = unsafe { Region::private(rank, d.addr as *mut u8, d.capacity) };
+    Transfer {
+        get: false,
+        initiator: from,
+        op,
+        pt,
+        list: List::Priority,
+        region,
+        place: Placement {
+            offset: 0,
+            mlength: rlength.min(d.capacity),
+        },
+        bits,
+        rlength,
+        remote_offset: 0,
+        hdr_data,
+        user_ptr: d.user_ptr,
+        counting: MeCounting::default(),
+        unlinked: true,
+        ack_disabled: false,
+        me_options: crate::types::MeOptions::default(),
+        quiet: false,
+        header: None,
+        taken_by: None,
+        direct: Some(d),
+    }
+}
+
+/// A put that matched a direct receive: inline data is copied into its buffer at once, other
+/// data pulled into it.
+fn put_direct(st: &mut State, mut t: Transfer, quiet: bool, data: PutData<'_>) {
+    let Some(d) = t.direct else { return };
+    match data {
+        PutData::Inline(bytes) => {
+            let n = d.deposit(&bytes[..t.rlength.min(bytes.len())]);
+            st.direct_done
+                .push(direct_done(d, &t, n as u64, NiFail::Ok));
+            if !quiet {
+                answer(st, t.initiator, false, t.op, NiFail::Ok, Some(&t));
+            }
+        }
+        PutData::Pull { key, offset } => {
+            if t.place.mlength == 0 {
+                return finish(st, t, NiFail::Ok);
+            }
+            let src = RemoteAddr {
+                rank: t.initiator,
+                key: RegionKey(key),
+                offset: to_usize(offset),
+            };
+            t.quiet = false;
+            match st.fabric.get(&t.region, 0, t.place.mlength, src) {
+                Ok(id) => {
+                    st.transfers.insert(id, t);
+                }
+                Err(_) => finish(st, t, NiFail::Undeliverable),
+            }
+        }
+    }
+}
+
+fn direct_done(d: DirectRecv, t: &Transfer, mlength: u64, fail: NiFail) -> DirectDone {
+    DirectDone {
+        user_ptr: d.user_ptr,
+        initiator: t.initiator,
+        match_bits: t.bits,
+        hdr_data: t.hdr_data,
+        rlength: t.rlength as u64,
+        mlength,
+        fail,
+    }
 }

@@ -1,20 +1,19 @@
 //! How a message's envelope is laid out in Portals match bits and header data.
 //!
-//! Match bits: `context (16) | tag (32) | nonce (16)`, most significant first. Receives ignore
-//! the nonce (and the tag for `Tag::Any`); the sender's get entries match all 64 bits, so the
-//! nonce tells apart rendezvous messages whose envelopes are identical (paper 002, Section 3.3).
+//! Match bits: the matching crate's layout (`rdcoll_matching::envelope`), `context (16) | tag
+//! (32) | nonce (16)`, most significant first; the context's top bit is the internal flag
+//! ([`super::COLLECTIVE_CONTEXT_BIT`]). Receives ignore the nonce (and the tag for
+//! `Tag::Any`); the sender's get entries match all 64 bits, so the nonce tells apart
+//! rendezvous messages whose envelopes are identical (paper 002, Section 3.3).
 //!
 //! Header data: bit 63 marks a rendezvous; bits 48..62 carry the sender's chunk size in KiB;
 //! bits 0..47 the message's total length.
 
-use super::TagSel;
+use rdcoll_matching::envelope::{ContextId, Envelope, ReceiveSpec, Source as MatchSource};
+use rdcoll_matching::TagPattern;
 
-const TAG_SHIFT: u32 = 16;
-const CONTEXT_SHIFT: u32 = 48;
-/// The nonce bits.
-pub(crate) const NONCE_MASK: u64 = 0xffff;
-/// The tag bits.
-pub(crate) const TAG_MASK: u64 = 0xffff_ffff << TAG_SHIFT;
+use super::{Source, TagSel};
+
 const RENDEZVOUS: u64 = 1 << 63;
 const CHUNK_SHIFT: u32 = 48;
 const CHUNK_KIB_MAX: u64 = (1 << 15) - 1;
@@ -25,26 +24,40 @@ pub(crate) const MAX_CHUNK: usize = (CHUNK_KIB_MAX as usize) << 10;
 
 /// The match bits a message carries.
 pub(crate) fn message_bits(context: u16, tag: u32, nonce: u16) -> u64 {
-    ((context as u64) << CONTEXT_SHIFT) | ((tag as u64) << TAG_SHIFT) | nonce as u64
+    let envelope = Envelope {
+        nonce,
+        ..Envelope::new(ContextId::from_field(context as u32), 0, tag)
+    };
+    envelope.match_bits()
+}
+
+/// The receive spec of a receive (or probe) for `tag` from `source` in `context`.
+pub(crate) fn receive_spec(context: u16, tag: TagSel, source: Source) -> ReceiveSpec {
+    let tag = match tag {
+        TagSel::Value(t) => TagPattern::Exact(t),
+        TagSel::Any => TagPattern::Any,
+    };
+    let source = match source {
+        Source::Any => MatchSource::Any,
+        Source::Rank(r) => MatchSource::Rank(r),
+    };
+    ReceiveSpec::new(ContextId::from_field(context as u32), source, tag)
 }
 
 /// Match and ignore bits of a receive (or probe) for `tag` in `context`.
 pub(crate) fn receive_bits(context: u16, tag: TagSel) -> (u64, u64) {
-    match tag {
-        TagSel::Value(t) => (message_bits(context, t, 0), NONCE_MASK),
-        TagSel::Any => (message_bits(context, 0, 0), NONCE_MASK | TAG_MASK),
-    }
+    receive_spec(context, tag, Source::Any).match_bits()
 }
 
 /// The tag carried in `bits`.
 pub(crate) fn tag_of(bits: u64) -> u32 {
-    ((bits & TAG_MASK) >> TAG_SHIFT) as u32
+    Envelope::from_match_bits(bits, 0).tag
 }
 
 /// The nonce carried in `bits`.
 #[cfg(test)]
 pub(crate) fn nonce_of(bits: u64) -> u16 {
-    (bits & NONCE_MASK) as u16
+    Envelope::from_match_bits(bits, 0).nonce
 }
 
 /// What the header data says about a message.

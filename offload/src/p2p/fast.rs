@@ -24,9 +24,7 @@ use rdcoll_transport::{Rank, TransportError};
 use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
-use crate::me::bits_match;
-use crate::state::State;
-use crate::wire::peek_quiet_put;
+use crate::ni_mpi::FastPass;
 
 /// `Engine::fast_state`: no fast receive.
 pub(super) const FAST_NONE: u8 = 0;
@@ -49,42 +47,6 @@ pub(super) struct FastRecv {
     materialized: Option<Result<ReqId>>,
 }
 
-/// What a receive accepts, in match-bit form.
-#[derive(Clone, Copy)]
-pub(super) struct Selector {
-    match_bits: u64,
-    ignore_bits: u64,
-    source: Source,
-}
-
-impl Selector {
-    pub(super) fn new(context: Context, tag: TagSel, source: Source) -> Selector {
-        let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
-        Selector {
-            match_bits,
-            ignore_bits,
-            source,
-        }
-    }
-
-    pub(super) fn accepts(&self, from: Rank, bits: u64) -> bool {
-        bits_match(bits, self.match_bits, self.ignore_bits)
-            && match self.source {
-                Source::Any => true,
-                Source::Rank(r) => r == from,
-            }
-    }
-}
-
-/// What polling one fabric event gave.
-pub(super) enum Polled {
-    Nothing,
-    /// Handled by the agent (not ours).
-    Other,
-    /// Our message: what taking it gave is in the caller's slot.
-    Taken,
-}
-
 impl Engine {
     /// Receives a message into `buf` through the fast path; `None` when the fast path does not
     /// apply (another receive posted, a matching message already queued) and the
@@ -101,9 +63,13 @@ impl Engine {
                 return Some(Err(e));
             }
         }
+        let spec = bits::receive_spec(context, tag, source);
+        let from = match source {
+            Source::Any => None,
+            Source::Rank(r) => Some(r),
+        };
         // Unexpected headers queued when this receive last looked (see the loop).
         let mut seen;
-        let sel = Selector::new(context, tag, source);
         {
             let mut inner = self.inner.lock();
             if self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
@@ -112,15 +78,10 @@ impl Engine {
             if let Err(e) = self.take_delivery_failure(&mut inner) {
                 return Some(Err(e));
             }
-            if !inner.lights.is_empty() {
-                // Queued receives are older: this one joins them.
-                return None;
-            }
-            let st = self.ni.lock_state();
-            if !self.fast_path_open(&st, sel) {
-                return None;
-            }
-            seen = st.queued_unexpected.load(Ordering::Relaxed);
+            // Nothing else posted and no queued message matches it (checked by the NI's
+            // matching engine): it opens under the state lock, which serialises it with claims.
+            let open = || self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
+            seen = self.ni.fast_receive_open(self.pt_msg, &spec, open)?;
             inner.fast = Some(FastRecv {
                 addr: buf.as_mut_ptr() as usize,
                 capacity: buf.len(),
@@ -129,7 +90,6 @@ impl Engine {
                 context,
                 materialized: None,
             });
-            self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
         }
         let fabric = self.ni.fabric();
         let mut backoff = Backoff::default();
@@ -152,64 +112,41 @@ impl Engine {
                     continue;
                 }
             }
-            let mut st = self.ni.lock_state();
-            if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {
-                continue; // claimed meanwhile
-            }
-            let mut polled_any = false;
-            let mut queued_match = false;
             let mut taken = None;
-            for _ in 0..16 {
-                // Every message older than the next one in the fabric was handled (by us
-                // or by another thread's progress); one this receive matches was queued as
-                // unexpected, and it must be taken before anything newer. The agent's work
-                // on what we hand it (a rendezvous header, say) queues such messages too.
-                let queued = st.queued_unexpected.load(Ordering::Relaxed);
-                if queued != seen {
-                    seen = queued;
-                    if unexpected_match(&st, self, sel) {
-                        queued_match = true;
-                        break;
+            let still_open = || self.fast_state.load(Ordering::Relaxed) == FAST_OPEN;
+            let close = || self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+            let take =
+                |src, bits, hdr_data, payload: &[u8]| take_eager(src, bits, hdr_data, payload, buf);
+            let pass = self.ni.fast_receive_pass(
+                self.pt_msg,
+                &spec,
+                from,
+                &mut seen,
+                still_open,
+                close,
+                &mut taken,
+                take,
+            );
+            let polled_any = match pass {
+                FastPass::Claimed => continue,
+                FastPass::Taken => {
+                    self.note_activity();
+                    if let Some(result) = taken {
+                        return Some(result);
                     }
+                    continue;
                 }
-                let take = |src, data: &[u8]| take_eager(self, sel, src, data, buf);
-                match poll_one(&mut st, &mut taken, take) {
-                    Polled::Nothing | Polled::Taken => break,
-                    Polled::Other => polled_any = true,
-                }
-            }
-            if polled_any {
-                // The counts the handled events changed may release triggered operations (a
-                // rendezvous's next get), also when a message is taken right after them.
-                fire(&mut st);
-            }
-            let dead = if taken.is_none() && !queued_match {
-                sender_gone(&st, self, source)
-            } else {
-                None
-            };
-            if taken.is_some() || dead.is_some() {
-                self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-            }
-            drop(st);
-            if polled_any || taken.is_some() {
-                self.note_activity();
-            }
-            if polled_any {
-                // Host threads asleep on the agent's notifications (thread mode).
-                self.ni.notify_changed();
-            }
-            if let Some(result) = taken {
-                return Some(result);
-            }
-            if queued_match {
                 // Post it as an ordinary receive, which takes the queued message. It stays
                 // open until posted: a receive another thread posts meanwhile must post this
                 // one first (`materialize_fast`), as it is older.
-                return self.finish_as_ordinary(true);
-            }
-            if let Some(dead) = dead {
-                return Some(Err(TransportError::PeerFailed(dead).into()));
+                FastPass::QueuedMatch => return self.finish_as_ordinary(true),
+                FastPass::SenderGone(dead) => {
+                    return Some(Err(TransportError::PeerFailed(dead).into()))
+                }
+                FastPass::Nothing(polled_any) => polled_any,
+            };
+            if polled_any {
+                self.note_activity();
             }
             if !polled_any {
                 self.idle(&mut backoff);
@@ -240,15 +177,6 @@ impl Engine {
         self.activity.store(a.wrapping_add(1), Ordering::Relaxed);
     }
 
-    /// Whether a receive with `sel` may take the fast path: nothing else posted, and no queued
-    /// message it would take.
-    fn fast_path_open(&self, st: &State, sel: Selector) -> bool {
-        let Some(portal) = st.portals.get(self.pt_msg.0) else {
-            return false;
-        };
-        portal.priority.is_empty() && !unexpected_match(st, self, sel)
-    }
-
     /// Posts another thread's fast receive as an ordinary one (it is older than whatever the
     /// caller is about to post). Call with the engine lock held, before posting.
     pub(super) fn materialize_fast(&self, inner: &mut Inner) {
@@ -257,12 +185,15 @@ impl Engine {
         if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {
             return;
         }
-        {
-            let _st = self.ni.lock_state();
-            if self.fast_state.load(Ordering::Relaxed) != FAST_OPEN {
-                return;
+        let claimed = self.ni.serialized(|| {
+            let open = self.fast_state.load(Ordering::Relaxed) == FAST_OPEN;
+            if open {
+                self.fast_state.store(FAST_CLAIMED, Ordering::Release);
             }
-            self.fast_state.store(FAST_CLAIMED, Ordering::Release);
+            open
+        });
+        if !claimed {
+            return;
         }
         let Some(f) = inner.fast.as_ref().map(FastRecv::describe) else {
             return;
@@ -303,89 +234,25 @@ impl FastRecv {
     }
 }
 
-/// Releases the triggered operations that the counts changed by handled events have reached.
-pub(super) fn fire(st: &mut State) {
-    if let Err(e) = st.fire_ready() {
-        tracing::error!("offload agent: firing triggered operations failed: {e}");
-    }
-}
-
-/// Polls one fabric event: a message `take` accepts (it returns `Some`) is the caller's, taken
-/// straight from the transport's buffer, and what taking it gave is left in `taken` (a slot
-/// of the caller's, not a return value: the result is large and this is the latency path);
-/// anything else is handed to the agent.
-pub(super) fn poll_one<T>(
-    st: &mut State,
-    taken: &mut Option<T>,
-    mut take: impl FnMut(Rank, &[u8]) -> Option<T>,
-) -> Polled {
-    let mut other = None;
-    let polled = st.poll_fabric_with(&mut |ev| match ev {
-        rdcoll_transport::EventRef::Message { src, data } => match take(src, data) {
-            Some(t) => *taken = Some(t),
-            None => other = Some(ev.into_owned()),
-        },
-        rdcoll_transport::EventRef::Owned(e) => other = Some(e),
-    });
-    match polled {
-        Ok(false) => Polled::Nothing,
-        Err(e) => {
-            log_poll_failure(&e);
-            Polled::Nothing
-        }
-        Ok(true) => {
-            if taken.is_some() {
-                return Polled::Taken;
-            }
-            if let Some(ev) = other {
-                crate::agent::handle(st, ev);
-            }
-            Polled::Other
-        }
-    }
-}
-
-/// Logs a failed poll of the fabric (out of line: the logging macro's call-site code would
-/// otherwise sit in every poll's frame).
-#[cold]
-#[inline(never)]
-fn log_poll_failure(e: &rdcoll_transport::TransportError) {
-    tracing::error!("offload agent: polling the fabric failed: {e}");
-}
-
-/// Copies an eager message for this receive into `buf`; `None` if `data` is anything else.
+/// Copies an eager message (no rendezvous chunk size in its header) for the fast receive into
+/// `buf`; `None` for a rendezvous header, which is the agent's (through the portal).
 fn take_eager(
-    engine: &Engine,
-    sel: Selector,
     src: Rank,
-    data: &[u8],
+    bits: u64,
+    hdr_data: u64,
+    payload: &[u8],
     buf: &mut [u8],
 ) -> Option<Result<Status>> {
-    let (bits, payload) = eager_on_message_portal(engine, data)?;
-    sel.accepts(src, bits)
-        .then(|| deliver_eager(src, bits, payload, buf))
-}
-
-/// The match bits and payload of `data` if it is an eager message on the message portal.
-/// Eager messages and rendezvous headers both travel as compact quiet puts; a header that
-/// names a chunk size starts a rendezvous, which is the agent's (through an entry).
-pub(super) fn eager_on_message_portal<'a>(
-    engine: &Engine,
-    data: &'a [u8],
-) -> Option<(u64, &'a [u8])> {
-    let (pt, bits, hdr_data, payload) = peek_quiet_put(data)?;
-    (pt == engine.pt_msg && Header::decode(hdr_data).chunk.is_none()).then_some((bits, payload))
+    if Header::decode(hdr_data).chunk.is_some() {
+        return None;
+    }
+    Some(deliver_eager(src, bits, payload, buf))
 }
 
 /// Copies an eager message from `src` into `buf`: its status, or `Truncated` (with the true
 /// length, nothing written past `buf`).
 #[inline]
-pub(super) fn deliver_eager(
-    src: Rank,
-    bits: u64,
-    payload: &[u8],
-    buf: &mut [u8],
-) -> Result<Status> {
+fn deliver_eager(src: Rank, bits: u64, payload: &[u8], buf: &mut [u8]) -> Result<Status> {
     let status = Status {
         source: src,
         tag: bits::tag_of(bits),
@@ -398,39 +265,5 @@ pub(super) fn deliver_eager(
         Err(super::truncated(status, buf.len()))
     } else {
         Ok(status)
-    }
-}
-
-/// Whether a queued unexpected message on the message portal matches `sel`.
-pub(super) fn unexpected_match(st: &State, engine: &Engine, sel: Selector) -> bool {
-    let Some(portal) = st.portals.get(engine.pt_msg.0) else {
-        return false;
-    };
-    portal
-        .unexpected
-        .values()
-        .any(|u| !u.get && sel.accepts(u.initiator, u.match_bits))
-}
-
-/// The failed sender a receive from `source` would wait for forever (see `recv::peer_gone`);
-/// here the agent's record is read directly, as this thread is the agent.
-fn sender_gone(st: &State, engine: &Engine, source: Source) -> Option<Rank> {
-    let fabric = engine.ni.fabric();
-    let handled = |r: Rank| st.failed_peers.get(r as usize).copied().unwrap_or(false);
-    match source {
-        Source::Rank(s) => (fabric.is_failed(s) && handled(s)).then_some(s),
-        Source::Any => {
-            let me = fabric.rank();
-            let mut others = (0..fabric.size() as Rank).filter(|&p| p != me).peekable();
-            others.peek()?;
-            let mut last = None;
-            for p in others {
-                if !(fabric.is_failed(p) && handled(p)) {
-                    return None;
-                }
-                last = Some(p);
-            }
-            last
-        }
     }
 }

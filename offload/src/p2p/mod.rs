@@ -19,7 +19,6 @@ mod bits;
 mod config;
 mod fast;
 mod group;
-mod light;
 mod probe;
 mod recv;
 mod send;
@@ -115,8 +114,6 @@ enum Req {
     Send(send::Rendezvous),
     /// A posted receive.
     Recv(recv::Receive),
-    /// A queued receive (`light`), from this source.
-    Light(Source),
 }
 
 struct Inner {
@@ -131,8 +128,8 @@ struct Inner {
     delivery_failure: Option<OffloadError>,
     /// A blocking receive on the fast path, not posted as an entry.
     fast: Option<fast::FastRecv>,
-    /// Nonblocking receives queued instead of posted as entries.
-    lights: light::Lights,
+    /// Matched direct receives, collected by a progress pass (reused).
+    directs: Vec<crate::DirectDone>,
     /// The group of each grouped request whose result was not collected yet (`group`).
     grouped: HashMap<u64, u64>,
 }
@@ -181,7 +178,7 @@ impl Engine {
         // earlier (a peer that started first) must wait in the fabric, not find no entry.
         let mut ni = Ni::new_paused(fabric.clone(), ni_cfg)?;
         let eq = ni.eq_alloc(usize::MAX)?;
-        let pt_msg = ni.pt_alloc(Some(eq), false)?;
+        let pt_msg = ni.pt_alloc_mpi(Some(eq))?;
         let pt_rndv = ni.pt_alloc(None, false)?;
         let probe_region = fabric.alloc_region(0)?;
         let eager_opts = MdOptions {
@@ -235,7 +232,7 @@ impl Engine {
                 next_context: 1,
                 delivery_failure: None,
                 fast: None,
-                lights: light::Lights::default(),
+                directs: Vec::new(),
                 grouped: HashMap::default(),
             }),
         })
@@ -365,26 +362,26 @@ impl Engine {
         // every pass: a window of queued receives may take only one or two.
         self.ni.note_host_polling();
         let mut events = std::mem::take(&mut inner.scratch);
-        let handled = if inner.lights.is_empty() {
-            self.ni.progress_and_drain(self.eq, &mut events)?
-        } else {
-            self.progress_lights(inner, &mut events)?
-        };
-        if handled + events.len() > 0 {
+        let mut directs = std::mem::take(&mut inner.directs);
+        let handled = self
+            .ni
+            .progress_and_collect(self.eq, &mut events, &mut directs)?;
+        if handled + events.len() + directs.len() > 0 {
             self.note_activity();
+        }
+        for d in directs.drain(..) {
+            recv::on_direct(self, inner, d);
         }
         for ev in events.drain(..) {
             self.dispatch(inner, ev);
         }
         inner.scratch = events;
+        inner.directs = directs;
         Ok(())
     }
 
     fn dispatch(&self, inner: &mut Inner, ev: Event) {
         match ev.kind {
-            EventKind::Put | EventKind::PutOverflow if ev.user_ptr < RESERVED_IDS => {
-                recv::on_match(self, inner, ev)
-            }
             EventKind::Search => {
                 inner.searches.insert(ev.user_ptr, ev);
             }
@@ -433,16 +430,6 @@ impl Engine {
                 }
                 None => false,
             },
-            Req::Light(source) => {
-                let source = *source;
-                match self.check_light(inner, id.0, source) {
-                    Some(result) => {
-                        inner.reqs.insert(id.0, Req::Done(result));
-                        true
-                    }
-                    None => false,
-                }
-            }
         };
         if !finished {
             return Ok(None);
@@ -520,13 +507,6 @@ impl Engine {
                 }
                 Ok(false)
             }
-            Some(Req::Light(_)) => match self.cancel_light(&mut inner, id.0) {
-                Some(result) => {
-                    inner.reqs.insert(id.0, Req::Done(result));
-                    Ok(true)
-                }
-                None => Ok(false),
-            },
             Some(_) => Ok(false),
         }
     }

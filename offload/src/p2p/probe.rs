@@ -20,12 +20,6 @@ impl Engine {
         };
         let mut inner = self.inner.lock();
         self.progress_locked(&mut inner)?;
-        if !inner.lights.is_empty() {
-            // Another thread's progress (the thread-mode agent's) may queue, after the pass
-            // above, a message that a queued receive must take: as entries, they take it
-            // before the search below can report it.
-            self.materialize_lights(&mut inner);
-        }
         let id = Engine::new_id(&mut inner);
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
         let spec = MeSpec {

@@ -1,21 +1,18 @@
-//! Receives: the priority-list entry over the user's buffer, the match (at append time from an
-//! unexpected header, or later from the put event), and the receiver-driven chunked gets.
+//! Receives: a direct receive over the user's buffer on the message portal (the NI copies
+//! a matching eager message or first chunk into it, see `Ni::post_direct`), the match (at post
+//! time from an unexpected message, or later on arrival), and the receiver-driven chunked gets.
 
 use rdcoll_transport::{Rank, Region, TransportError};
 
 use super::bits::{self, Header};
 use super::{truncated, Context, Engine, Inner, Req, ReqId, Source, Status, TagSel};
 use crate::error::{OffloadError, Result};
-use crate::event::{Event, EventKind};
-use crate::types::{
-    CtHandle, GetArgs, List, MatchId, MdHandle, MdOptions, MeHandle, MeOptions, MeSpec, NiFail,
-};
+use crate::types::{CtHandle, GetArgs, MatchId, MdHandle, MdOptions, NiFail};
+use crate::{DirectDone, DirectHandle, DirectPost};
 
 /// A posted receive.
 pub(super) struct Receive {
-    /// The user's buffer, registered.
-    region: Region,
-    /// Its address (a plain number so the engine stays `Send`), for copying unexpected data in.
+    /// The user's buffer (a plain number so the engine stays `Send`).
     addr: usize,
     capacity: usize,
     source: Source,
@@ -23,8 +20,9 @@ pub(super) struct Receive {
 }
 
 enum Phase {
-    /// Linked on the priority list, waiting for a message.
-    Matching { me: Option<MeHandle> },
+    /// Posted on the message portal (`None`: it matched while posting, its `DirectDone` is
+    /// on its way).
+    Matching { posted: Option<DirectHandle> },
     /// Matched a rendezvous; the gets for the rest are in flight.
     Fetching {
         /// The buffer, registered so the sender can deposit the replies.
@@ -74,14 +72,6 @@ impl Engine {
         self.take_delivery_failure(inner)?;
         // A fast receive another thread is blocked in was posted first: it goes first.
         self.materialize_fast(inner);
-        if let Source::Rank(r) = source {
-            self.check_rank(r, "source")?;
-        }
-        // SAFETY: passed on from the caller.
-        let posted = unsafe { self.post_light(inner, ptr as usize, len, source, tag, context)? };
-        if let super::light::Posted::Queued(id) = posted {
-            return Ok(ReqId(id));
-        }
         // SAFETY: passed on from the caller.
         unsafe { self.post_recv(inner, ptr, len, source, tag, context) }
     }
@@ -99,27 +89,6 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<ReqId> {
-        let id = Engine::new_id(inner);
-        // SAFETY: passed on from the caller.
-        unsafe { self.post_recv_as(inner, id, ptr, len, source, tag, context)? };
-        Ok(ReqId(id))
-    }
-
-    /// Posts a receive (see [`post_recv`](Engine::post_recv)) under request id `id`.
-    ///
-    /// # Safety
-    /// As for `irecv`.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) unsafe fn post_recv_as(
-        &self,
-        inner: &mut Inner,
-        id: u64,
-        ptr: *mut u8,
-        len: usize,
-        source: Source,
-        tag: TagSel,
-        context: Context,
-    ) -> Result<()> {
         let match_id = match source {
             Source::Any => MatchId::Any,
             Source::Rank(r) => {
@@ -127,81 +96,57 @@ impl Engine {
                 MatchId::Rank(r)
             }
         };
-        // SAFETY: the caller keeps the buffer valid and otherwise untouched until the receive
-        // completes; completion deregisters it. Only this rank's agent writes into it (a
-        // rendezvous registers it for the sender's replies when it matches).
-        let region = unsafe { Region::private(self.rank(), ptr, len) };
+        let id = Engine::new_id(inner);
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
-        let spec = MeSpec {
-            region: region.clone(),
-            match_bits,
-            ignore_bits,
-            match_id,
-            options: MeOptions {
-                use_once: true,
-                op_get: false,
-                event_link_disable: true,
-                event_unlink_disable: true,
-                ..MeOptions::default()
-            },
-            user_ptr: id,
+        // SAFETY: the caller keeps the buffer valid and otherwise untouched until the receive
+        // completes; the NI writes into it only while the receive is posted or matched, and
+        // completion (or cancelling) ends that.
+        let posted = unsafe {
+            self.ni
+                .post_direct(self.pt_msg, match_bits, ignore_bits, match_id, id, ptr, len)?
+        };
+        let posted = match posted {
+            DirectPost::Posted(h) => Some(h),
+            DirectPost::Matched => None,
         };
         let receive = Receive {
-            region,
             addr: ptr as usize,
             capacity: len,
             source,
-            phase: Phase::Matching { me: None },
+            phase: Phase::Matching { posted },
         };
         inner.reqs.insert(id, Req::Recv(receive));
-        match self.ni.me_append(self.pt_msg, List::Priority, spec) {
-            Ok(me) => {
-                if let Some(Req::Recv(r)) = inner.reqs.get_mut(&id) {
-                    if let Phase::Matching { me: slot } = &mut r.phase {
-                        *slot = Some(me);
-                    }
-                }
-            }
-            Err(e) => {
-                if let Some(Req::Recv(r)) = inner.reqs.remove(&id) {
-                    r.region.deregister();
-                }
-                return Err(e);
+        if posted.is_none() {
+            // It took an unexpected message: its completion is queued now.
+            if let Err(e) = self.progress_locked(inner) {
+                tracing::error!("progress after posting a receive failed: {e}");
             }
         }
-        // The append may have taken an unexpected message: its event is queued now. (The
-        // receive is posted whatever this says: its entry may already hold the buffer.)
-        if let Err(e) = self.progress_locked(inner) {
-            tracing::error!("progress after posting a receive failed: {e}");
-        }
-        Ok(())
+        Ok(ReqId(id))
     }
 }
 
-/// A message matched receive `ev.user_ptr`: finish an eager one, start fetching a rendezvous.
-pub(super) fn on_match(engine: &Engine, inner: &mut Inner, ev: Event) {
-    let id = ev.user_ptr;
+/// A direct receive matched: finish an eager message, start fetching a rendezvous.
+pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
+    let id = d.user_ptr;
     let Some(Req::Recv(r)) = inner.reqs.get_mut(&id) else {
         return;
     };
     if !matches!(r.phase, Phase::Matching { .. }) {
         return;
     }
+    let header = Header::decode(d.hdr_data);
     let status = Status {
-        source: ev.peer,
-        tag: bits::tag_of(ev.match_bits),
-        len: usize::try_from(Header::decode(ev.hdr_data).len).unwrap_or(usize::MAX),
+        source: d.initiator,
+        tag: bits::tag_of(d.match_bits),
+        len: usize::try_from(header.len).unwrap_or(usize::MAX),
         cancelled: false,
     };
-    if ev.fail != NiFail::Ok {
-        r.phase = Phase::Finished(Err(TransportError::PeerFailed(ev.peer).into()));
+    if d.fail != NiFail::Ok {
+        r.phase = Phase::Finished(Err(TransportError::PeerFailed(d.initiator).into()));
         return;
     }
-    if ev.kind == EventKind::PutOverflow {
-        copy_unexpected(r, &ev);
-    }
-    let header = Header::decode(ev.hdr_data);
-    let first = ev.rlength as usize;
+    let first = d.rlength as usize;
     let chunk = match header.chunk {
         Some(c) if status.len > first => c,
         _ => {
@@ -209,25 +154,10 @@ pub(super) fn on_match(engine: &Engine, inner: &mut Inner, ev: Event) {
             return;
         }
     };
-    r.phase = match fetch(engine, id, r, &ev, status, first, chunk) {
+    r.phase = match fetch(engine, id, r, &d, status, first, chunk) {
         Ok(phase) => phase,
         Err(e) => Phase::Finished(Err(e)),
     };
-}
-
-/// Copies the first chunk of an unexpected message from its bounce buffer.
-fn copy_unexpected(r: &Receive, ev: &Event) {
-    let Some(start) = &ev.start else { return };
-    let n = (ev.mlength as usize).min(r.capacity);
-    if n == 0 {
-        return;
-    }
-    // SAFETY: `addr..addr + capacity` is the receive's buffer, valid and reserved for this
-    // request by the caller of `irecv`; its entry is unlinked, so nothing else writes it.
-    let out = unsafe { std::slice::from_raw_parts_mut(r.addr as *mut u8, n) };
-    if let Err(e) = start.region.read(start.offset, out) {
-        tracing::error!("copying an unexpected message out of its bounce buffer failed: {e}");
-    }
 }
 
 /// Issues the gets for the rest of a rendezvous: the first `c` now, each later one triggered
@@ -236,7 +166,7 @@ fn fetch(
     engine: &Engine,
     id: u64,
     r: &Receive,
-    ev: &Event,
+    d: &DirectDone,
     status: Status,
     first: usize,
     chunk: usize,
@@ -266,9 +196,9 @@ fn fetch(
             md,
             local_offset,
             len,
-            target: ev.peer,
+            target: d.initiator,
             pt: engine.pt_rndv,
-            match_bits: ev.match_bits,
+            match_bits: d.match_bits,
             remote_offset,
             user_ptr: id,
         };
@@ -303,10 +233,12 @@ fn complete(status: Status, capacity: usize) -> Result<Status> {
 pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> {
     let result = match &r.phase {
         Phase::Finished(res) => res.clone(),
-        Phase::Matching { me } => {
+        Phase::Matching { posted } => {
             let dead = peer_gone(engine, r.source)?;
-            // Unlinking fails if a message matched meanwhile: then it completes normally.
-            engine.ni.me_unlink((*me)?).ok()?;
+            // Withdrawing fails if a message matched meanwhile: then it completes normally.
+            if !engine.ni.cancel_direct(engine.pt_msg, (*posted)?).ok()? {
+                return None;
+            }
             Err(TransportError::PeerFailed(dead).into())
         }
         Phase::Fetching {
@@ -336,8 +268,6 @@ pub(super) fn check(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> 
             }
         }
     };
-    // No peer may write into the buffer once the receive has completed.
-    r.region.deregister();
     Some(result)
 }
 
@@ -362,11 +292,12 @@ pub(super) fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
 
 /// Cancels a receive that has not matched yet.
 pub(super) fn cancel(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> {
-    let Phase::Matching { me: Some(me) } = r.phase else {
+    let Phase::Matching { posted: Some(h) } = r.phase else {
         return None;
     };
-    engine.ni.me_unlink(me).ok()?;
-    r.region.deregister();
+    if !engine.ni.cancel_direct(engine.pt_msg, h).ok()? {
+        return None;
+    }
     Some(Ok(Status {
         source: 0,
         tag: 0,

@@ -1,0 +1,361 @@
+//! The NI's MPI-portal API (SEMANTICS.md §8): portals whose match lists the matching engine
+//! keeps, direct receives, and the blocking receive's fast path. This is how the message layer
+//! (`p2p`) talks to the NI for matching; it never sees the NI's state.
+
+use std::sync::atomic::Ordering;
+
+use rdcoll_matching::{Envelope, ReceiveSpec};
+use rdcoll_transport::{EventRef, Rank};
+
+use crate::error::{invalid, Result};
+use crate::event::{Event, EventKind};
+use crate::me::Me;
+use crate::mpi_lists::{spec_of, DirectDone, DirectHandle, DirectRecv, Posted, PostedAs};
+use crate::portal::Portal;
+use crate::state::{State, Taker};
+use crate::types::{EqHandle, MatchId, PtIndex};
+use crate::wire::peek_quiet_put;
+use crate::Ni;
+
+/// What posting a direct receive did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DirectPost {
+    /// Posted behind every earlier receive of the portal.
+    Posted(DirectHandle),
+    /// It took a queued unexpected message: its `DirectDone` comes with the next
+    /// [`Ni::progress_and_collect`] (once the message's data is all in).
+    Matched,
+}
+
+/// How one pass of the blocking receive's fast path ended ([`Ni::fast_receive_pass`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FastPass {
+    /// The receive is no longer open (another thread claimed it).
+    Claimed,
+    /// `take` accepted a message: its result is in the caller's slot.
+    Taken,
+    /// A queued unexpected message matches the receive: post it as an ordinary one.
+    QueuedMatch,
+    /// Every sender it could get a message from has failed (and their last messages were
+    /// handled).
+    SenderGone(Rank),
+    /// Nothing for it; `true` if other events were handled.
+    Nothing(bool),
+}
+
+/// Appends a priority-list entry to an MPI portal: it takes the oldest unexpected header it
+/// matches, else it is posted behind every earlier receive.
+pub(crate) fn append_mpi(st: &mut State, pt: PtIndex, seq: u64, me: Me) -> Result<()> {
+    let spec = spec_of(me.match_bits, me.ignore_bits, me.match_id).ok_or_else(|| {
+        invalid(
+            "an MPI portal's priority entries need MPI match bits (the context never ignored, \
+             the nonce always)",
+        )
+    })?;
+    let o = me.options;
+    if !o.use_once || o.no_truncate || !o.op_put || o.manage_local {
+        return Err(invalid(
+            "an MPI portal's priority entries are use-once put entries without no-truncate or \
+             manage-local",
+        ));
+    }
+    let (user_ptr, counting) = (me.user_ptr, o.counting);
+    let mpi = st
+        .portal(pt)?
+        .mpi
+        .as_mut()
+        .ok_or_else(|| invalid("not an MPI portal"))?;
+    match mpi.post(spec, Posted::Entry { seq, me }) {
+        PostedAs::Took(u) => {
+            let taker = Taker {
+                user_ptr,
+                counting,
+                direct: None,
+            };
+            crate::target::settle_taken(st, pt, &u, taker);
+            if !o.event_unlink_disable {
+                let ev = Event::simple(EventKind::AutoUnlink, Some(pt), st.rank(), user_ptr);
+                st.post_pt(pt, ev);
+            }
+        }
+        PostedAs::Linked(_) => {
+            if !o.event_link_disable {
+                let ev = Event::simple(EventKind::Link, Some(pt), st.rank(), user_ptr);
+                st.post_pt(pt, ev);
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Ni {
+    /// A new MPI portal: its priority list and unexpected headers are kept by the matching
+    /// engine (O(1) per match), its priority entries must have MPI shapes (see
+    /// [`Ni::me_append`]), it takes direct receives, and it refuses gets.
+    pub fn pt_alloc_mpi(&self, eq: Option<EqHandle>) -> Result<PtIndex> {
+        self.with(|st| {
+            if let Some(e) = eq {
+                st.eqs.must(e.0)?;
+            }
+            let max_unexpected = st.cfg.max_unexpected;
+            st.portals
+                .insert(Portal::new(eq, false, max_unexpected, true))
+                .map(PtIndex)
+        })
+    }
+
+    /// Posts a direct receive on MPI portal `pt`: a message from `from` whose match bits agree
+    /// with `match_bits` outside `ignore_bits` is written into `addr..addr + capacity` (as
+    /// much as fits) with no entry, region or event, and reported as a [`DirectDone`] by
+    /// [`Ni::progress_and_collect`]. Post order with the portal's entries is kept.
+    ///
+    /// # Safety
+    /// `addr..addr + capacity` must stay valid, and must not be read or written by anything
+    /// else, until the receive's `DirectDone` has been collected or [`Ni::cancel_direct`]
+    /// withdrew it.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn post_direct(
+        &self,
+        pt: PtIndex,
+        match_bits: u64,
+        ignore_bits: u64,
+        from: MatchId,
+        user_ptr: u64,
+        addr: *mut u8,
+        capacity: usize,
+    ) -> Result<DirectPost> {
+        let spec = spec_of(match_bits, ignore_bits, from)
+            .ok_or_else(|| invalid("a direct receive needs MPI match bits"))?;
+        let d = DirectRecv {
+            user_ptr,
+            addr: addr as usize,
+            capacity,
+        };
+        self.with(|st| {
+            let mpi = st
+                .portal(pt)?
+                .mpi
+                .as_mut()
+                .ok_or_else(|| invalid("not an MPI portal"))?;
+            match mpi.post(spec, Posted::Direct(d)) {
+                PostedAs::Linked(h) => Ok(DirectPost::Posted(DirectHandle(h))),
+                PostedAs::Took(u) => {
+                    let taker = Taker {
+                        user_ptr,
+                        counting: Default::default(),
+                        direct: Some(d),
+                    };
+                    crate::target::settle_taken(st, pt, &u, taker);
+                    Ok(DirectPost::Matched)
+                }
+            }
+        })
+    }
+
+    /// Withdraws a direct receive; `false` if it has matched already (its `DirectDone` comes).
+    pub fn cancel_direct(&self, pt: PtIndex, handle: DirectHandle) -> Result<bool> {
+        let mut st = self.lock_state();
+        let mpi = st
+            .portal(pt)?
+            .mpi
+            .as_mut()
+            .ok_or_else(|| invalid("not an MPI portal"))?;
+        Ok(mpi.cancel_direct(handle).is_some())
+    }
+
+    /// Runs the agent's work once from this thread and moves every queued event of `eq` to
+    /// `events` and every matched direct receive to `directs`, under one acquisition of the
+    /// state lock. Returns how many fabric events it handled (see
+    /// [`Ni::progress_and_drain`]).
+    pub fn progress_and_collect(
+        &self,
+        eq: EqHandle,
+        events: &mut Vec<Event>,
+        directs: &mut Vec<DirectDone>,
+    ) -> Result<usize> {
+        let mut st = self.lock_state();
+        let handled = crate::agent::progress_locked(&mut st);
+        directs.append(&mut st.direct_done);
+        let drained = crate::ni::drain_eq(&mut st, eq, events);
+        drop(st);
+        if handled > 0 {
+            self.notify_changed();
+        }
+        drained.map(|()| handled)
+    }
+
+    /// Whether a receive with `spec` on MPI portal `pt` would be the only receive posted there
+    /// and no queued message matches it: then it may take the fast path. `Some` (the count of
+    /// headers queued so far, for [`Ni::fast_receive_pass`]) if so, after `open` ran under the
+    /// state lock.
+    pub(crate) fn fast_receive_open(
+        &self,
+        pt: PtIndex,
+        spec: &ReceiveSpec,
+        open: impl FnOnce(),
+    ) -> Option<u64> {
+        let st = self.lock_state();
+        let mpi = st.portals.get(pt.0)?.mpi.as_ref()?;
+        if !mpi.nothing_posted() || mpi.probe(spec).is_some() {
+            return None;
+        }
+        open();
+        Some(st.queued_unexpected.load(Ordering::Relaxed))
+    }
+
+    /// Runs `f` under the state lock, which serialises it with fast-receive passes.
+    pub(crate) fn serialized<R>(&self, f: impl FnOnce() -> R) -> R {
+        let _st = self.lock_state();
+        f()
+    }
+
+    /// One pass of the blocking receive's fast path, which acts as the receive posted alone on
+    /// MPI portal `pt` with `spec` from `source` (`None`: any) without posting it: under the
+    /// state lock, while `still_open()`, polls up to 16 fabric events; an inline put to `pt`
+    /// that `spec` matches is offered to `take` (bits, header data, payload) straight from the
+    /// transport's buffer, and one it accepts ends the pass; anything else is the agent's.
+    /// Before each event, headers queued meanwhile (counted by `seen`) are compared with `spec`,
+    /// so that a queued match is taken first. `close()` runs under the lock when the pass
+    /// ends the receive (taken, or its sender failed).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn fast_receive_pass<T>(
+        &self,
+        pt: PtIndex,
+        spec: &ReceiveSpec,
+        source: Option<Rank>,
+        seen: &mut u64,
+        still_open: impl Fn() -> bool,
+        close: impl Fn(),
+        taken: &mut Option<T>,
+        mut take: impl FnMut(Rank, u64, u64, &[u8]) -> Option<T>,
+    ) -> FastPass {
+        let mut st = self.lock_state();
+        if !still_open() {
+            return FastPass::Claimed;
+        }
+        let mut polled_any = false;
+        let mut queued_match = false;
+        for _ in 0..16 {
+            let queued = st.queued_unexpected.load(Ordering::Relaxed);
+            if queued != *seen {
+                *seen = queued;
+                let probe = st.portals.get(pt.0).and_then(|p| p.mpi.as_ref());
+                if probe.is_some_and(|m| m.probe(spec).is_some()) {
+                    queued_match = true;
+                    break;
+                }
+            }
+            let mut accept = |src: Rank, data: &[u8]| {
+                let (to, bits, hdr_data, payload) = peek_quiet_put(data)?;
+                if to != pt || !spec.matches(&Envelope::from_match_bits(bits, src)) {
+                    return None;
+                }
+                take(src, bits, hdr_data, payload)
+            };
+            match poll_one(&mut st, taken, &mut accept) {
+                Polled::Nothing | Polled::Taken => break,
+                Polled::Other => polled_any = true,
+            }
+        }
+        if polled_any {
+            // The counts the handled events changed may release triggered operations (a
+            // rendezvous's next get), also when a message is taken right after them.
+            if let Err(e) = st.fire_ready() {
+                tracing::error!("offload agent: firing triggered operations failed: {e}");
+            }
+        }
+        let outcome = if taken.is_some() {
+            FastPass::Taken
+        } else if queued_match {
+            FastPass::QueuedMatch
+        } else if let Some(dead) = sender_gone(&st, source) {
+            FastPass::SenderGone(dead)
+        } else {
+            FastPass::Nothing(polled_any)
+        };
+        if matches!(outcome, FastPass::Taken | FastPass::SenderGone(_)) {
+            close();
+        }
+        drop(st);
+        if polled_any {
+            // Host threads asleep on the agent's notifications (thread mode).
+            self.notify_changed();
+        }
+        outcome
+    }
+}
+
+/// What polling one fabric event gave.
+enum Polled {
+    Nothing,
+    /// Handled by the agent (not the caller's).
+    Other,
+    /// The caller's: what taking it gave is in the caller's slot.
+    Taken,
+}
+
+/// Polls one fabric event: a message `take` accepts (it returns `Some`) is the caller's, taken
+/// straight from the transport's buffer, and what taking it gave is left in `taken` (a slot
+/// of the caller's, not a return value: the result is large and this is the latency path);
+/// anything else is handed to the agent.
+fn poll_one<T>(
+    st: &mut State,
+    taken: &mut Option<T>,
+    take: &mut impl FnMut(Rank, &[u8]) -> Option<T>,
+) -> Polled {
+    let mut other = None;
+    let polled = st.poll_fabric_with(&mut |ev| match ev {
+        EventRef::Message { src, data } => match take(src, data) {
+            Some(t) => *taken = Some(t),
+            None => other = Some(ev.into_owned()),
+        },
+        EventRef::Owned(e) => other = Some(e),
+    });
+    match polled {
+        Ok(false) => Polled::Nothing,
+        Err(e) => {
+            log_poll_failure(&e);
+            Polled::Nothing
+        }
+        Ok(true) => {
+            if taken.is_some() {
+                return Polled::Taken;
+            }
+            if let Some(ev) = other {
+                crate::agent::handle(st, ev);
+            }
+            Polled::Other
+        }
+    }
+}
+
+/// Logs a failed poll of the fabric (out of line: the logging macro's call-site code would
+/// otherwise sit in every poll's frame).
+#[cold]
+#[inline(never)]
+fn log_poll_failure(e: &rdcoll_transport::TransportError) {
+    tracing::error!("offload agent: polling the fabric failed: {e}");
+}
+
+/// The failed sender a receive from `source` (`None`: any) would wait for forever, once the
+/// agent has handled its failure (so its last messages are in).
+fn sender_gone(st: &State, source: Option<Rank>) -> Option<Rank> {
+    let fabric = &st.fabric;
+    let handled = |r: Rank| st.failed_peers.get(r as usize).copied().unwrap_or(false);
+    match source {
+        Some(s) => (fabric.is_failed(s) && handled(s)).then_some(s),
+        None => {
+            let me = fabric.rank();
+            let mut others = (0..fabric.size() as Rank).filter(|&p| p != me).peekable();
+            others.peek()?;
+            let mut last = None;
+            for p in others {
+                if !(fabric.is_failed(p) && handled(p)) {
+                    return None;
+                }
+                last = Some(p);
+            }
+            last
+        }
+    }
+}
