@@ -3,4 +3,5 @@
 //! options, and their output in the osu_latency / osu_bw / osu_bibw 6.x layout.
 
 pub mod coll;
+pub mod depth;
 pub mod osu;

@@ -4,6 +4,7 @@
 mod bcast;
 mod compare;
 mod info;
+mod match_comm;
 mod matching;
 mod offload;
 mod p2p;
@@ -21,6 +22,7 @@ fn main() {
     let rest = &args[1..];
     let code = match cmd.as_str() {
         "info" => info::run(rest),
+        "match" if match_comm::wanted(rest) => match_comm::run(rest),
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),

@@ -1,5 +1,5 @@
 //! The initiator side: issuing puts and gets from memory descriptors, and turning the target's
-//! answers (or its failure) into SEND, ACK and REPLY events and counts (SEMANTICS.md §8).
+//! answers (or its failure) into SEND, ACK and REPLY events and counts (SEMANTICS.md §12).
 
 use rdcoll_transport::Rank;
 

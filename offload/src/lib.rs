@@ -8,8 +8,9 @@
 //! ([`Mode::Inline`]), chosen by `RDCOLL_OFFLOAD=thread|inline|auto`.
 //!
 //! The exact rules (and the choices made where the sources differ) are in `SEMANTICS.md`
-//! beside this crate. Match lists are walked in order here; the MPI-shaped fast path of
-//! `rdcoll-matching` is not wired in yet.
+//! beside this crate. MPI portals ([`Ni::pt_alloc_mpi`]) keep their priority list and
+//! unexpected headers in `rdcoll-matching`'s engine and take direct receives
+//! ([`Ni::post_direct`]): that is how the point-to-point layer (`p2p`) matches every message.
 
 mod agent;
 mod changes;

@@ -1,6 +1,6 @@
 //! The MPI-shaped match lists of a portal table entry, kept by the matching engine
 //! (`rdcoll-matching`): the priority list's posted receives and the unexpected headers that
-//! arrivals on the overflow list leave (SEMANTICS.md §8).
+//! arrivals on the overflow list leave (SEMANTICS.md §12).
 //!
 //! A portal allocated with [`crate::Ni::pt_alloc_mpi`] matches like a Portals portal whose
 //! priority entries all have MPI shapes: match bits `context | tag | nonce` in the layout of

@@ -1,4 +1,4 @@
-//! The NI's MPI-portal API (SEMANTICS.md §8): portals whose match lists the matching engine
+//! The NI's MPI-portal API (SEMANTICS.md §12): portals whose match lists the matching engine
 //! keeps, direct receives, and the blocking receive's fast path. This is how the message layer
 //! (`p2p`) talks to the NI for matching; it never sees the NI's state.
 

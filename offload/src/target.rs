@@ -83,7 +83,7 @@ fn select(
         return Err(NiFail::PtDisabled);
     }
     if get && portal.mpi.is_some() {
-        // MPI portals take puts only (SEMANTICS.md §8).
+        // MPI portals take puts only (SEMANTICS.md §12).
         return Err(NiFail::OpViolation);
     }
     let header_room = portal.unexpected_len() < portal.max_unexpected;
