@@ -93,7 +93,7 @@ pub fn run(c: &dyn DepthComm, case: DepthCase, any: bool) -> Result<Vec<(usize, 
 fn once(c: &dyn DepthComm, case: DepthCase, any: bool, d: usize) -> Result<Option<f64>, String> {
     let payload = [0u8; 8];
     let mut one = [0u8; 8];
-    let source = |i: usize| (!any || i % 2 == 0).then_some(0);
+    let source = |i: usize| (!any || i.is_multiple_of(2)).then_some(0);
     match (case, c.rank()) {
         (DepthCase::Unexpected, 0) => {
             for t in 0..d {

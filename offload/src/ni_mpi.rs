@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_matching::{Envelope, ReceiveSpec};
+use rdcoll_matching::ReceiveSpec;
 use rdcoll_transport::{EventRef, Rank};
 
 use crate::error::{invalid, Result};
@@ -212,7 +212,7 @@ impl Ni {
     /// One pass of the blocking receive's fast path, which acts as the receive posted alone on
     /// MPI portal `pt` with `spec` from `source` (`None`: any) without posting it: under the
     /// state lock, while `still_open()`, polls up to 16 fabric events; an inline put to `pt`
-    /// that `spec` matches is offered to `take` (bits, header data, payload) straight from the
+    /// that `spec` matches (`source` must be `spec`'s source) is offered to `take` (bits, header data, payload) straight from the
     /// transport's buffer, and one it accepts ends the pass; anything else is the agent's.
     /// Before each event, headers queued meanwhile (counted by `seen`) are compared with `spec`,
     /// so that a queued match is taken first. `close()` runs under the lock when the pass
@@ -235,6 +235,7 @@ impl Ni {
         }
         let mut polled_any = false;
         let mut queued_match = false;
+        let (match_bits, ignore_bits) = spec.match_bits();
         for _ in 0..16 {
             let queued = st.queued_unexpected.load(Ordering::Relaxed);
             if queued != *seen {
@@ -247,7 +248,11 @@ impl Ni {
             }
             let mut accept = |src: Rank, data: &[u8]| {
                 let (to, bits, hdr_data, payload) = peek_quiet_put(data)?;
-                if to != pt || !spec.matches(&Envelope::from_match_bits(bits, src)) {
+                // The engine's rule in its Portals form (`ReceiveSpec::match_bits`), computed
+                // once per pass: a few instructions on the latency path.
+                let mine =
+                    (bits ^ match_bits) & !ignore_bits == 0 && source.is_none_or(|s| s == src);
+                if to != pt || !mine {
                     return None;
                 }
                 take(src, bits, hdr_data, payload)
