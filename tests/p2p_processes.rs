@@ -44,6 +44,7 @@ fn rank_entry() {
             "peer_death" => p2p_cases::peer_death(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
+            "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
             "rendezvous_then_eager" => {
                 p2p_cases::rendezvous_then_eager_into_blocking_receives(&world)
             }
@@ -114,6 +115,13 @@ const PAIR_CASES: &str =
 #[test]
 fn pair_cases_over_shm() {
     job(2, "shm", PAIR_CASES);
+}
+
+/// The receive path against the reference model over shm: a million operations of the random
+/// programme of `p2p_cases::differential`.
+#[test]
+fn matches_like_the_reference_model_over_shm() {
+    job(2, "shm", "differential");
 }
 
 /// Inline mode (the host's calls run the agent) is where a blocking receive polls the fabric

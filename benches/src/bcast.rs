@@ -20,7 +20,7 @@ use std::process::Command;
 use rdcoll::Comm;
 use rdcoll_bench::coll::{self, CollKind, Collective};
 use rdcoll_bench::osu::Options;
-use rdcoll_transport::launch::{run_job, JobSpec};
+use rdcoll_transport::launch::JobSpec;
 
 use crate::compare::{self, Column};
 
@@ -237,15 +237,7 @@ fn launch(kind: CollKind, opts: &Options, extra: &Extra, n: usize) -> Result<(),
         spec.env
             .push(("RDCOLL_BCAST_ALGORITHM".into(), a.clone().into()));
     }
-    let report = run_job(&spec).map_err(|e| e.to_string())?;
-    match report.exits.iter().find(|e| !e.status.success()) {
-        Some(e) => Err(format!(
-            "rank {} {}",
-            e.rank,
-            rdcoll_transport::launch::describe(e.status)
-        )),
-        None => Ok(()),
-    }
+    compare::run_ranks(&spec)
 }
 
 fn self_command(

@@ -70,6 +70,20 @@ pub fn exit_code(name: &str, result: Result<(), String>) -> i32 {
     }
 }
 
+/// Runs the job `spec` on this host and waits for it: an error naming the first rank that did
+/// not exit cleanly.
+pub fn run_ranks(spec: &rdcoll_transport::launch::JobSpec) -> Result<(), String> {
+    let report = rdcoll_transport::launch::run_job(spec).map_err(|e| e.to_string())?;
+    match report.exits.iter().find(|e| !e.status.success()) {
+        Some(e) => Err(format!(
+            "rank {} {}",
+            e.rank,
+            rdcoll_transport::launch::describe(e.status)
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Builds one column's command (anew for every round).
 pub type Build<'a> = Box<dyn Fn() -> Result<Command, String> + 'a>;
 

@@ -1,6 +1,7 @@
 //! `rdcoll-bench match --through-comm`: matching at depth through the product's receive path
-//! (`Comm::recv`, `Scope::irecv`), two rank processes over shm (or `--transport tcp`). The
-//! pattern is `rdcoll_bench::depth`'s; its MPI side (`--vs-mpi`) is not written yet.
+//! (`Comm::recv`, `Scope::irecv`), two rank processes over shm (or `--transport tcp`), with
+//! `--vs-mpi` the same pattern on Open MPI and MPICH (`rdcoll-bench-mpi match-depth`) side by
+//! side. The pattern is `rdcoll_bench::depth`'s.
 //!
 //! Options: `--case unexpected|posted` and `--any` (every other receive ANY_SOURCE) pick one
 //! table (all four without them); `--rounds N`, `--transport`, `--vs-mpi` as elsewhere.
@@ -9,7 +10,7 @@ use std::process::Command;
 
 use rdcoll::{Comm, Source};
 use rdcoll_bench::depth::{self, DepthCase, DepthComm};
-use rdcoll_transport::launch::{run_job, JobSpec};
+use rdcoll_transport::launch::JobSpec;
 
 use crate::compare::{self, Column, Launch};
 
@@ -109,14 +110,16 @@ fn table(launch: &Launch, case: DepthCase, any: bool) -> Result<(), String> {
     let mode = format!("{}{}", case.name(), if any { ",any" } else { "" });
     let t = transport.clone();
     let m = mode.clone();
-    let columns = vec![Column {
+    let mut columns = vec![Column {
         label: format!("rdcoll/{transport}"),
         build: Box::new(move || self_command(&m, &t)),
     }];
     if launch.vs_mpi {
-        // rdcoll-bench-mpi has no depth pattern yet (rdcoll_bench::depth::DepthComm is the
-        // trait its MPI side will implement).
-        return Err("--vs-mpi is not available for the depth pattern yet".into());
+        let mut args = vec!["match-depth".to_string(), case.name().to_string()];
+        if any {
+            args.push("--any".into());
+        }
+        columns.extend(compare::mpi_columns(args, 2)?);
     }
     let (merged, _) = compare::run_columns(&columns, launch.rounds, 0)?;
     let title = format!(
@@ -145,15 +148,7 @@ fn job(mode: &str, transport: &str) -> Result<(), String> {
     let mut spec = JobSpec::new(2, vec![exe.into_os_string(), "match".into()]);
     spec.transport = Some(transport.to_string());
     spec.env = vec![(RANK_VAR.into(), mode.into())];
-    let report = run_job(&spec).map_err(|e| e.to_string())?;
-    match report.exits.iter().find(|e| !e.status.success()) {
-        Some(e) => Err(format!(
-            "rank {} {}",
-            e.rank,
-            rdcoll_transport::launch::describe(e.status)
-        )),
-        None => Ok(()),
-    }
+    compare::run_ranks(&spec)
 }
 
 fn rank_main(mode: &str) -> Result<(), String> {

@@ -17,7 +17,7 @@ use rdcoll::{Comm, Rank};
 use rdcoll_bench::osu::{self, Kind, Messenger, Options};
 
 use crate::compare::{self, Column};
-use rdcoll_transport::launch::{run_job, JobSpec};
+use rdcoll_transport::launch::JobSpec;
 
 struct RdcollMessenger(Comm);
 
@@ -159,15 +159,7 @@ fn launch(
     let mut spec = JobSpec::new(n, command);
     spec.transport = Some(transport.unwrap_or("shm").to_string());
     spec.env = env.iter().map(|(k, v)| (k.into(), v.into())).collect();
-    let report = run_job(&spec).map_err(|e| e.to_string())?;
-    match report.exits.iter().find(|e| !e.status.success()) {
-        Some(e) => Err(format!(
-            "rank {} {}",
-            e.rank,
-            rdcoll_transport::launch::describe(e.status)
-        )),
-        None => Ok(()),
-    }
+    compare::run_ranks(&spec)
 }
 
 fn self_command(kind: Kind, opts: &Options, transport: Option<&str>) -> Result<Command, String> {

@@ -22,6 +22,7 @@ mod match_list;
 mod me;
 mod mpi_lists;
 mod ni;
+mod ni_config;
 mod ni_mpi;
 pub mod p2p;
 mod pin;
@@ -39,7 +40,8 @@ use rdcoll_transport::SpinLock;
 pub use error::{OffloadError, Result};
 pub use event::{Event, EventKind, Location};
 pub use mpi_lists::{DirectDone, DirectHandle};
-pub use ni::{ActivityMark, Mode, Ni, NiConfig, RdmaPut};
+pub use ni::{ActivityMark, Ni, RdmaPut};
+pub use ni_config::{Mode, NiConfig};
 pub use ni_mpi::DirectPost;
 pub use rdcoll_transport::Fabric;
 pub use types::{

@@ -153,13 +153,8 @@ impl MpiLists {
     pub(crate) fn cancel_direct(&mut self, handle: DirectHandle) -> Option<DirectRecv> {
         match self.matcher.cancel(handle.0).ok()? {
             Posted::Direct(d) => Some(d),
-            Posted::Entry { seq, me } => {
-                // Not a direct receive's handle: put nothing back out of order; an entry's
-                // handle never reaches the NI's users, so this does not happen.
-                debug_assert!(false, "entry {seq} cancelled through a direct handle");
-                drop(me);
-                None
-            }
+            // Only `post_direct` makes a `DirectHandle`; entries' handles stay in `entries`.
+            Posted::Entry { .. } => unreachable!("a direct handle named an entry"),
         }
     }
 

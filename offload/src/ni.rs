@@ -1,4 +1,5 @@
-//! The network interface handle: configuration, the host-side calls, and waiting.
+//! The network interface handle: the host-side calls, and waiting (its configuration is in
+//! `ni_config`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,108 +20,12 @@ use crate::types::{
     PtIndex, PutArgs, SearchOp,
 };
 use crate::Shared;
-
-/// Who runs the progress agent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    /// A dedicated progress thread: the host is not involved once operations are posted.
-    Thread,
-    /// The host's own calls (waits, polls, `progress`) drive the agent.
-    Inline,
-}
-
-/// How long a thread-mode agent with a core of its own polls after its last event.
-pub const DEFAULT_AGENT_POLL: Duration = Duration::from_micros(50);
-
-/// How long a thread-mode agent stands aside after a host thread last polled in a wait: long
-/// enough to cover what a host does between two waits (a send, a window of posted receives)
-/// in a communication loop; at most this late does it take over when the host leaves.
-pub const DEFAULT_AGENT_GRACE: Duration = Duration::from_micros(100);
+use crate::{Mode, NiConfig};
 
 /// A point in the agent's notifications ([`Ni::activity_mark`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ActivityMark(u64);
 
-/// Limits and choices of a network interface.
-#[derive(Debug, Clone)]
-pub struct NiConfig {
-    /// Who runs the agent.
-    pub mode: Mode,
-    /// Most triggered operations pending at once; more is `NoSpace`.
-    pub max_triggered: usize,
-    /// Most unexpected headers per portal table entry (flow control beyond it).
-    pub max_unexpected: usize,
-    /// Most objects of each kind (portal entries, counters, queues, descriptors).
-    pub max_objects: usize,
-    /// Puts up to this size travel inside the header message; larger ones are pulled by the
-    /// target with a transport get.
-    pub inline_max: usize,
-    /// In thread mode, pin the agent to a core (with the `hwloc` feature): agents of local
-    /// ranks 0, 1, ... take the last core, the one before, and so on. `None`: not pinned.
-    pub pin_slot: Option<usize>,
-    /// In thread mode, how long the agent keeps polling the fabric after its last event before
-    /// it sleeps: waking a sleeping agent costs microseconds per message, polling costs a core
-    /// (`RDCOLL_AGENT_POLL_US`; by default 50 us when the host has two cores per rank, which is
-    /// when `auto` picks thread mode, else 0).
-    pub agent_poll: Duration,
-    /// In thread mode, how long the agent leaves the fabric to host threads after one last
-    /// polled in a wait (`RDCOLL_AGENT_GRACE_US`, default [`DEFAULT_AGENT_GRACE`]).
-    pub agent_grace: Duration,
-}
-
-impl Default for NiConfig {
-    fn default() -> Self {
-        NiConfig {
-            mode: Mode::Inline,
-            max_triggered: 4096,
-            max_unexpected: 4096,
-            max_objects: 4096,
-            inline_max: crate::initiator::inline_capacity().min(8192),
-            pin_slot: None,
-            agent_poll: Duration::ZERO,
-            agent_grace: DEFAULT_AGENT_GRACE,
-        }
-    }
-}
-
-impl NiConfig {
-    /// Defaults, with the mode from `RDCOLL_OFFLOAD=thread|inline|auto` (auto, the default:
-    /// a thread when this host has at least two cores per rank of a job of `ranks_here`).
-    pub fn from_env(ranks_here: usize) -> Result<NiConfig> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let agent_has_core = cores >= 2 * ranks_here.max(1);
-        let auto = if agent_has_core {
-            Mode::Thread
-        } else {
-            Mode::Inline
-        };
-        let agent_poll = match micros_from_env("RDCOLL_AGENT_POLL_US")? {
-            Some(d) => d,
-            None if agent_has_core => DEFAULT_AGENT_POLL,
-            None => Duration::ZERO,
-        };
-        let agent_grace = micros_from_env("RDCOLL_AGENT_GRACE_US")?.unwrap_or(DEFAULT_AGENT_GRACE);
-        let mode = match std::env::var("RDCOLL_OFFLOAD").as_deref() {
-            Ok("thread") => Mode::Thread,
-            Ok("inline") => Mode::Inline,
-            Ok("auto") | Err(_) => auto,
-            Ok(other) => {
-                return Err(invalid(format!(
-                    "RDCOLL_OFFLOAD={other:?}: expected thread, inline or auto"
-                )))
-            }
-        };
-        Ok(NiConfig {
-            mode,
-            pin_slot: Some(local_slot()),
-            agent_poll,
-            agent_grace,
-            ..NiConfig::default()
-        })
-    }
-}
-
-/// One rank's network interface.
 /// What [`Ni::rdma_put`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RdmaPut {
@@ -295,13 +200,23 @@ impl Ni {
         if flow_control && eq.is_none() {
             return Err(invalid("flow control needs an event queue"));
         }
+        self.alloc_portal(eq, flow_control, false)
+    }
+
+    /// A new portal table entry, general or MPI (`Ni::pt_alloc_mpi`).
+    pub(crate) fn alloc_portal(
+        &self,
+        eq: Option<EqHandle>,
+        flow_control: bool,
+        mpi: bool,
+    ) -> Result<PtIndex> {
         self.with(|st| {
             if let Some(e) = eq {
                 st.eqs.must(e.0)?;
             }
             let max_unexpected = st.cfg.max_unexpected;
             st.portals
-                .insert(Portal::new(eq, flow_control, max_unexpected, false))
+                .insert(Portal::new(eq, flow_control, max_unexpected, mpi))
                 .map(PtIndex)
         })
     }
@@ -870,37 +785,6 @@ pub(crate) fn drain_eq(st: &mut State, eq: EqHandle, out: &mut Vec<Event>) -> Re
         out.push(ev);
     }
     Ok(())
-}
-
-/// A duration in whole microseconds from the environment variable `name`, if set.
-fn micros_from_env(name: &str) -> Result<Option<Duration>> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Duration::from_micros)
-            .map(Some)
-            .map_err(|_| {
-                invalid(format!(
-                    "{name}={v:?}: expected microseconds (a whole number)"
-                ))
-            }),
-        Err(_) => Ok(None),
-    }
-}
-
-/// This rank's index among the ranks on its host, as launchers tell it (else its rank).
-fn local_slot() -> usize {
-    [
-        "RDCOLL_LOCAL_RANK",
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "MPI_LOCALRANKID",
-        "SLURM_LOCALID",
-        "RDCOLL_RANK",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(0)
 }
 
 fn check_increment(by: CtValue) -> Result<()> {

@@ -11,7 +11,6 @@ use crate::error::{invalid, Result};
 use crate::event::{Event, EventKind};
 use crate::me::Me;
 use crate::mpi_lists::{spec_of, DirectDone, DirectHandle, DirectRecv, Posted, PostedAs};
-use crate::portal::Portal;
 use crate::state::{State, Taker};
 use crate::types::{EqHandle, MatchId, PtIndex};
 use crate::wire::peek_quiet_put;
@@ -93,15 +92,7 @@ impl Ni {
     /// engine (O(1) per match), its priority entries must have MPI shapes (see
     /// [`Ni::me_append`]), it takes direct receives, and it refuses gets.
     pub fn pt_alloc_mpi(&self, eq: Option<EqHandle>) -> Result<PtIndex> {
-        self.with(|st| {
-            if let Some(e) = eq {
-                st.eqs.must(e.0)?;
-            }
-            let max_unexpected = st.cfg.max_unexpected;
-            st.portals
-                .insert(Portal::new(eq, false, max_unexpected, true))
-                .map(PtIndex)
-        })
+        self.alloc_portal(eq, false, true)
     }
 
     /// Posts a direct receive on MPI portal `pt`: a message from `from` whose match bits agree

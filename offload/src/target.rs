@@ -14,15 +14,35 @@ use crate::state::{State, Taker, Transfer};
 use crate::types::{List, MeCounting, NiFail, PtIndex};
 use crate::wire::{Msg, PutData};
 
-fn answer(st: &mut State, to: Rank, reply: bool, op: u64, fail: NiFail, done: Option<&Transfer>) {
+/// What the answer to a served put or get says of its deposit.
+#[derive(Debug, Clone, Copy)]
+struct Deposit {
+    no_ack: bool,
+    list: List,
+    mlength: usize,
+    offset: usize,
+}
+
+impl Deposit {
+    fn of(t: &Transfer) -> Deposit {
+        Deposit {
+            no_ack: t.ack_disabled,
+            list: t.list,
+            mlength: t.place.mlength,
+            offset: t.place.offset,
+        }
+    }
+}
+
+fn answer(st: &mut State, to: Rank, reply: bool, op: u64, fail: NiFail, done: Option<Deposit>) {
     let msg = Msg::Done {
         reply,
         op,
         fail,
-        no_ack: done.is_some_and(|t| t.ack_disabled),
-        list: done.map(|t| t.list),
-        mlength: done.map_or(0, |t| t.place.mlength as u64),
-        remote_offset: done.map_or(0, |t| t.place.offset as u64),
+        no_ack: done.is_some_and(|d| d.no_ack),
+        list: done.map(|d| d.list),
+        mlength: done.map_or(0, |d| d.mlength as u64),
+        remote_offset: done.map_or(0, |d| d.offset as u64),
     };
     // A dead initiator is reported by the transport; nothing else to do here.
     let _ = st.fabric.send(to, &msg.encode());
@@ -62,11 +82,8 @@ enum Selected {
     Direct(DirectRecv),
 }
 
-/// Selects the entry for a message and applies its side effects on the entry (offset advance,
-/// unlink); returns the transfer to perform, or the failure to answer with.
-#[allow(clippy::too_many_arguments)]
-fn select(
-    st: &mut State,
+/// An incoming put or get, as matching and depositing see it.
+struct Arrival {
     from: Rank,
     pt: PtIndex,
     get: bool,
@@ -75,38 +92,55 @@ fn select(
     remote_offset: usize,
     rlength: usize,
     hdr_data: u64,
-) -> Result<Selected, NiFail> {
-    let Ok(portal) = st.portal(pt) else {
+}
+
+/// Selects the entry for a message and applies its side effects on the entry (offset advance,
+/// unlink); returns the transfer to perform, or the failure to answer with.
+fn select(st: &mut State, a: &Arrival) -> Result<Selected, NiFail> {
+    let Ok(portal) = st.portal(a.pt) else {
         return Err(NiFail::Dropped);
     };
     if !portal.enabled {
         return Err(NiFail::PtDisabled);
     }
-    if get && portal.mpi.is_some() {
+    if a.get && portal.mpi.is_some() {
         // MPI portals take puts only (SEMANTICS.md §12).
         return Err(NiFail::OpViolation);
     }
     let header_room = portal.unexpected_len() < portal.max_unexpected;
-    let (list, seq, mut me) = match portal.choose(from, bits, remote_offset, rlength) {
-        None => return Err(refuse(st, pt)),
+    let (list, seq) = match portal.choose(a.from, a.bits, a.remote_offset, a.rlength) {
+        None => return Err(refuse(st, a.pt)),
         Some(Chosen::Direct(d)) => return Ok(Selected::Direct(d)),
-        Some(Chosen::Taken(me)) => (List::Priority, None, Some(me)),
-        Some(Chosen::Linked(list, seq)) => (list, Some(seq), None),
+        Some(Chosen::Taken(mut me)) => {
+            // Use-once, and already off its list.
+            let (t, _) = entry_transfer(a, List::Priority, &mut me)?;
+            return Ok(Selected::Entry(Transfer {
+                unlinked: true,
+                ..t
+            }));
+        }
+        Some(Chosen::Linked(list, seq)) => (list, seq),
     };
     if list == List::Overflow && !header_room {
-        return Err(refuse(st, pt));
+        return Err(refuse(st, a.pt));
     }
-    let portal = st.portal(pt).map_err(|_| NiFail::Dropped)?;
     let entries = portal.list(list);
-    let me: &mut Me = match (&mut me, seq) {
-        (Some(me), _) => me,
-        (None, Some(seq)) => match entries.get_mut(seq) {
-            Some(me) => me,
-            None => return Err(NiFail::Dropped),
-        },
-        (None, None) => return Err(NiFail::Dropped),
-    };
-    let allowed = if get {
+    let me = entries.get_mut(seq).ok_or(NiFail::Dropped)?;
+    let (t, unlink) = entry_transfer(a, list, me)?;
+    if unlink {
+        if let Some(old) = entries.remove(seq) {
+            if old.options.renew {
+                renew(st, a.pt, list, old);
+            }
+        }
+    }
+    Ok(Selected::Entry(t))
+}
+
+/// The transfer of arrival `a` into entry `me` of `list`, after the permission check, and
+/// whether the entry must now unlink.
+fn entry_transfer(a: &Arrival, list: List, me: &mut Me) -> Result<(Transfer, bool), NiFail> {
+    let allowed = if a.get {
         me.options.op_get
     } else {
         me.options.op_put
@@ -114,21 +148,20 @@ fn select(
     if !allowed {
         return Err(NiFail::OpViolation);
     }
-    let place = me.placement(remote_offset, rlength);
-    // An entry taken off an MPI portal's list is use-once: it is unlinked already.
-    let unlink = me.consume(place.mlength) || seq.is_none();
+    let place = me.placement(a.remote_offset, a.rlength);
+    let unlink = me.consume(place.mlength);
     let t = Transfer {
-        get,
-        initiator: from,
-        op,
-        pt,
+        get: a.get,
+        initiator: a.from,
+        op: a.op,
+        pt: a.pt,
         list,
         region: me.region.clone(),
         place,
-        bits,
-        rlength,
-        remote_offset,
-        hdr_data,
+        bits: a.bits,
+        rlength: a.rlength,
+        remote_offset: a.remote_offset,
+        hdr_data: a.hdr_data,
         user_ptr: me.user_ptr,
         counting: me.options.counting,
         unlinked: unlink,
@@ -139,14 +172,7 @@ fn select(
         taken_by: None,
         direct: None,
     };
-    if let (true, Some(seq)) = (unlink, seq) {
-        if let Some(old) = entries.remove(seq) {
-            if old.options.renew {
-                renew(st, pt, list, old);
-            }
-        }
-    }
-    Ok(Selected::Entry(t))
+    Ok((t, unlink))
 }
 
 /// Appends a fresh copy of a renewing entry that just unlinked itself.
@@ -239,14 +265,14 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
         } else {
             0
         };
-        st.direct_done
-            .push(direct_done(d, &t, mlength as u64, fail));
+        let done = direct_done(d, t.initiator, t.bits, t.hdr_data, t.rlength, mlength, fail);
+        st.direct_done.push(done);
         if fail != NiFail::Ok {
             t.place.mlength = 0;
         } else if t.quiet {
             return;
         }
-        return answer(st, t.initiator, t.get, t.op, fail, Some(&t));
+        return answer(st, t.initiator, t.get, t.op, fail, Some(Deposit::of(&t)));
     }
     // Every message that lands on the overflow list leaves a header (a get's data went out
     // from the overflow entry; an append that takes its header learns of it).
@@ -303,7 +329,7 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
     } else if t.quiet {
         return;
     }
-    answer(st, t.initiator, t.get, t.op, fail, Some(&t));
+    answer(st, t.initiator, t.get, t.op, fail, Some(Deposit::of(&t)));
 }
 
 /// An incoming put or get.
@@ -319,16 +345,22 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
             rlength,
             data,
         } => {
-            let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
+            let a = Arrival {
+                from,
+                pt,
+                get: false,
+                op,
+                bits,
+                remote_offset: to_usize(remote_offset),
+                rlength: to_usize(rlength),
+                hdr_data,
+            };
             let quiet = ack == crate::types::AckReq::None
                 && matches!(data, PutData::Inline(_))
                 && op & crate::initiator::QUIET_OP != 0;
-            let mut t = match select(st, from, pt, false, op, bits, roff, rlen, hdr_data) {
+            let mut t = match select(st, &a) {
                 Ok(Selected::Entry(t)) => t,
-                Ok(Selected::Direct(d)) => {
-                    let t = direct_transfer(st.rank(), d, from, pt, op, bits, rlen, hdr_data);
-                    return put_direct(st, t, quiet, data);
-                }
+                Ok(Selected::Direct(d)) => return put_direct(st, &a, d, quiet, data),
                 Err(fail) => return answer(st, from, false, op, fail, None),
             };
             t.quiet = quiet;
@@ -374,8 +406,17 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
             key,
             md_offset,
         } => {
-            let (roff, rlen) = (to_usize(remote_offset), to_usize(rlength));
-            let t = match select(st, from, pt, true, op, bits, roff, rlen, 0) {
+            let a = Arrival {
+                from,
+                pt,
+                get: true,
+                op,
+                bits,
+                remote_offset: to_usize(remote_offset),
+                rlength: to_usize(rlength),
+                hdr_data: 0,
+            };
+            let t = match select(st, &a) {
                 Ok(Selected::Entry(t)) => t,
                 // Gets never select a direct receive (MPI portals refuse them).
                 Ok(Selected::Direct(_)) => {
@@ -454,47 +495,77 @@ fn direct_from_header(st: &mut State, d: DirectRecv, u: &Unexpected, fail: NiFai
             }
         }
     }
-    st.direct_done.push(DirectDone {
-        user_ptr: d.user_ptr,
-        initiator: u.initiator,
-        match_bits: u.match_bits,
-        hdr_data: u.hdr_data,
-        rlength: u.rlength as u64,
-        mlength: mlength as u64,
+    let done = direct_done(
+        d,
+        u.initiator,
+        u.match_bits,
+        u.hdr_data,
+        u.rlength,
+        mlength,
         fail,
-    });
+    );
+    st.direct_done.push(done);
 }
 
-/// The transfer of a put into a direct receive's buffer.
-#[allow(clippy::too_many_arguments)]
-fn direct_transfer(
-    rank: Rank,
-    d: DirectRecv,
-    from: Rank,
-    pt: PtIndex,
-    op: u64,
-    bits: u64,
-    rlength: usize,
-    hdr_data: u64,
-) -> Transfer {
+/// A put that matched a direct receive: inline data is copied into its buffer at once (no
+/// region, transfer or event: the message layer's common case), other data pulled into it.
+fn put_direct(st: &mut State, a: &Arrival, d: DirectRecv, quiet: bool, data: PutData<'_>) {
+    match data {
+        PutData::Inline(bytes) => {
+            let n = d.deposit(&bytes[..a.rlength.min(bytes.len())]);
+            let done = direct_done(d, a.from, a.bits, a.hdr_data, a.rlength, n, NiFail::Ok);
+            st.direct_done.push(done);
+            if !quiet {
+                let deposit = Deposit {
+                    no_ack: false,
+                    list: List::Priority,
+                    mlength: n,
+                    offset: 0,
+                };
+                answer(st, a.from, false, a.op, NiFail::Ok, Some(deposit));
+            }
+        }
+        PutData::Pull { key, offset } => {
+            let t = pull_transfer(st.rank(), a, d);
+            if t.place.mlength == 0 {
+                return finish(st, t, NiFail::Ok);
+            }
+            let src = RemoteAddr {
+                rank: a.from,
+                key: RegionKey(key),
+                offset: to_usize(offset),
+            };
+            match st.fabric.get(&t.region, 0, t.place.mlength, src) {
+                Ok(id) => {
+                    st.transfers.insert(id, t);
+                }
+                Err(_) => finish(st, t, NiFail::Undeliverable),
+            }
+        }
+    }
+}
+
+/// The transfer that pulls a put's data into a direct receive's buffer (reported by `finish`
+/// as a `DirectDone`).
+fn pull_transfer(rank: Rank, a: &Arrival, d: DirectRecv) -> Transfer {
     // SAFETY: the buffer `Ni::post_direct`'s caller lent to this receive, valid and untouched
     // by anything else until it completes; the region is only written by this transfer.
     let region = unsafe { Region::private(rank, d.addr as *mut u8, d.capacity) };
     Transfer {
         get: false,
-        initiator: from,
-        op,
-        pt,
+        initiator: a.from,
+        op: a.op,
+        pt: a.pt,
         list: List::Priority,
         region,
         place: Placement {
             offset: 0,
-            mlength: rlength.min(d.capacity),
+            mlength: a.rlength.min(d.capacity),
         },
-        bits,
-        rlength,
+        bits: a.bits,
+        rlength: a.rlength,
         remote_offset: 0,
-        hdr_data,
+        hdr_data: a.hdr_data,
         user_ptr: d.user_ptr,
         counting: MeCounting::default(),
         unlinked: true,
@@ -507,47 +578,23 @@ fn direct_transfer(
     }
 }
 
-/// A put that matched a direct receive: inline data is copied into its buffer at once, other
-/// data pulled into it.
-fn put_direct(st: &mut State, mut t: Transfer, quiet: bool, data: PutData<'_>) {
-    let Some(d) = t.direct else { return };
-    match data {
-        PutData::Inline(bytes) => {
-            let n = d.deposit(&bytes[..t.rlength.min(bytes.len())]);
-            st.direct_done
-                .push(direct_done(d, &t, n as u64, NiFail::Ok));
-            if !quiet {
-                answer(st, t.initiator, false, t.op, NiFail::Ok, Some(&t));
-            }
-        }
-        PutData::Pull { key, offset } => {
-            if t.place.mlength == 0 {
-                return finish(st, t, NiFail::Ok);
-            }
-            let src = RemoteAddr {
-                rank: t.initiator,
-                key: RegionKey(key),
-                offset: to_usize(offset),
-            };
-            t.quiet = false;
-            match st.fabric.get(&t.region, 0, t.place.mlength, src) {
-                Ok(id) => {
-                    st.transfers.insert(id, t);
-                }
-                Err(_) => finish(st, t, NiFail::Undeliverable),
-            }
-        }
-    }
-}
-
-fn direct_done(d: DirectRecv, t: &Transfer, mlength: u64, fail: NiFail) -> DirectDone {
+/// What direct receive `d` is told of the message that matched it.
+fn direct_done(
+    d: DirectRecv,
+    from: Rank,
+    bits: u64,
+    hdr_data: u64,
+    rlength: usize,
+    mlength: usize,
+    fail: NiFail,
+) -> DirectDone {
     DirectDone {
         user_ptr: d.user_ptr,
-        initiator: t.initiator,
-        match_bits: t.bits,
-        hdr_data: t.hdr_data,
-        rlength: t.rlength as u64,
-        mlength,
+        initiator: from,
+        match_bits: bits,
+        hdr_data,
+        rlength: rlength as u64,
+        mlength: mlength as u64,
         fail,
     }
 }

@@ -6,6 +6,7 @@ use mpi::collective::{CommunicatorCollectives, Root};
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator;
 use rdcoll_bench::coll::{self, CollKind, Collective};
+use rdcoll_bench::depth::{self, DepthCase, DepthComm};
 use rdcoll_bench::osu::{self, Kind, Messenger, Options};
 
 struct MpiMessenger {
@@ -124,6 +125,90 @@ impl Collective for MpiMessenger {
     }
 }
 
+impl DepthComm for MpiMessenger {
+    fn rank(&self) -> u32 {
+        self.world.rank() as u32
+    }
+    fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String> {
+        Messenger::send(self, buf, peer, tag)
+    }
+    fn recv(&self, buf: &mut [u8], from: Option<u32>, tag: u32) -> Result<(), String> {
+        match from {
+            Some(peer) => Messenger::recv(self, buf, peer, tag)?,
+            None => {
+                self.world
+                    .any_process()
+                    .receive_into_with_tag(buf, tag as i32);
+            }
+        }
+        Ok(())
+    }
+    fn recv_all(
+        &self,
+        bufs: &mut [[u8; 8]],
+        specs: &[(Option<u32>, u32)],
+        between: &mut dyn FnMut() -> Result<(), String>,
+    ) -> Result<(), String> {
+        mpi::request::scope(|scope| {
+            let mut reqs = Vec::with_capacity(specs.len());
+            for (buf, &(from, tag)) in bufs.iter_mut().zip(specs) {
+                let buf = &mut buf[..];
+                reqs.push(match from {
+                    Some(peer) => self
+                        .world
+                        .process_at_rank(peer as i32)
+                        .immediate_receive_into_with_tag(scope, buf, tag as i32),
+                    None => self
+                        .world
+                        .any_process()
+                        .immediate_receive_into_with_tag(scope, buf, tag as i32),
+                });
+            }
+            let between = between();
+            for r in reqs {
+                r.wait();
+            }
+            between
+        })
+    }
+    fn wtime(&self) -> f64 {
+        mpi::time()
+    }
+}
+
+/// `rdcoll-bench-mpi match-depth unexpected|posted [--any]`: the depth pattern of
+/// `rdcoll-bench match --through-comm`.
+fn match_depth(args: &[String]) {
+    let case = args.first().and_then(|c| DepthCase::from_name(c));
+    let any = args.iter().skip(1).any(|a| a == "--any");
+    let Some(case) = case else {
+        eprintln!("usage: rdcoll-bench-mpi match-depth unexpected|posted [--any]");
+        std::process::exit(2);
+    };
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("rdcoll-bench-mpi: MPI was already initialised");
+        std::process::exit(1);
+    };
+    let m = MpiMessenger {
+        world: universe.world(),
+    };
+    let what = mpi::environment::library_version()
+        .ok()
+        .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
+        .unwrap_or_else(|| "MPI".into());
+    match depth::run(&m, case, any) {
+        Ok(rows) => {
+            if DepthComm::rank(&m) == 1 {
+                print!("{}", depth::format(&what, case, any, &rows));
+            }
+        }
+        Err(e) => {
+            eprintln!("rdcoll-bench-mpi: {e}");
+            std::process::exit(1);
+        }
+    }
+}
+
 /// `rdcoll-bench-mpi bcast|barrier [-m ..] [--rdmc]`.
 fn collective(kind: CollKind, args: &[String]) {
     let (opts, rest) = match Options::parse(args) {
@@ -164,6 +249,10 @@ fn collective(kind: CollKind, args: &[String]) {
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().is_some_and(|a| a == "match-depth") {
+        match_depth(&args[1..]);
+        return;
+    }
     if let Some(kind) = args.first().and_then(|a| CollKind::from_name(a)) {
         collective(kind, &args[1..]);
         return;

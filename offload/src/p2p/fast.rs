@@ -1,21 +1,22 @@
-//! The short-message fast path: a blocking receive that finds nothing queued
-//! before it polls the fabric itself and copies a matching eager message straight from the
-//! transport's buffer into the user's, without linking a match entry, raising events or
-//! allocating (the latency path of `rdcoll-bench latency`, docs/PERFORMANCE.md).
+//! The short-message fast path: a blocking receive that finds nothing posted and nothing
+//! queued for it has the NI poll the fabric (`Ni::fast_receive_pass`) and copies a matching
+//! eager message straight from the transport's buffer into the user's, without posting a
+//! receive, raising events or allocating (the latency path of `rdcoll-bench latency`).
 //!
-//! Matching stays MPI's: the receive is taken only while no other receive is posted on the
-//! message portal and no queued unexpected message matches it, so it is the oldest receive
-//! that could take an arrival, and every arrival older than the one it takes was handled (and
-//! found not to match) first. Everything it does not take (other messages, rendezvous headers,
-//! gets, completions) goes through the agent as usual. What the agent queues as unexpected
-//! meanwhile (a rendezvous header this receive handed it, or a message another thread's
-//! progress polled, the thread-mode agent's included) is noticed through the NI's count of
-//! queued headers, checked under the state lock before each message is taken: one that matches
-//! makes the receive an ordinary one, which takes it, so a newer message never overtakes it.
-//! In thread mode the agent stands aside while the receive polls (`Ni::note_host_polling`), so it
-//! rarely gets there first. If another thread posts a receive in the
-//! meantime, that thread first posts this one as an ordinary entry ("materialises" it), and the
-//! fast receive turns into an ordinary wait, so post order is kept across threads too.
+//! Matching stays MPI's and the matching engine's: the receive opens only while the message
+//! portal's engine holds no posted receive and no queued message it matches
+//! (`Ni::fast_receive_open`), so it is the oldest receive that could take an arrival, and every
+//! arrival older than the one it takes was handled (and found not to match) first. Everything it
+//! does not take (other messages, rendezvous headers, gets, completions) goes through the agent
+//! as usual. What the agent queues as unexpected meanwhile (a rendezvous header this receive
+//! handed it, or a message another thread's progress polled, the thread-mode agent's included)
+//! is noticed through the NI's count of queued headers and looked up in the engine before each
+//! message is taken: one that matches makes the receive an ordinary one, which takes it, so a
+//! newer message never overtakes it. In thread mode the agent stands aside while the receive
+//! polls (`Ni::note_host_polling`), so it rarely gets there first. If another thread posts a
+//! receive in the meantime, that thread first posts this one as an ordinary receive
+//! ("materialises" it, claiming it under the NI's lock: `Ni::serialized`), and the fast receive
+//! turns into an ordinary wait, so post order is kept across threads too.
 
 use std::sync::atomic::Ordering;
 
