@@ -4,7 +4,8 @@
 //! side. The pattern is `rdcoll_bench::depth`'s.
 //!
 //! Options: `--case unexpected|posted` and `--any` (every other receive ANY_SOURCE) pick one
-//! table (all four without them); `--rounds N`, `--transport`, `--vs-mpi` as elsewhere.
+//! table (all four without them); `--max-depth N` leaves out deeper queues (the MPIs' linear
+//! queues take minutes at 100,000); `--rounds N`, `--transport`, `--vs-mpi` as elsewhere.
 
 use std::process::Command;
 
@@ -14,7 +15,7 @@ use rdcoll_transport::launch::JobSpec;
 
 use crate::compare::{self, Column, Launch};
 
-/// Environment variable marking a rank process of this benchmark: `case` or `case,any`.
+/// Environment variable marking a rank process of this benchmark: `case,max_depth[,any]`.
 const RANK_VAR: &str = "RDCOLL_BENCH_MATCH_DEPTH";
 
 struct Through(Comm);
@@ -77,7 +78,7 @@ fn run_inner(args: &[String]) -> Result<(), String> {
         }
     }
     let mut launch = Launch::new();
-    let (mut case, mut any) = (None, None);
+    let (mut case, mut any, mut max_depth) = (None, None, usize::MAX);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -87,6 +88,10 @@ fn run_inner(args: &[String]) -> Result<(), String> {
                 case = Some(DepthCase::from_name(v).ok_or(format!("unknown case {v}"))?);
             }
             "--any" => any = Some(true),
+            "--max-depth" => {
+                let v = it.next().and_then(|v| v.parse().ok());
+                max_depth = v.ok_or("--max-depth needs a number")?;
+            }
             other => {
                 if !launch.take(other, &mut it, 2)? {
                     return Err(format!("unknown option {other}"));
@@ -98,16 +103,20 @@ fn run_inner(args: &[String]) -> Result<(), String> {
     let mixes = any.map_or(vec![false, true], |a| vec![a]);
     for &case in &cases {
         for &any in &mixes {
-            table(&launch, case, any)?;
+            table(&launch, case, any, max_depth)?;
         }
     }
     Ok(())
 }
 
 /// One table: rdcoll (and the MPIs) for `case` and `any`.
-fn table(launch: &Launch, case: DepthCase, any: bool) -> Result<(), String> {
+fn table(launch: &Launch, case: DepthCase, any: bool, max_depth: usize) -> Result<(), String> {
     let transport = launch.transport.clone().unwrap_or_else(|| "shm".into());
-    let mode = format!("{}{}", case.name(), if any { ",any" } else { "" });
+    let mode = format!(
+        "{},{max_depth}{}",
+        case.name(),
+        if any { ",any" } else { "" }
+    );
     let t = transport.clone();
     let m = mode.clone();
     let mut columns = vec![Column {
@@ -119,6 +128,7 @@ fn table(launch: &Launch, case: DepthCase, any: bool) -> Result<(), String> {
         if any {
             args.push("--any".into());
         }
+        args.extend(["--max-depth".to_string(), max_depth.to_string()]);
         columns.extend(compare::mpi_columns(args, 2)?);
     }
     let (merged, _) = compare::run_columns(&columns, launch.rounds, 0)?;
@@ -152,18 +162,22 @@ fn job(mode: &str, transport: &str) -> Result<(), String> {
 }
 
 fn rank_main(mode: &str) -> Result<(), String> {
-    let (name, any) = match mode.split_once(',') {
-        Some((n, "any")) => (n, true),
-        _ => (mode, false),
-    };
-    let case = DepthCase::from_name(name).ok_or(format!("bad {RANK_VAR}={mode}"))?;
+    // `case,max_depth[,any]`.
+    let mut parts = mode.split(',');
+    let bad = || format!("bad {RANK_VAR}={mode}");
+    let case = parts
+        .next()
+        .and_then(DepthCase::from_name)
+        .ok_or_else(bad)?;
+    let max_depth = parts.next().and_then(|d| d.parse().ok()).ok_or_else(bad)?;
+    let any = parts.next() == Some("any");
     let world = rdcoll::init().map_err(|e| e.to_string())?;
     if world.size() != 2 {
         return Err("the depth pattern runs on exactly 2 ranks".into());
     }
     let what = format!("rdcoll over {}", world.backend());
     let c = Through(world);
-    let rows = depth::run(&c, case, any)?;
+    let rows = depth::run(&c, case, any, max_depth)?;
     if c.rank() == 1 {
         print!("{}", depth::format(&what, case, any, &rows));
     }

@@ -160,6 +160,26 @@ impl<R, M> Matcher<R, M> {
         Some(self.unexpected.take(found))
     }
 
+    /// Removes and returns the earliest arrived unexpected message `spec` matches if `accept`
+    /// takes it (one search, where [`Matcher::probe`] then [`Matcher::matched_probe`] take
+    /// two); `None` if none matches or `accept` refuses it, which then stays queued.
+    #[inline]
+    pub fn matched_probe_if(
+        &mut self,
+        spec: &ReceiveSpec,
+        accept: impl FnOnce(&Envelope, &M) -> bool,
+    ) -> Option<(Envelope, M)> {
+        if self.unexpected.len() == 0 {
+            return None; // the latency path's common case: no compile, no search
+        }
+        let found = self.unexpected.find(Selector::compile(spec))?;
+        let (envelope, message) = self.unexpected.get(found);
+        if !accept(envelope, message) {
+            return None;
+        }
+        Some(self.unexpected.take(found))
+    }
+
     /// Withdraws a posted receive in O(1) and returns its value; a stale handle is an error.
     pub fn cancel(&mut self, handle: ReceiveHandle) -> Result<R, MatchError> {
         let id = SlotId {
@@ -385,6 +405,12 @@ mod tests {
             Some((Envelope::new(c, 4, 9), "first"))
         );
         assert_eq!(engine.probe(&any).map(|(_, m)| *m), Some("second"));
+        assert_eq!(engine.matched_probe_if(&any, |_, m| *m == "first"), None);
+        assert_eq!(
+            engine.probe(&any).map(|(_, m)| *m),
+            Some("second"),
+            "refused: left"
+        );
         assert_eq!(
             engine.probe(&spec(c, Source::Rank(5), TagPattern::Any)),
             None

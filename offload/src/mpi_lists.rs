@@ -186,6 +186,17 @@ impl MpiLists {
         self.matcher.probe(spec).map(|(_, u)| u)
     }
 
+    /// Takes the oldest unexpected header `spec` matches if `accept` takes it (else it stays).
+    pub(crate) fn take_header_if(
+        &mut self,
+        spec: &ReceiveSpec,
+        accept: impl FnOnce(&Unexpected) -> bool,
+    ) -> Option<Unexpected> {
+        self.matcher
+            .matched_probe_if(spec, |_, u| accept(u))
+            .map(|(_, u)| u)
+    }
+
     /// Takes the oldest unexpected header `spec` matches.
     pub(crate) fn take_header(&mut self, spec: &ReceiveSpec) -> Option<Unexpected> {
         self.matcher.matched_probe(spec).map(|(_, u)| u)

@@ -26,6 +26,17 @@ pub enum DirectPost {
     Matched,
 }
 
+/// Where a blocking receive stands when it starts ([`Ni::fast_receive_open`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FastOpen {
+    /// It may take the fast path; the count of headers queued so far.
+    Open(u64),
+    /// It took a queued message: what a direct receive would be told of it.
+    Took(DirectDone),
+    /// It must be posted as an ordinary receive.
+    Closed,
+}
+
 /// How one pass of the blocking receive's fast path ended ([`Ni::fast_receive_pass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FastPass {
@@ -175,23 +186,53 @@ impl Ni {
         drained.map(|()| handled)
     }
 
-    /// Whether a receive with `spec` on MPI portal `pt` would be the only receive posted there
-    /// and no queued message matches it: then it may take the fast path. `Some` (the count of
-    /// headers queued so far, for [`Ni::fast_receive_pass`]) if so, after `open` ran under the
-    /// state lock.
+    /// Where a blocking receive with `spec` on MPI portal `pt` into `buf` stands, under one
+    /// acquisition of the state lock:
+    /// - the oldest queued message it matches is all in and `takes` its header data: taken,
+    ///   copied into `buf` (as much as fits), and reported ([`FastOpen::Took`]), exactly as a
+    ///   receive posted now would take it;
+    /// - nothing queued matches and nothing is posted: `open` ran, and it may take the fast
+    ///   path ([`FastOpen::Open`], with the count of headers queued so far for
+    ///   [`Ni::fast_receive_pass`]);
+    /// - else it must be posted as an ordinary receive ([`FastOpen::Closed`]).
+    ///
+    /// The caller holds off every other receive of the portal meanwhile (the engine lock), so
+    /// that no older receive is still to be posted.
+    #[inline]
     pub(crate) fn fast_receive_open(
         &self,
         pt: PtIndex,
         spec: &ReceiveSpec,
+        buf: &mut [u8],
+        takes: impl FnOnce(u64) -> bool,
         open: impl FnOnce(),
-    ) -> Option<u64> {
-        let st = self.lock_state();
-        let mpi = st.portals.get(pt.0)?.mpi.as_ref()?;
-        if !mpi.nothing_posted() || mpi.probe(spec).is_some() {
-            return None;
+    ) -> FastOpen {
+        let mut st = self.lock_state();
+        let Some(mpi) = st.portals.get_mut(pt.0).and_then(|p| p.mpi.as_deref_mut()) else {
+            return FastOpen::Closed;
+        };
+        let mut matched = false;
+        let taken = (mpi.unexpected_len() > 0)
+            .then(|| {
+                mpi.take_header_if(spec, |u| {
+                    matched = true;
+                    u.pending.is_none() && takes(u.hdr_data)
+                })
+            })
+            .flatten();
+        if let Some(u) = taken {
+            let d = DirectRecv {
+                user_ptr: 0,
+                addr: buf.as_mut_ptr() as usize,
+                capacity: buf.len(),
+            };
+            return FastOpen::Took(crate::target::copy_out(d, &u, crate::NiFail::Ok));
+        }
+        if matched || !mpi.nothing_posted() {
+            return FastOpen::Closed;
         }
         open();
-        Some(st.queued_unexpected.load(Ordering::Relaxed))
+        FastOpen::Open(st.queued_unexpected.load(Ordering::Relaxed))
     }
 
     /// Runs `f` under the state lock, which serialises it with fast-receive passes.
@@ -203,16 +244,19 @@ impl Ni {
     /// One pass of the blocking receive's fast path, which acts as the receive posted alone on
     /// MPI portal `pt` with `spec` from `source` (`None`: any) without posting it: under the
     /// state lock, while `still_open()`, polls up to 16 fabric events; an inline put to `pt`
-    /// that `spec` matches (`source` must be `spec`'s source) is offered to `take` (bits, header data, payload) straight from the
+    /// that `spec` matches (`bits`: `spec.match_bits()`, computed once by the caller; `source`:
+    /// `spec`'s source) is offered to `take` (bits, header data, payload) straight from the
     /// transport's buffer, and one it accepts ends the pass; anything else is the agent's.
     /// Before each event, headers queued meanwhile (counted by `seen`) are compared with `spec`,
     /// so that a queued match is taken first. `close()` runs under the lock when the pass
     /// ends the receive (taken, or its sender failed).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn fast_receive_pass<T>(
         &self,
         pt: PtIndex,
         spec: &ReceiveSpec,
+        bits: (u64, u64),
         source: Option<Rank>,
         seen: &mut u64,
         still_open: impl Fn() -> bool,
@@ -226,7 +270,7 @@ impl Ni {
         }
         let mut polled_any = false;
         let mut queued_match = false;
-        let (match_bits, ignore_bits) = spec.match_bits();
+        let (match_bits, ignore_bits) = bits;
         for _ in 0..16 {
             let queued = st.queued_unexpected.load(Ordering::Relaxed);
             if queued != *seen {

@@ -482,6 +482,13 @@ pub(crate) fn settle_taken(st: &mut State, pt: PtIndex, u: &Unexpected, taker: T
 
 /// A direct receive took the header `u`: copies its data out of the overflow entry.
 fn direct_from_header(st: &mut State, d: DirectRecv, u: &Unexpected, fail: NiFail) {
+    let done = copy_out(d, u, fail);
+    st.direct_done.push(done);
+}
+
+/// Copies the data of the taken header `u` (as much as fits) into direct receive `d`'s
+/// buffer: what `d` is told.
+pub(crate) fn copy_out(d: DirectRecv, u: &Unexpected, fail: NiFail) -> DirectDone {
     let mut mlength = 0;
     if fail == NiFail::Ok {
         let n = u.mlength.min(d.capacity);
@@ -495,16 +502,8 @@ fn direct_from_header(st: &mut State, d: DirectRecv, u: &Unexpected, fail: NiFai
             }
         }
     }
-    let done = direct_done(
-        d,
-        u.initiator,
-        u.match_bits,
-        u.hdr_data,
-        u.rlength,
-        mlength,
-        fail,
-    );
-    st.direct_done.push(done);
+    let (from, bits, hdr_data) = (u.initiator, u.match_bits, u.hdr_data);
+    direct_done(d, from, bits, hdr_data, u.rlength, mlength, fail)
 }
 
 /// A put that matched a direct receive: inline data is copied into its buffer at once (no

@@ -176,13 +176,17 @@ impl DepthComm for MpiMessenger {
     }
 }
 
-/// `rdcoll-bench-mpi match-depth unexpected|posted [--any]`: the depth pattern of
-/// `rdcoll-bench match --through-comm`.
+/// `rdcoll-bench-mpi match-depth unexpected|posted [--any] [--max-depth N]`: the depth
+/// pattern of `rdcoll-bench match --through-comm`.
 fn match_depth(args: &[String]) {
     let case = args.first().and_then(|c| DepthCase::from_name(c));
     let any = args.iter().skip(1).any(|a| a == "--any");
-    let Some(case) = case else {
-        eprintln!("usage: rdcoll-bench-mpi match-depth unexpected|posted [--any]");
+    let max_depth = match args.iter().position(|a| a == "--max-depth") {
+        Some(at) => args.get(at + 1).and_then(|v| v.parse().ok()),
+        None => Some(usize::MAX),
+    };
+    let (Some(case), Some(max_depth)) = (case, max_depth) else {
+        eprintln!("usage: rdcoll-bench-mpi match-depth unexpected|posted [--any] [--max-depth N]");
         std::process::exit(2);
     };
     let Some(universe) = mpi::initialize() else {
@@ -196,7 +200,7 @@ fn match_depth(args: &[String]) {
         .ok()
         .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
         .unwrap_or_else(|| "MPI".into());
-    match depth::run(&m, case, any) {
+    match depth::run(&m, case, any, max_depth) {
         Ok(rows) => {
             if DepthComm::rank(&m) == 1 {
                 print!("{}", depth::format(&what, case, any, &rows));

@@ -25,7 +25,7 @@ use rdcoll_transport::{Rank, TransportError};
 use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
-use crate::ni_mpi::FastPass;
+use crate::ni_mpi::{FastOpen, FastPass};
 
 /// `Engine::fast_state`: no fast receive.
 pub(super) const FAST_NONE: u8 = 0;
@@ -65,6 +65,7 @@ impl Engine {
             }
         }
         let spec = bits::receive_spec(context, tag, source);
+        let rule = spec.match_bits();
         let from = match source {
             Source::Any => None,
             Source::Rank(r) => Some(r),
@@ -79,10 +80,20 @@ impl Engine {
             if let Err(e) = self.take_delivery_failure(&mut inner) {
                 return Some(Err(e));
             }
-            // Nothing else posted and no queued message matches it (checked by the NI's
-            // matching engine): it opens under the state lock, which serialises it with claims.
+            // A queued eager message it matches is taken at once (the engine lock keeps every
+            // other receive of this rank out meanwhile); else, with nothing else posted and
+            // nothing queued for it, it opens under the state lock, which serialises it with
+            // claims.
             let open = || self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
-            seen = self.ni.fast_receive_open(self.pt_msg, &spec, open)?;
+            let eager = |hdr_data| Header::decode(hdr_data).chunk.is_none();
+            seen = match self
+                .ni
+                .fast_receive_open(self.pt_msg, &spec, buf, eager, open)
+            {
+                FastOpen::Open(seen) => seen,
+                FastOpen::Took(d) => return Some(super::recv::queued_eager(d, buf.len())),
+                FastOpen::Closed => return None,
+            };
             inner.fast = Some(FastRecv {
                 addr: buf.as_mut_ptr() as usize,
                 capacity: buf.len(),
@@ -121,6 +132,7 @@ impl Engine {
             let pass = self.ni.fast_receive_pass(
                 self.pt_msg,
                 &spec,
+                rule,
                 from,
                 &mut seen,
                 still_open,
@@ -237,6 +249,7 @@ impl FastRecv {
 
 /// Copies an eager message (no rendezvous chunk size in its header) for the fast receive into
 /// `buf`; `None` for a rendezvous header, which is the agent's (through the portal).
+#[inline]
 fn take_eager(
     src: Rank,
     bits: u64,

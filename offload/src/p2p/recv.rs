@@ -160,6 +160,20 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
     };
 }
 
+/// The result of a blocking receive of `capacity` bytes that took a queued eager message.
+pub(super) fn queued_eager(d: DirectDone, capacity: usize) -> Result<Status> {
+    if d.fail != NiFail::Ok {
+        return Err(TransportError::PeerFailed(d.initiator).into());
+    }
+    let status = Status {
+        source: d.initiator,
+        tag: bits::tag_of(d.match_bits),
+        len: usize::try_from(Header::decode(d.hdr_data).len).unwrap_or(usize::MAX),
+        cancelled: false,
+    };
+    complete(status, capacity)
+}
+
 /// Issues the gets for the rest of a rendezvous: the first `c` now, each later one triggered
 /// by the reply of the get `c` places before it.
 fn fetch(
