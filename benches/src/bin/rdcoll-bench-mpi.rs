@@ -176,6 +176,19 @@ impl DepthComm for MpiMessenger {
     }
 }
 
+/// Initialises MPI (exits if it was already): the universe, and the library's name.
+fn start() -> (mpi::environment::Universe, String) {
+    let Some(universe) = mpi::initialize() else {
+        eprintln!("rdcoll-bench-mpi: MPI was already initialised");
+        std::process::exit(1);
+    };
+    let what = mpi::environment::library_version()
+        .ok()
+        .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
+        .unwrap_or_else(|| "MPI".into());
+    (universe, what)
+}
+
 /// `rdcoll-bench-mpi match-depth unexpected|posted [--any] [--max-depth N]`: the depth
 /// pattern of `rdcoll-bench match --through-comm`.
 fn match_depth(args: &[String]) {
@@ -189,17 +202,10 @@ fn match_depth(args: &[String]) {
         eprintln!("usage: rdcoll-bench-mpi match-depth unexpected|posted [--any] [--max-depth N]");
         std::process::exit(2);
     };
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("rdcoll-bench-mpi: MPI was already initialised");
-        std::process::exit(1);
-    };
+    let (universe, what) = start();
     let m = MpiMessenger {
         world: universe.world(),
     };
-    let what = mpi::environment::library_version()
-        .ok()
-        .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
-        .unwrap_or_else(|| "MPI".into());
     match depth::run(&m, case, any, max_depth) {
         Ok(rows) => {
             if DepthComm::rank(&m) == 1 {
@@ -227,17 +233,10 @@ fn collective(kind: CollKind, args: &[String]) {
         eprintln!("rdcoll-bench-mpi: unknown option {bad}");
         std::process::exit(2);
     }
-    let Some(universe) = mpi::initialize() else {
-        eprintln!("rdcoll-bench-mpi: MPI was already initialised");
-        std::process::exit(1);
-    };
+    let (universe, what) = start();
     let m = MpiMessenger {
         world: universe.world(),
     };
-    let what = mpi::environment::library_version()
-        .ok()
-        .and_then(|v| v.lines().next().map(|l| l.trim().to_string()))
-        .unwrap_or_else(|| "MPI".into());
     match coll::run(&m, kind, &opts, rdmc) {
         Ok(rows) => {
             if Collective::rank(&m) == 0 {
