@@ -212,14 +212,15 @@ impl Ni {
             return FastOpen::Closed;
         };
         let mut matched = false;
-        let taken = (mpi.unexpected_len() > 0)
-            .then(|| {
-                mpi.take_header_if(spec, |u| {
-                    matched = true;
-                    u.pending.is_none() && takes(u.hdr_data)
-                })
+        // An empty queue (the latency path's case) is not searched.
+        let taken = if mpi.unexpected_len() > 0 {
+            mpi.take_header_if(spec, |u| {
+                matched = true;
+                u.pending.is_none() && takes(u.hdr_data)
             })
-            .flatten();
+        } else {
+            None
+        };
         if let Some(u) = taken {
             let d = DirectRecv {
                 user_ptr: 0,
