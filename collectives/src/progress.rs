@@ -8,7 +8,7 @@
 //! docs/PERFORMANCE.md "Thread mode").
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdcoll_offload::p2p::Engine;
 use rdcoll_offload::CtHandle;
@@ -99,7 +99,8 @@ impl Waiter {
 
     fn wait(&self, from: Rank, ready: &dyn Fn() -> bool, flag: bool) -> Result<()> {
         let mut polls = 0u32;
-        let mut since: Option<Instant> = None;
+        // When it started backing off, by the fabric's clock (virtual in a simulation).
+        let mut since: Option<Duration> = None;
         // Past `POLL`: sleeping between looks, no longer polling for the agent.
         let mut sleeping = false;
         loop {
@@ -126,7 +127,8 @@ impl Waiter {
                 std::hint::spin_loop();
                 continue;
             }
-            let waited = since.get_or_insert_with(Instant::now).elapsed();
+            let now = self.fabric.now();
+            let waited = now.saturating_sub(*since.get_or_insert(now));
             if waited < SPIN && !self.crowded {
                 std::hint::spin_loop();
             } else if waited < POLL {

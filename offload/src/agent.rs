@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdcoll_transport::Event as FabricEvent;
 use rdcoll_transport::SpinGuard;
@@ -133,17 +133,18 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
 /// if it has a core of its own (`poll` > 0), else naps.
 pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
     let fabric = shared.state.lock().fabric.clone();
-    let mut last_event = Instant::now();
+    // Time is read through the fabric (a simulated one supplies virtual time).
+    let mut last_event = fabric.now();
     let mut host = HostWatch::new(&shared);
     while !shared.stop.load(Ordering::Acquire) {
-        if host.polled_within(grace) {
+        if host.polled_within(grace, fabric.now()) {
             if poll.is_zero() {
                 std::thread::sleep(STAND_ASIDE_NAP);
             } else {
                 spin_a_while();
             }
             // When the host leaves, poll for it as after an event.
-            last_event = Instant::now();
+            last_event = fabric.now();
             continue;
         }
         let Some(handled) = try_progress(&shared) else {
@@ -152,16 +153,16 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
             continue;
         };
         if handled > 0 {
-            last_event = Instant::now();
+            last_event = fabric.now();
             // The lock is not fair: a host thread that fell asleep waiting for it goes first.
             shared.state.let_sleepers_in();
-        } else if last_event.elapsed() < poll {
+        } else if fabric.now().saturating_sub(last_event) < poll {
             let mut spins = 0u32;
             while !fabric.pending() && !shared.stop.load(Ordering::Relaxed) && !host.moved() {
                 std::hint::spin_loop();
                 spins = spins.wrapping_add(1);
                 // The clock only now and then: a read costs more than a poll.
-                if spins.is_multiple_of(64) && last_event.elapsed() >= poll {
+                if spins.is_multiple_of(64) && fabric.now().saturating_sub(last_event) >= poll {
                     break;
                 }
             }
@@ -183,7 +184,7 @@ fn spin_a_while() {
 struct HostWatch<'a> {
     polls: &'a std::sync::atomic::AtomicU64,
     seen: u64,
-    moved_at: Option<Instant>,
+    moved_at: Option<Duration>,
 }
 
 impl<'a> HostWatch<'a> {
@@ -201,17 +202,17 @@ impl<'a> HostWatch<'a> {
         self.polls.load(Ordering::Relaxed) != self.seen
     }
 
-    /// Whether a host thread polled within `grace` of now.
-    fn polled_within(&mut self, grace: Duration) -> bool {
+    /// Whether a host thread polled within `grace` of `now` (the fabric's time).
+    fn polled_within(&mut self, grace: Duration, now: Duration) -> bool {
         if grace.is_zero() {
             return false;
         }
-        let now = self.polls.load(Ordering::Relaxed);
-        if now != self.seen {
-            self.seen = now;
-            self.moved_at = Some(Instant::now());
+        let polls = self.polls.load(Ordering::Relaxed);
+        if polls != self.seen {
+            self.seen = polls;
+            self.moved_at = Some(now);
             return true;
         }
-        self.moved_at.is_some_and(|t| t.elapsed() < grace)
+        self.moved_at.is_some_and(|t| now.saturating_sub(t) < grace)
     }
 }

@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdcoll_transport::{Fabric, Rank, Region, RemoteAddr};
 use rdcoll_transport::{SpinGuard, SpinLock};
@@ -743,7 +743,9 @@ impl Ni {
         timeout: Duration,
         mut check: impl FnMut(&mut State) -> Result<bool>,
     ) -> Result<()> {
-        let deadline = Instant::now().checked_add(timeout);
+        // Time through the fabric (a simulated one supplies virtual time).
+        let fabric = self.fabric();
+        let deadline = fabric.now().checked_add(timeout);
         let mut idle = 0u32;
         loop {
             {
@@ -759,7 +761,7 @@ impl Ni {
                     }
                 }
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if deadline.is_some_and(|d| fabric.now() >= d) {
                 return Err(OffloadError::Timeout(timeout));
             }
             if self.shared.mode == Mode::Inline {

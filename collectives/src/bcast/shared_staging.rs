@@ -25,7 +25,7 @@
 //! reads, so dropping the communicator waits for them ([`SharedStaging::drain`]).
 
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rdcoll_offload::p2p::{Context, Engine};
 use rdcoll_transport::Rank;
@@ -134,11 +134,11 @@ impl SharedStaging {
         if staged == 0 {
             return;
         }
-        let deadline = Instant::now() + limit;
+        let deadline = fabric.now().saturating_add(limit);
         for r in (0..fabric.size() as Rank).filter(|&r| r != me) {
             let done = self.area.flag(self.done + r as usize);
             let copied = || done.load(Ordering::Acquire).wrapping_sub(staged as u8) as i8 >= 0;
-            if w.until(r, &|| copied() || Instant::now() >= deadline)
+            if w.until(r, &|| copied() || fabric.now() >= deadline)
                 .is_err()
                 || !copied()
             {

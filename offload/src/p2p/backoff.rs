@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use rdcoll_transport::Fabric;
+
 use super::Engine;
 
 impl Engine {
@@ -16,7 +18,7 @@ impl Engine {
                 ..Backoff::default()
             };
         }
-        let step = backoff.step();
+        let step = backoff.step(self.ni.fabric().as_ref());
         if !matches!(step, Step::Block) && backoff.polls % NOTE_EVERY == 1 {
             // Also between this wait's progress passes (the fast receive's idle polls).
             self.ni.note_host_polling();
@@ -54,7 +56,8 @@ const CLOCK_EVERY: u32 = 32;
 /// the agent's notifications instead.
 #[derive(Debug, Default)]
 pub struct Backoff {
-    since: Option<std::time::Instant>,
+    /// When the wait started backing off, by the fabric's clock.
+    since: Option<Duration>,
     polls: u32,
     activity: u64,
     /// Past [`Backoff::SPIN`]: yielding (the clock is read only every 32nd poll).
@@ -76,7 +79,8 @@ impl Backoff {
     /// How long a wait polls (spinning, then yielding) before it sleeps.
     pub const YIELD: Duration = Duration::from_millis(2);
 
-    fn step(&mut self) -> Step {
+    /// The next step; `clock` (the fabric) is read at every 32nd poll.
+    fn step(&mut self, clock: &dyn Fabric) -> Step {
         self.polls = self.polls.wrapping_add(1);
         // Reading the clock every poll would cost more than a poll, and so would reading it
         // at the first: most waits for a peer on another core end within 32 polls, and one
@@ -88,8 +92,9 @@ impl Backoff {
                 Step::Spin
             };
         }
-        let since = *self.since.get_or_insert_with(std::time::Instant::now);
-        match since.elapsed() {
+        let now = clock.now();
+        let since = *self.since.get_or_insert(now);
+        match now.saturating_sub(since) {
             e if e < Self::SPIN => Step::Spin,
             e if e < Self::YIELD => {
                 self.yielding = true;
