@@ -77,7 +77,7 @@ impl RawRequest {
     /// still in flight is logged and the wait goes on.
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, RawState::Delivered) {
-            RawState::InFlight(id) => Ok(wait_out(&self.engine, id)?),
+            RawState::InFlight(id) => Ok(self.engine.wait(id)?),
             RawState::Complete(status) => Ok(status),
             RawState::Delivered => Err(already_completed()),
         }
@@ -131,22 +131,10 @@ fn already_completed() -> crate::Error {
     crate::Error::InvalidArgument("the request has already completed".into())
 }
 
-/// Waits for request `id` until the engine no longer has it: its result.
-fn wait_out(engine: &Engine, id: ReqId) -> rdcoll_offload::Result<Status> {
-    loop {
-        match engine.wait(id) {
-            Err(e) if engine.is_pending(id) => {
-                tracing::error!("waiting for a request failed while it is in flight: {e}");
-            }
-            done => return done,
-        }
-    }
-}
-
 impl Drop for RawRequest {
     fn drop(&mut self) {
         if let RawState::InFlight(id) = self.state {
-            if let Err(e) = wait_out(&self.engine, id) {
+            if let Err(e) = self.engine.wait(id) {
                 tracing::warn!("a request dropped unfinished failed: {e}");
             }
         }

@@ -109,8 +109,8 @@ impl Engine {
     }
 
     /// Whether request `id` is still the engine's (in flight, or its result not collected):
-    /// after an error from `test` or `wait`, which a failed progress pass can return while the
-    /// request is still in flight.
+    /// after an error from `test`, which a failed progress pass can return while the request
+    /// is still in flight (`wait` never does).
     pub fn is_pending(&self, id: ReqId) -> bool {
         self.inner.lock().reqs.contains_key(&id.0)
     }

@@ -445,7 +445,9 @@ impl Engine {
     }
 
     /// Waits for request `id` and returns its result: spins on progress briefly, then yields,
-    /// then sleeps on the fabric, so that more ranks than cores stay usable.
+    /// then sleeps on the fabric, so that more ranks than cores stay usable. It returns only
+    /// once the request is no longer the engine's (its result, or an error that ended it), so
+    /// a buffer lent to it is free again whatever it returns.
     pub fn wait(&self, id: ReqId) -> Result<Status> {
         // Often done already (a window of requests waited for one by one): no progress
         // pass for it, which would poll the fabric and drain events once per request.
@@ -454,8 +456,14 @@ impl Engine {
         }
         let mut backoff = Backoff::default();
         loop {
-            if let Some(s) = self.test(id)? {
-                return Ok(s);
+            match self.test(id) {
+                Ok(Some(s)) => return Ok(s),
+                Ok(None) => {}
+                // A failed progress pass leaves the request in flight, its buffer still lent
+                // to the NI: the wait goes on (the request ends with its message or with its
+                // peer's failure). Callers rely on this for their buffers' safety.
+                Err(e) if self.is_pending(id) => log_progress_failure(&e),
+                Err(e) => return Err(e),
             }
             self.idle(&mut backoff);
         }
@@ -503,6 +511,13 @@ impl std::fmt::Debug for Engine {
 /// Cores this process may run on.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Logs a progress pass that failed while a wait goes on (out of line: cold).
+#[cold]
+#[inline(never)]
+fn log_progress_failure(e: &OffloadError) {
+    tracing::error!("progress failed while waiting for a request in flight: {e}");
 }
 
 /// A truncated receive: the message was longer than the buffer.

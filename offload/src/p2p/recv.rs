@@ -346,8 +346,8 @@ impl Engine {
         context: Context,
     ) -> Result<Status> {
         // SAFETY: `buf` is borrowed mutably for the whole call and the request completes
-        // before it returns (`wait` returns only with the result, or with an error after the
-        // buffer was deregistered).
+        // before it returns (`Engine::wait` returns only once the request is no longer the
+        // engine's, whatever it returns).
         let id = unsafe { self.irecv(buf.as_mut_ptr(), buf.len(), source, tag, context)? };
         self.wait(id)
     }
