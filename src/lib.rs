@@ -195,7 +195,7 @@ impl Comm {
     #[inline(never)]
     fn start_engine(&self) -> Result<&Arc<Engine>> {
         let engine = Engine::from_env(self.fabric.clone(), ranks_on_this_host(self))?;
-        Ok(self.engine.get_or_init(|| Arc::new(engine)))
+        Ok(self.engine.get_or_init(|| engine))
     }
     /// This rank, in `0..size`.
     pub fn rank(&self) -> Rank {

@@ -3,6 +3,7 @@
 
 mod barrier_cases;
 mod bcast_cases;
+mod progress_cases;
 #[allow(dead_code)]
 mod reduce_cases;
 
@@ -52,6 +53,8 @@ fn rank_entry() {
             },
             "barrier_death" => barrier_cases::peer_death(&world),
             "long_waits" => barrier_cases::long_waits_sleep(&world),
+            "progress" => progress_cases::library_waits(&world),
+            "progress_computing" => progress_cases::while_computing(&world),
             other => Err(format!("no case {other:?}")),
         };
         if let Err(why) = r {
@@ -133,6 +136,29 @@ fn spec(ranks: usize, transport: &str, cases: &str, env: &[(&str, &str)]) -> Job
         spec.env.push(((*k).into(), (*v).into()));
     }
     spec
+}
+
+/// MPI's progress rule: a posted receive (eager and rendezvous) completes while its rank waits
+/// in a collective, a probe or another request, over shm and tcp, in both offload modes, and in
+/// thread mode while its rank computes without calling the library.
+#[test]
+fn posted_receives_progress_in_every_wait() {
+    for transport in ["shm", "tcp"] {
+        for ranks in [2, 4] {
+            job_with(
+                ranks,
+                transport,
+                "progress",
+                &[("RDCOLL_OFFLOAD", "inline")],
+            );
+        }
+        job_with(
+            3,
+            transport,
+            "progress,progress_computing",
+            &[("RDCOLL_OFFLOAD", "thread")],
+        );
+    }
 }
 
 /// A fresh empty directory for one job's barrier records.

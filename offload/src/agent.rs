@@ -37,13 +37,22 @@ fn try_progress(shared: &Shared) -> Option<usize> {
 }
 
 /// [`progress_locked`] under `st`, then a notification for thread-mode host waiters.
+/// Matched direct receives then go to their owner's collector (MPI's progress rule: a matched
+/// rendezvous gets its gets issued whatever the host waits in, or while it computes); when the
+/// collector cannot take them now, the pass counts as work, so that the agent comes back soon.
 fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
     let handled = progress_locked(&mut st);
-    if handled > 0 {
-        drop(st);
-        // Only a thread-mode host waits for notifications.
-        if shared.mode == crate::Mode::Thread {
-            shared.changed.notify_all();
+    let directs_waiting = !st.direct_done.is_empty();
+    drop(st);
+    // Only a thread-mode host waits for notifications.
+    if handled > 0 && shared.mode == crate::Mode::Thread {
+        shared.changed.notify_all();
+    }
+    if directs_waiting {
+        if let Some(collect) = shared.direct_collector.get() {
+            if !collect() {
+                return handled.max(1);
+            }
         }
     }
     handled

@@ -62,4 +62,10 @@ pub(crate) struct Shared {
     /// with plain stores: while it moves, a host thread runs the agent's work itself and the
     /// agent leaves the fabric and the state lock to it.
     pub(crate) host_polls: AtomicU64,
+    /// Takes matched direct receives off the NI for their owner (`Ni::set_direct_collector`).
+    pub(crate) direct_collector: std::sync::OnceLock<DirectCollector>,
 }
+
+/// What [`Ni::set_direct_collector`] installs: returns whether it took the matched direct
+/// receives (`false`: they stay queued and it is asked again after the next pass).
+pub type DirectCollector = Box<dyn Fn() -> bool + Send + Sync>;

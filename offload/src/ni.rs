@@ -75,6 +75,7 @@ impl Ni {
             stop: AtomicBool::new(false),
             mode: cfg.mode,
             host_polls: std::sync::atomic::AtomicU64::new(0),
+            direct_collector: std::sync::OnceLock::new(),
         });
         Ok(Ni {
             shared,
@@ -151,6 +152,18 @@ impl Ni {
     /// Runs the agent once from this thread (inline mode; harmless in thread mode).
     pub fn progress(&self) -> usize {
         crate::agent::progress(&self.shared)
+    }
+
+    /// Installs the owner's collector of matched direct receives: whoever runs a progress pass
+    /// that leaves some queued ([`Ni::progress`], the thread-mode agent) calls it afterwards,
+    /// holding no lock of the NI, so that it may take them ([`Ni::take_direct_done`]) and act
+    /// on them (issue a rendezvous's gets) even while no host thread is in the owner's calls.
+    /// Set once; `InvalidArg` if one is set already.
+    pub fn set_direct_collector(&self, collect: crate::DirectCollector) -> Result<()> {
+        self.shared
+            .direct_collector
+            .set(collect)
+            .map_err(|_| invalid("a direct collector is set already"))
     }
 
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
@@ -802,7 +815,11 @@ impl Drop for Ni {
     fn drop(&mut self) {
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.agent.take() {
-            let _ = t.join();
+            // The last owner may be let go by the agent itself (a direct collector's owner
+            // that it held while the host dropped its own): the agent ends once it returns.
+            if t.thread().id() != std::thread::current().id() {
+                let _ = t.join();
+            }
         }
     }
 }

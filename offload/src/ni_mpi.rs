@@ -165,6 +165,12 @@ impl Ni {
         Ok(mpi.cancel_direct(handle).is_some())
     }
 
+    /// Moves every matched direct receive to `directs` (without a progress pass).
+    pub fn take_direct_done(&self, directs: &mut Vec<DirectDone>) {
+        let mut st = self.lock_state();
+        directs.append(&mut st.direct_done);
+    }
+
     /// Runs the agent's work once from this thread and moves every queued event of `eq` to
     /// `events` and every matched direct receive to `directs`, under one acquisition of the
     /// state lock. Returns how many fabric events it handled (see

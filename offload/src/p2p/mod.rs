@@ -165,8 +165,27 @@ pub struct Engine {
 
 impl Engine {
     /// An engine over `fabric` with the network interface set up by `ni_cfg` and the protocol
-    /// settings `cfg`.
-    pub fn new(fabric: Arc<dyn Fabric>, mut ni_cfg: NiConfig, cfg: P2pConfig) -> Result<Engine> {
+    /// settings `cfg`, for a job with `ranks_here` ranks on this host. Shared: the NI's agent
+    /// (and any thread's progress pass) hands it matched receives through a weak reference
+    /// ([`Engine::collect_matched`]).
+    pub fn new(
+        fabric: Arc<dyn Fabric>,
+        ni_cfg: NiConfig,
+        cfg: P2pConfig,
+        ranks_here: usize,
+    ) -> Result<Arc<Engine>> {
+        let mut engine = Engine::build(fabric, ni_cfg, cfg)?;
+        engine.ranks_here = ranks_here.max(1);
+        engine.crowded = engine.ranks_here > cores();
+        let engine = Arc::new(engine);
+        let weak = Arc::downgrade(&engine);
+        engine.ni.set_direct_collector(Box::new(move || {
+            weak.upgrade().is_none_or(|e| e.collect_matched())
+        }))?;
+        Ok(engine)
+    }
+
+    fn build(fabric: Arc<dyn Fabric>, mut ni_cfg: NiConfig, cfg: P2pConfig) -> Result<Engine> {
         // Unexpected messages are limited by memory, as in MPI, not by a header count.
         ni_cfg.max_unexpected = usize::MAX;
         ni_cfg.max_objects = ni_cfg.max_objects.max(1 << 20);
@@ -241,15 +260,13 @@ impl Engine {
 
     /// An engine configured from the environment (`RDCOLL_OFFLOAD`, `RDCOLL_EAGER_LIMIT`,
     /// `RDCOLL_RNDV_CHUNK`, `RDCOLL_RNDV_CREDITS`) for a job with `ranks_here` ranks on this host.
-    pub fn from_env(fabric: Arc<dyn Fabric>, ranks_here: usize) -> Result<Engine> {
-        let mut e = Engine::new(
+    pub fn from_env(fabric: Arc<dyn Fabric>, ranks_here: usize) -> Result<Arc<Engine>> {
+        Engine::new(
             fabric,
             NiConfig::from_env(ranks_here)?,
             P2pConfig::from_env()?,
-        )?;
-        e.ranks_here = ranks_here.max(1);
-        e.crowded = e.ranks_here > cores();
-        Ok(e)
+            ranks_here,
+        )
     }
 
     /// Ranks of the job on this host (as the launcher said; all of them by default).
@@ -379,6 +396,26 @@ impl Engine {
         inner.scratch = events;
         inner.directs = directs;
         Ok(())
+    }
+
+    /// Takes the NI's matched direct receives and acts on them (a rendezvous's gets are
+    /// issued, an eager receive is finished), for a thread that is not in the engine's calls:
+    /// the thread-mode agent, or a collective's wait. `false` if another thread is in the
+    /// engine now (it, or the next pass, takes them).
+    fn collect_matched(&self) -> bool {
+        let Some(mut inner) = self.inner.try_lock() else {
+            return false;
+        };
+        let mut directs = std::mem::take(&mut inner.directs);
+        self.ni.take_direct_done(&mut directs);
+        if !directs.is_empty() {
+            self.note_activity();
+        }
+        for d in directs.drain(..) {
+            recv::on_direct(self, &mut inner, d);
+        }
+        inner.directs = directs;
+        true
     }
 
     fn dispatch(&self, inner: &mut Inner, ev: Event) {
