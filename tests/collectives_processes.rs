@@ -52,6 +52,7 @@ fn rank_entry() {
                 None => Err(format!("{DIR_VAR} is not set")),
             },
             "barrier_death" => barrier_cases::peer_death(&world),
+            "set_up_failure" => barrier_cases::set_up_failure_on_one_rank(&world),
             "long_waits" => barrier_cases::long_waits_sleep(&world),
             "progress" => progress_cases::library_waits(&world),
             "progress_computing" => progress_cases::while_computing(&world),
@@ -158,6 +159,30 @@ fn posted_receives_progress_in_every_wait() {
             "progress,progress_computing",
             &[("RDCOLL_OFFLOAD", "thread")],
         );
+    }
+}
+
+/// With no eager messages at all (`RDCOLL_EAGER_LIMIT=0`: every message, the collectives'
+/// set-up records included, goes by rendezvous) collectives and receives still work; the
+/// set-up used to send before receiving and hung below 20 bytes.
+#[test]
+fn everything_works_without_eager_messages() {
+    for transport in ["shm", "tcp"] {
+        job_with(
+            3,
+            transport,
+            "progress,reduce",
+            &[("RDCOLL_EAGER_LIMIT", "0")],
+        );
+    }
+}
+
+/// A collective whose set-up fails on one rank (out of registered regions) fails on every
+/// rank instead of leaving the others waiting.
+#[test]
+fn a_set_up_failure_on_one_rank_fails_everywhere() {
+    for transport in ["shm", "tcp"] {
+        job(3, transport, "set_up_failure");
     }
 }
 

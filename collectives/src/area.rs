@@ -5,7 +5,8 @@
 
 use std::sync::atomic::AtomicU8;
 
-use rdcoll_offload::p2p::{Context, Engine, Source, TagSel};
+use rdcoll_offload::p2p::{Context, Engine, Group, Source, TagSel};
+use rdcoll_offload::OffloadError;
 use rdcoll_transport::{Rank, Region, RemoteAddr, RemoteRegion, REMOTE_REGION_BYTES};
 
 use crate::error::{CollError, Result};
@@ -20,13 +21,29 @@ pub(crate) struct Area {
 }
 
 impl Area {
-    /// Allocates `len` zeroed bytes and exchanges descriptors. Collective.
+    /// Allocates `len` zeroed bytes and exchanges descriptors. Collective. A rank that cannot
+    /// allocate (out of registered regions) still takes part, saying so, so that every rank
+    /// fails the set-up instead of the others waiting for it.
     pub(crate) fn new(engine: &Engine, context: Context, len: usize) -> Result<Area> {
-        let local = engine.ni().fabric().alloc_region(len)?;
-        let all = allgather(engine, context, &local.remote().to_bytes())?;
+        let local = engine.ni().fabric().alloc_region(len);
+        // [allocated?, descriptor...]
+        let mut record = [0u8; 1 + REMOTE_REGION_BYTES];
+        if let Ok(region) = &local {
+            record[0] = 1;
+            record[1..].copy_from_slice(&region.remote().to_bytes());
+        }
+        let all = allgather(engine, context, &record)?;
+        let local = local?;
+        let failed: Vec<usize> = (0..all.len()).filter(|&r| all[r][0] == 0).collect();
+        if !failed.is_empty() {
+            return Err(CollError::Broken(format!(
+                "rank(s) {failed:?} could not allocate the collectives' memory \
+                 (out of registered regions: RDCOLL_MAX_REGIONS?)"
+            )));
+        }
         let remote = all
             .iter()
-            .map(|b| RemoteRegion::from_bytes(b))
+            .map(|b| RemoteRegion::from_bytes(&b[1..]))
             .collect::<std::result::Result<Vec<_>, _>>()?;
         if remote.iter().any(|r| r.len < len) {
             return Err(CollError::Mismatch(
@@ -55,43 +72,67 @@ impl Area {
     }
 }
 
-/// Every rank's `mine` (all of the same length), in rank order. Collective.
+/// Every rank's `mine` (all of the same length), in rank order. Collective. The receives are
+/// posted before anything is sent, so the exchange needs no eager send (a record longer than
+/// the eager limit goes by rendezvous).
 pub(crate) fn allgather(engine: &Engine, context: Context, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
     let (me, n) = (engine.rank(), engine.size() as Rank);
-    for peer in (0..n).filter(|&p| p != me) {
-        engine.send_from(mine, peer, SETUP_TAG, context)?;
-    }
-    let mut out = Vec::with_capacity(n as usize);
-    for peer in 0..n {
-        if peer == me {
-            out.push(mine.to_vec());
-            continue;
+    let mut out: Vec<Vec<u8>> = (0..n)
+        .map(|p| {
+            if p == me {
+                mine.to_vec()
+            } else {
+                vec![0u8; mine.len()]
+            }
+        })
+        .collect();
+    let group = Group::new();
+    let mut posted = Vec::with_capacity(n as usize);
+    let mut exchange = || -> std::result::Result<(), OffloadError> {
+        for (peer, buf) in out.iter_mut().enumerate() {
+            if peer as Rank == me {
+                continue;
+            }
+            let (from, tag) = (Source::Rank(peer as Rank), TagSel::Value(SETUP_TAG));
+            // SAFETY: `buf` stays in `out`, untouched, until every request of `group` has
+            // ended: waited for below, or by `wait_group` when anything fails.
+            let id =
+                unsafe { engine.irecv_in(group, buf.as_mut_ptr(), buf.len(), from, tag, context)? };
+            posted.push((peer as Rank, id));
         }
-        let mut buf = vec![0u8; mine.len()];
-        let st = engine
-            .recv_into(
-                &mut buf,
-                Source::Rank(peer),
-                TagSel::Value(SETUP_TAG),
-                context,
-            )
-            .map_err(|e| match e {
-                rdcoll_offload::OffloadError::Truncated { .. } => CollError::Mismatch(format!(
-                    "rank {peer} sent a longer set-up record than {} bytes",
-                    mine.len()
-                )),
-                other => other.into(),
-            })?;
-        if st.len != mine.len() {
-            return Err(CollError::Mismatch(format!(
+        for peer in (0..n).filter(|&p| p != me) {
+            engine.send_from(mine, peer, SETUP_TAG, context)?;
+        }
+        Ok(())
+    };
+    let started = exchange();
+    let mut result = started.map_err(CollError::from);
+    for &(peer, id) in &posted {
+        if result.is_err() {
+            break;
+        }
+        result = match engine.wait(id) {
+            Ok(st) if st.len == mine.len() => Ok(()),
+            Ok(st) => Err(CollError::Mismatch(format!(
                 "rank {peer} sent a {}-byte set-up record, expected {}",
                 st.len,
                 mine.len()
-            )));
-        }
-        out.push(buf);
+            ))),
+            Err(OffloadError::Truncated { .. }) => Err(CollError::Mismatch(format!(
+                "rank {peer} sent a longer set-up record than {} bytes",
+                mine.len()
+            ))),
+            Err(other) => Err(other.into()),
+        };
     }
-    Ok(out)
+    if result.is_err() {
+        // Nothing may still write into `out` once it is dropped.
+        for &(_, id) in &posted {
+            let _ = engine.cancel(id);
+        }
+        engine.wait_group(group);
+    }
+    result.map(|()| out)
 }
 
 const _: () = assert!(REMOTE_REGION_BYTES <= 64);

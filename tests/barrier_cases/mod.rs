@@ -112,3 +112,31 @@ pub fn long_waits_sleep(world: &Comm) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Rank 1 uses up its registered regions before the communicator's first collective, whose
+/// one-time set-up then cannot allocate there: every rank's barrier fails (none waits for
+/// rank 1 forever), and once rank 1 frees them, a new communicator works.
+pub fn set_up_failure_on_one_rank(world: &Comm) -> Result<(), String> {
+    let comm = world.dup().map_err(|e| e.to_string())?;
+    let mut hoard = Vec::new();
+    if world.rank() == 1 {
+        while let Ok(r) = world.fabric().alloc_region(0) {
+            hoard.push(r);
+            if hoard.len() > 1 << 21 {
+                return Err("regions never ran out".into());
+            }
+        }
+    }
+    match comm.barrier() {
+        Ok(()) => return Err("the barrier succeeded although rank 1 could not set it up".into()),
+        Err(e) if !e.to_string().contains("regions") && world.rank() != 1 => {
+            return Err(format!("the error does not name the cause: {e}"))
+        }
+        Err(_) => {}
+    }
+    drop(hoard);
+    let again = world.dup().map_err(|e| e.to_string())?;
+    again
+        .barrier()
+        .map_err(|e| format!("a new communicator: {e}"))
+}
