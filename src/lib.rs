@@ -165,6 +165,15 @@ pub struct Comm {
     collectives: OnceLock<rdcoll_collectives::Collectives>,
 }
 
+impl Drop for Comm {
+    /// Gives a duplicated communicator's context id back (see [`Comm::dup`]).
+    fn drop(&mut self) {
+        if let (Some(engine), true) = (self.engine.get(), self.context != 0) {
+            engine.release_context(self.context);
+        }
+    }
+}
+
 impl Comm {
     /// Wraps a fabric endpoint.
     pub fn from_fabric(fabric: Box<dyn Fabric>) -> Comm {

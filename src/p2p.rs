@@ -85,9 +85,17 @@ impl Comm {
     }
 
     /// A communicator over the same ranks with its own context: its messages never match
-    /// those of `self`. Collective: every rank calls `dup` in the same order.
+    /// those of `self`. Collective: every rank calls `dup` in the same order. A dropped
+    /// communicator's id is reused once every rank has dropped it (when fresh ids run out,
+    /// `dup` runs an agreement, an allreduce over `self`, to learn which).
     pub fn dup(&self) -> Result<Comm> {
         let engine = self.engine()?.clone();
+        if engine.contexts_exhausted() {
+            let mine = engine.free_contexts();
+            let mut all = vec![0u64; mine.len()];
+            self.allreduce(&mine, &mut all, crate::Op::BitAnd)?;
+            engine.adopt_free_contexts(&all);
+        }
         let context = engine.new_context()?;
         Ok(Comm {
             fabric: self.fabric.clone(),

@@ -1,6 +1,7 @@
 //! The point-to-point cases across processes: the test binary re-launches itself as the ranks
 //! of a job (through the launcher `rdcoll-run` uses) over shm and over tcp.
 
+mod limits_cases;
 mod p2p_cases;
 
 use rdcoll_transport::launch::{describe, run_job, JobSpec};
@@ -42,6 +43,7 @@ fn rank_entry() {
                 p2p_cases::windows::each_rank_has_its_cores(&world, cores)
             }
             "peer_death" => p2p_cases::peer_death(&world),
+            "dup_drop" => limits_cases::dup_and_drop(&world, 200_000),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
             "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
@@ -107,6 +109,13 @@ fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, String)]) 
             describe(e.status)
         );
     }
+}
+
+/// Communicator ids are recycled: 200,000 dup / drop pairs with one communicator kept alive.
+#[test]
+fn communicator_ids_are_recycled() {
+    job(3, "shm", "dup_drop");
+    job(2, "tcp", "dup_drop");
 }
 
 const PAIR_CASES: &str =

@@ -18,6 +18,7 @@
 mod backoff;
 mod bits;
 mod config;
+mod contexts;
 mod fast;
 mod group;
 mod probe;
@@ -31,6 +32,7 @@ use rdcoll_transport::{Fabric, Rank, Region, SpinLock, TransportError};
 
 pub use backoff::Backoff;
 pub use config::DEFAULT_RNDV_CREDITS;
+pub use contexts::{CONTEXT_IDS, CONTEXT_MASK_WORDS};
 pub use group::{Group, Started};
 pub use send::RNDV_FIRST_CHUNK;
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
@@ -124,7 +126,7 @@ struct Inner {
     /// Results of probes, by their id.
     searches: HashMap<u64, Event>,
     scratch: Vec<Event>,
-    next_context: u32,
+    contexts: contexts::Contexts,
     /// The first delivery failure an eager put reported, returned by the next call.
     delivery_failure: Option<OffloadError>,
     /// A blocking receive on the fast path, not posted as an entry.
@@ -249,7 +251,7 @@ impl Engine {
                 nonces: send::Nonces::default(),
                 searches: HashMap::default(),
                 scratch: Vec::new(),
-                next_context: 1,
+                contexts: contexts::Contexts::default(),
                 delivery_failure: None,
                 fast: None,
                 directs: Vec::new(),
@@ -330,18 +332,42 @@ impl Engine {
         &self.ni
     }
 
-    /// A fresh context id for a duplicated communicator. Collective: every rank must call it
-    /// in the same order, so that all agree on the ids.
+    /// A context id for a duplicated communicator. Collective: every rank must call it in the
+    /// same order, so that all agree on the ids. Fails with `NoSpace` once every id is in use
+    /// or waits to be agreed free: see [`Engine::contexts_exhausted`].
     pub fn new_context(&self) -> Result<Context> {
-        let mut inner = self.inner.lock();
-        let c = inner.next_context;
-        if c >= COLLECTIVE_CONTEXT_BIT as u32 {
-            return Err(invalid(
-                "all 32767 communicator context ids are in use (the rest serve collectives)",
-            ));
-        }
-        inner.next_context += 1;
-        Ok(c as Context)
+        self.inner
+            .lock()
+            .contexts
+            .take()
+            .ok_or(OffloadError::NoSpace {
+                what: "communicator context id (every one is in use on some rank)",
+                limit: CONTEXT_IDS - 1,
+            })
+    }
+
+    /// Gives back the context id of a communicator that is gone on this rank; it is reused once
+    /// every rank has given it back and an agreement ([`Engine::adopt_free_contexts`]) says so.
+    pub fn release_context(&self, context: Context) {
+        self.inner.lock().contexts.release(context);
+    }
+
+    /// Whether the next [`new_context`](Engine::new_context) needs an agreement first: the
+    /// same answer on every rank, as long as every rank duplicates in the same order.
+    pub fn contexts_exhausted(&self) -> bool {
+        self.inner.lock().contexts.exhausted()
+    }
+
+    /// This rank's free context ids as a bit mask ([`CONTEXT_MASK_WORDS`] words), for the
+    /// agreement: the bitwise AND over all ranks goes to [`adopt_free_contexts`](Engine::adopt_free_contexts).
+    pub fn free_contexts(&self) -> Vec<u64> {
+        self.inner.lock().contexts.free_mask()
+    }
+
+    /// Adopts the agreement: the ids free on every rank (the AND of their masks) are handed
+    /// out next, in the same order on every rank.
+    pub fn adopt_free_contexts(&self, all_free: &[u64]) {
+        self.inner.lock().contexts.adopt(all_free);
     }
 
     #[inline]

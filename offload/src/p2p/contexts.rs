@@ -1,0 +1,119 @@
+//! Communicator context ids. A duplication is collective (every rank duplicates in the same
+//! order), so ids handed out from a counter agree across ranks without a message. A dropped
+//! communicator gives its id back on its own rank only; ids are reused once every rank has given
+//! them back, which the caller learns through an agreement of its own (the bitwise AND of every
+//! rank's [`Contexts::free_mask`], adopted with [`Contexts::adopt`]): every rank then holds the
+//! same list of reusable ids and takes from it in the same order.
+
+use super::{Context, COLLECTIVE_CONTEXT_BIT};
+
+/// Ids communicators can have (the rest serve their collectives).
+pub const CONTEXT_IDS: usize = COLLECTIVE_CONTEXT_BIT as usize;
+/// Words of a [`Contexts::free_mask`].
+pub const CONTEXT_MASK_WORDS: usize = CONTEXT_IDS / 64;
+
+/// One rank's context ids.
+pub(super) struct Contexts {
+    /// Ids at or above this were never handed out.
+    fresh: usize,
+    /// Bit `c`: id `c` belongs to a communicator alive on this rank (id 0 is the job's own).
+    live: Vec<u64>,
+    /// Ids every rank had given back at the last agreement, highest first (taken from the end).
+    agreed: Vec<Context>,
+}
+
+impl Default for Contexts {
+    fn default() -> Self {
+        let mut live = vec![0u64; CONTEXT_MASK_WORDS];
+        live[0] = 1;
+        Contexts {
+            fresh: 1,
+            live,
+            agreed: Vec::new(),
+        }
+    }
+}
+
+impl Contexts {
+    /// The next id, the same on every rank: a fresh one, else one agreed reusable; `None` when
+    /// both have run out (an agreement may find more).
+    pub(super) fn take(&mut self) -> Option<Context> {
+        let c = if self.fresh < CONTEXT_IDS {
+            self.fresh += 1;
+            self.fresh - 1
+        } else {
+            self.agreed.pop()? as usize
+        };
+        self.live[c / 64] |= 1 << (c % 64);
+        Some(c as Context)
+    }
+
+    /// Gives `c` back (its communicator is gone on this rank). Ids not handed out, and the
+    /// job's own id 0, are ignored.
+    pub(super) fn release(&mut self, c: Context) {
+        let c = c as usize;
+        if c != 0 && c < self.fresh {
+            self.live[c / 64] &= !(1 << (c % 64));
+        }
+    }
+
+    /// Whether the next [`take`](Contexts::take) needs an agreement first (the same answer on
+    /// every rank).
+    pub(super) fn exhausted(&self) -> bool {
+        self.fresh >= CONTEXT_IDS && self.agreed.is_empty()
+    }
+
+    /// Bit `c` set: id `c` is free on this rank (for the agreement).
+    pub(super) fn free_mask(&self) -> Vec<u64> {
+        self.live.iter().map(|w| !w).collect()
+    }
+
+    /// Adopts the agreement: the ids free on every rank (the AND of their masks) become the
+    /// ones reused next, lowest first.
+    pub(super) fn adopt(&mut self, all_free: &[u64]) {
+        self.agreed = (1..CONTEXT_IDS.min(all_free.len() * 64))
+            .rev()
+            .filter(|&c| {
+                all_free[c / 64] >> (c % 64) & 1 == 1 && self.live[c / 64] >> (c % 64) & 1 == 0
+            })
+            .map(|c| c as Context)
+            .collect();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_come_back_only_once_every_rank_agrees() {
+        let mut a = Contexts::default();
+        let mut b = Contexts::default();
+        let mut taken = Vec::new();
+        while !a.exhausted() {
+            let (x, y) = (a.take().unwrap(), b.take().unwrap());
+            assert_eq!(x, y);
+            taken.push(x);
+        }
+        assert_eq!(taken.len(), CONTEXT_IDS - 1);
+        assert_eq!(a.take(), None);
+        // Rank a frees 5 and 9, rank b frees 9 and 7: only 9 is free on both.
+        a.release(5);
+        a.release(9);
+        b.release(9);
+        b.release(7);
+        let and: Vec<u64> = a
+            .free_mask()
+            .iter()
+            .zip(b.free_mask())
+            .map(|(x, y)| x & y)
+            .collect();
+        a.adopt(&and);
+        b.adopt(&and);
+        assert_eq!((a.take(), b.take()), (Some(9), Some(9)));
+        assert!(a.exhausted() && b.exhausted());
+        // The job's own id is never given out.
+        a.release(0);
+        assert_eq!(a.free_mask()[0] & 1, 0);
+    }
+}

@@ -1,0 +1,18 @@
+//! Resource limits on ranks that are threads of this process (`local` transport).
+
+mod limits_cases;
+
+fn run(n: usize, case: impl Fn(&rdcoll::Comm) -> limits_cases::Outcome + Sync) {
+    let failures: Vec<String> = rdcoll::local::run(n, |c| case(&c))
+        .unwrap()
+        .into_iter()
+        .enumerate()
+        .filter_map(|(rank, r)| r.err().map(|why| format!("rank {rank}: {why}")))
+        .collect();
+    assert!(failures.is_empty(), "{}", failures.join("; "));
+}
+
+#[test]
+fn two_hundred_thousand_dups_and_drops() {
+    run(3, |c| limits_cases::dup_and_drop(c, 200_000));
+}
