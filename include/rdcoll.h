@@ -425,7 +425,7 @@ int rdc_iprobe(int source,
 
 /**
  * Sends `sendcount` elements to `dest` and receives at most `recvcount` from `source`, both
- * at once (a ring exchange cannot deadlock).
+ * at once (a ring exchange cannot deadlock). The buffers must not overlap (`RDC_ERR_ARG`).
  */
 int rdc_sendrecv(const void *sendbuf,
                  int64_t sendcount,

@@ -521,11 +521,17 @@ pub extern "C" fn rdc_sendrecv(
                 byte_len(sendcount, sendtype)?,
                 byte_len(recvcount, recvtype)?,
             );
-            // SAFETY: the caller's buffers (the API's contract).
-            let (out, inbox) = unsafe { (bytes(sendbuf, slen)?, bytes_mut(recvbuf, rlen)?) };
             let c = comm_of(comm)?;
             let (dest, stag) = (dest_rank(&c, dest)?, send_tag(sendtag)?);
             let (source, rtag) = (source_rank(&c, source)?, recv_tag(recvtag)?);
+            // Both at once: the bytes being sent would be overwritten while in flight.
+            let (s, r) = (sendbuf as usize, recvbuf as usize);
+            let both = slen > 0 && rlen > 0 && !sendbuf.is_null() && !recvbuf.is_null();
+            if both && s < r.saturating_add(rlen) && r < s.saturating_add(slen) {
+                return Err(RDC_ERR_ARG);
+            }
+            // SAFETY: the caller's buffers (the API's contract), checked not to overlap.
+            let (out, inbox) = unsafe { (bytes(sendbuf, slen)?, bytes_mut(recvbuf, rlen)?) };
             Ok(c.sendrecv(out, dest, stag, inbox, source, rtag))
         })();
         match r {

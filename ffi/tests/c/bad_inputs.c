@@ -204,6 +204,11 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
                                  world, &st));
     RC(RDC_ERR_COMM, rdc_sendrecv(buf, 1, RDC_INT32, rank, 0, buf, 1, RDC_INT32, rank, 0,
                                   NULL, &st));
+    /* the same or overlapping buffers for both halves */
+    RC(RDC_ERR_ARG, rdc_sendrecv(buf, 2, RDC_INT32, rank, 0, buf, 2, RDC_INT32, rank, 0,
+                                 world, &st));
+    RC(RDC_ERR_ARG, rdc_sendrecv(buf, 2, RDC_INT32, rank, 0, buf + 1, 2, RDC_INT32, rank, 0,
+                                 world, &st));
 }
 
 static void collectives(rdc_comm *world, int rank, int size) {
