@@ -44,6 +44,8 @@ fn rank_entry() {
             }
             "peer_death" => p2p_cases::peer_death(&world),
             "dup_drop" => limits_cases::dup_and_drop(&world, 200_000),
+            "many_sends" => limits_cases::many_sends_received_late(&world, 100_000, 2048),
+            "past_nonces" => limits_cases::same_envelope_past_the_nonces(&world, 2048),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
             "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
@@ -116,6 +118,16 @@ fn job_with(ranks: usize, transport: &str, cases: &str, env: &[(&str, String)]) 
 fn communicator_ids_are_recycled() {
     job(3, "shm", "dup_drop");
     job(2, "tcp", "dup_drop");
+}
+
+/// 100,000 rendezvous sends in flight to one peer, received late, and the 65,536th send with
+/// one envelope refused at once (eager limit 1 KiB, so that 2 KiB messages go by rendezvous).
+#[test]
+fn many_sends_in_flight_to_one_peer() {
+    let small_eager = [("RDCOLL_EAGER_LIMIT", "1024".to_string())];
+    for transport in ["shm", "tcp"] {
+        job_with(2, transport, "many_sends,past_nonces", &small_eager);
+    }
 }
 
 const PAIR_CASES: &str =

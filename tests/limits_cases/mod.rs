@@ -45,3 +45,78 @@ pub fn dup_and_drop(world: &Comm, pairs: usize) -> Outcome {
     }
     Ok(())
 }
+
+/// Rank 0 starts `count` rendezvous sends of the same `len`-byte buffer to rank 1 (tags
+/// alternating between two), then meets rank 1 at a barrier; only then does rank 1 receive
+/// them. Every send must start (a nonblocking send never waits for its receiver, and one
+/// registration serves them all) and every message arrive intact, in order per tag.
+pub fn many_sends_received_late(world: &Comm, count: usize, len: usize) -> Outcome {
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+    match world.rank() {
+        0 => world.scope(|s| {
+            let mut reqs = Vec::with_capacity(count);
+            for i in 0..count {
+                let r = s
+                    .isend(&data, 1, (i % 2) as u32)
+                    .map_err(|err| format!("isend {i}: {err}"))?;
+                reqs.push(r);
+            }
+            world.barrier().map_err(e)?;
+            rdcoll::wait_all(reqs).map_err(e)?;
+            Ok(())
+        }),
+        1 => {
+            world.barrier().map_err(e)?;
+            let mut buf = vec![0u8; len];
+            for i in 0..count {
+                buf.fill(0);
+                let st = world
+                    .recv(&mut buf, 0, (i % 2) as u32)
+                    .map_err(|err| format!("recv {i}: {err}"))?;
+                if st.len != len || buf != data {
+                    return Err(format!("message {i}: wrong length or data"));
+                }
+            }
+            Ok(())
+        }
+        _ => world.barrier().map_err(e),
+    }
+}
+
+/// Past the 65,535 rendezvous sends with one envelope that one peer can have in flight, the
+/// next isend fails at once with a resource error (it does not wait for the receiver), and
+/// the job goes on: the receiver takes the ones that started and a later send works.
+pub fn same_envelope_past_the_nonces(world: &Comm, len: usize) -> Outcome {
+    const STARTED: usize = 65_535;
+    let data = vec![7u8; len];
+    match world.rank() {
+        0 => world.scope(|s| {
+            let mut reqs = Vec::with_capacity(STARTED);
+            for i in 0..STARTED {
+                reqs.push(
+                    s.isend(&data, 1, 9)
+                        .map_err(|err| format!("isend {i}: {err}"))?,
+                );
+            }
+            match s.isend(&data, 1, 9) {
+                Err(Error::Offload(rdcoll::OffloadError::NoSpace { .. })) => {}
+                Err(other) => return Err(format!("send {STARTED}: {other}")),
+                Ok(_) => return Err(format!("send {STARTED} started past the nonces")),
+            }
+            world.barrier().map_err(e)?;
+            rdcoll::wait_all(reqs).map_err(e)?;
+            world.send(&data, 1, 9).map_err(e)
+        }),
+        1 => {
+            world.barrier().map_err(e)?;
+            let mut buf = vec![0u8; len];
+            for i in 0..=STARTED {
+                world
+                    .recv(&mut buf, 0, 9)
+                    .map_err(|err| format!("recv {i}: {err}"))?;
+            }
+            Ok(())
+        }
+        _ => world.barrier().map_err(e),
+    }
+}

@@ -122,7 +122,8 @@ enum Req {
 struct Inner {
     next_id: u64,
     reqs: HashMap<u64, Req>,
-    nonces: send::Nonces,
+    /// Nonces and buffer registrations of the rendezvous sends in flight.
+    books: send::SendBooks,
     /// Results of probes, by their id.
     searches: HashMap<u64, Event>,
     scratch: Vec<Event>,
@@ -248,7 +249,7 @@ impl Engine {
             inner: SpinLock::new(Inner {
                 next_id: 0,
                 reqs: HashMap::default(),
-                nonces: send::Nonces::default(),
+                books: send::SendBooks::default(),
                 searches: HashMap::default(),
                 scratch: Vec::new(),
                 contexts: contexts::Contexts::default(),
@@ -474,13 +475,13 @@ impl Engine {
     }
 
     fn test_locked(&self, inner: &mut Inner, id: ReqId) -> Result<Option<Status>> {
-        let Inner { reqs, nonces, .. } = inner;
+        let Inner { reqs, books, .. } = inner;
         let Some(req) = reqs.get_mut(&id.0) else {
             return Err(invalid(format!("no request {id:?} is in flight")));
         };
         let finished = match req {
             Req::Done(_) => true,
-            Req::Send(s) => match send::check(self, nonces, s) {
+            Req::Send(s) => match send::check(self, books, s) {
                 Some(result) => {
                     *req = Req::Done(result);
                     true

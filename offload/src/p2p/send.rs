@@ -6,22 +6,26 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use rdcoll_transport::{Rank, Region, TransportError};
 
 use super::bits::{self, Header};
-use super::{Context, Engine, Inner, Req, ReqId, Status, EAGER};
+use super::{Context, Engine, Req, ReqId, Status, EAGER};
 use crate::error::{invalid, OffloadError, Result};
 use crate::types::{
     AckReq, CtHandle, List, MatchId, MeCounting, MeHandle, MeOptions, MeSpec, PutArgs,
 };
 
-/// The nonces in use toward each peer. Nonce 0 is never handed out: it is left for a future
-/// in-order fallback; when all 65535 are in use a send waits for one to free.
+/// The nonces in use by rendezvous sends in flight, per peer and envelope: a nonce only has
+/// to tell apart messages whose envelopes (context, tag) are identical, so each envelope toward
+/// each peer has 65535 of its own. Nonce 0 is never handed out (left for a future in-order
+/// fallback). When all are in use the send fails with `NoSpace` rather than wait for the
+/// receiver (a nonblocking send must not).
 #[derive(Default)]
 pub(super) struct Nonces {
-    in_use: HashMap<Rank, (u16, HashSet<u16>)>,
+    in_use: HashMap<(Rank, u64), (u16, HashSet<u16>)>,
 }
 
 impl Nonces {
-    fn take(&mut self, dest: Rank) -> Option<u16> {
-        let (next, used) = self.in_use.entry(dest).or_default();
+    /// A free nonce for a message to `dest` with match bits `bits` (nonce field 0).
+    fn take(&mut self, dest: Rank, bits: u64) -> Option<u16> {
+        let (next, used) = self.in_use.entry((dest, bits)).or_default();
         if used.len() >= u16::MAX as usize {
             return None;
         }
@@ -33,11 +37,56 @@ impl Nonces {
         }
     }
 
-    fn give_back(&mut self, dest: Rank, nonce: u16) {
-        if let Some((_, used)) = self.in_use.get_mut(&dest) {
+    fn give_back(&mut self, dest: Rank, bits: u64, nonce: u16) {
+        if let Some((_, used)) = self.in_use.get_mut(&(dest, bits)) {
             used.remove(&nonce);
+            if used.is_empty() {
+                self.in_use.remove(&(dest, bits));
+            }
         }
     }
+}
+
+/// Registrations of send buffers, shared by the rendezvous sends in flight from the same bytes
+/// (a buffer sent to many peers, or many times, is registered once), and dropped with the last.
+#[derive(Default)]
+pub(super) struct Registrations {
+    live: HashMap<(usize, usize), (Region, usize)>,
+}
+
+impl Registrations {
+    /// The registration of `data` (at `ptr`), new or shared.
+    ///
+    /// # Safety
+    /// As for `Fabric::register_memory`: the bytes stay valid and unmodified while registered
+    /// (every send that took this registration is still in flight).
+    unsafe fn take(&mut self, engine: &Engine, ptr: *const u8, len: usize) -> Result<Region> {
+        if let Some((region, users)) = self.live.get_mut(&(ptr as usize, len)) {
+            *users += 1;
+            return Ok(region.clone());
+        }
+        // SAFETY: passed on from the caller; peers only read it (through a get-only entry).
+        let region = unsafe { engine.ni.fabric().register_memory(ptr as *mut u8, len)? };
+        self.live.insert((ptr as usize, len), (region.clone(), 1));
+        Ok(region)
+    }
+
+    /// One send of the registration of `ptr..ptr + len` has ended.
+    fn give_back(&mut self, ptr: usize, len: usize) {
+        if let Some((_, users)) = self.live.get_mut(&(ptr, len)) {
+            *users -= 1;
+            if *users == 0 {
+                self.live.remove(&(ptr, len));
+            }
+        }
+    }
+}
+
+/// What sends in flight hold: nonces and buffer registrations.
+#[derive(Default)]
+pub(super) struct SendBooks {
+    nonces: Nonces,
+    registrations: Registrations,
 }
 
 /// Bytes of a rendezvous message that travel with its header. Smaller than the eager limit: on
@@ -48,14 +97,17 @@ pub const RNDV_FIRST_CHUNK: usize = 1024;
 /// A rendezvous send waiting for its receiver's gets.
 pub(super) struct Rendezvous {
     dest: Rank,
+    /// Its match bits with the nonce field 0 (the nonce's key).
+    envelope: u64,
     nonce: u16,
     me: MeHandle,
     ct: CtHandle,
     gets: u64,
     /// What the send reports when done.
     status: Status,
-    /// Keeps the buffer registered until the last get is served.
+    /// The buffer's registration (`SendBooks::registrations`), until the last get is served.
     _region: Region,
+    buffer: (usize, usize),
 }
 
 impl Engine {
@@ -94,29 +146,23 @@ impl Engine {
                 .insert(id, Req::Done(Ok(self.sent_status(tag, len))));
             return Ok(ReqId(id));
         }
-        let nonce = loop {
-            if let Some(n) = inner.nonces.take(dest) {
-                break n;
-            }
-            // Every nonce toward `dest` is in flight: let some of those sends finish.
-            self.progress_locked(&mut inner)?;
-            let Inner { reqs, nonces, .. } = &mut *inner;
-            for req in reqs.values_mut() {
-                if let Req::Send(s) = req {
-                    if let Some(r) = check(self, nonces, s) {
-                        *req = Req::Done(r);
-                    }
-                }
-            }
+        let envelope = bits::message_bits(context, tag, 0);
+        let Some(nonce) = inner.books.nonces.take(dest, envelope) else {
+            return Err(OffloadError::NoSpace {
+                what: "rendezvous send with this envelope in flight to this rank (their nonces)",
+                limit: u16::MAX as usize,
+            });
         };
-        let started = self.start_rendezvous(dest, tag, context, nonce, ptr, data);
+        let books = &mut inner.books;
+        // SAFETY: passed on from the caller.
+        let started = unsafe { self.start_rendezvous(books, dest, tag, context, nonce, ptr, data) };
         match started {
             Ok(r) => {
                 inner.reqs.insert(id, Req::Send(r));
                 Ok(ReqId(id))
             }
             Err(e) => {
-                inner.nonces.give_back(dest, nonce);
+                inner.books.nonces.give_back(dest, envelope, nonce);
                 Err(e)
             }
         }
@@ -155,8 +201,12 @@ impl Engine {
         self.put_first(dest, bits, Header::eager(data.len()), data)
     }
 
-    fn start_rendezvous(
+    /// # Safety
+    /// As for [`Engine::isend`] (`data` is the buffer at `ptr`).
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn start_rendezvous(
         &self,
+        books: &mut SendBooks,
         dest: Rank,
         tag: u32,
         context: Context,
@@ -164,10 +214,47 @@ impl Engine {
         ptr: *const u8,
         data: &[u8],
     ) -> Result<Rendezvous> {
-        let fabric = self.ni.fabric();
         // SAFETY: the caller of `isend` keeps the buffer valid and unmodified until the send
         // completes, and the region is only exposed through a get-only entry (peers read it).
-        let region = unsafe { fabric.register_memory(ptr as *mut u8, data.len())? };
+        let region = unsafe { books.registrations.take(self, ptr, data.len())? };
+        let buffer = (ptr as usize, data.len());
+        let started = self.expose_and_announce(&region, dest, tag, context, nonce, data);
+        match started {
+            Ok((me, ct, gets)) => Ok(Rendezvous {
+                dest,
+                envelope: bits::message_bits(context, tag, 0),
+                nonce,
+                me,
+                ct,
+                gets,
+                status: Status {
+                    source: self.rank(),
+                    tag,
+                    len: data.len(),
+                    cancelled: false,
+                },
+                _region: region,
+                buffer,
+            }),
+            Err(e) => {
+                drop(region);
+                books.registrations.give_back(buffer.0, buffer.1);
+                Err(e)
+            }
+        }
+    }
+
+    /// Appends the get entry over `region` and puts the first chunk with the header; the
+    /// entry, its counter, and how many gets the receiver will make.
+    fn expose_and_announce(
+        &self,
+        region: &Region,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+        nonce: u16,
+        data: &[u8],
+    ) -> Result<(MeHandle, CtHandle, u64)> {
         let ct = self.ni.ct_alloc()?;
         let bits = bits::message_bits(context, tag, nonce);
         let first = self.cfg.eager_limit.min(RNDV_FIRST_CHUNK);
@@ -202,20 +289,7 @@ impl Engine {
             let _ = self.ni.ct_free(ct);
             return Err(e);
         }
-        Ok(Rendezvous {
-            dest,
-            nonce,
-            me,
-            ct,
-            gets: bits::gets_for(data.len(), first, chunk),
-            status: Status {
-                source: self.rank(),
-                tag,
-                len: data.len(),
-                cancelled: false,
-            },
-            _region: region,
-        })
+        Ok((me, ct, bits::gets_for(data.len(), first, chunk)))
     }
 
     /// Puts `data` (at most the eager limit) with its header to `dest`'s message portal.
@@ -241,7 +315,7 @@ impl Engine {
 /// The result of a rendezvous send once its receiver has fetched everything (or failed).
 pub(super) fn check(
     engine: &Engine,
-    nonces: &mut Nonces,
+    books: &mut SendBooks,
     s: &mut Rendezvous,
 ) -> Option<Result<Status>> {
     let value = match engine.ni.ct_get(s.ct) {
@@ -256,7 +330,8 @@ pub(super) fn check(
     }
     let _ = engine.ni.me_unlink(s.me);
     let _ = engine.ni.ct_free(s.ct);
-    nonces.give_back(s.dest, s.nonce);
+    books.nonces.give_back(s.dest, s.envelope, s.nonce);
+    books.registrations.give_back(s.buffer.0, s.buffer.1);
     if failed {
         return Some(Err(OffloadError::Transport(TransportError::PeerFailed(
             s.dest,
