@@ -1,5 +1,7 @@
 //! Resource limits on ranks that are threads of this process (`local` transport).
 
+// The many-sends cases need a small eager limit: p2p_processes runs them.
+#[allow(dead_code)]
 mod limits_cases;
 
 fn run(n: usize, case: impl Fn(&rdcoll::Comm) -> limits_cases::Outcome + Sync) {
