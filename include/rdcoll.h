@@ -288,6 +288,13 @@ const char *rdc_strerror(int code);
 double rdc_wtime(void);
 
 /**
+ * Ends the whole job with exit status `code` (1 if 0), through the launcher that started it
+ * (mpiexec, mpirun, rdcoll-run), as MPI_Abort does. `comm` may be any handle or NULL: the whole
+ * job ends either way. Does not return.
+ */
+int rdc_abort(const struct rdc_comm *comm, int code);
+
+/**
  * Broadcasts `count` elements of `dt` at `buf` from `root`: afterwards every rank's `buf`
  * holds the root's. Every rank passes the same `count`, `dt` and `root`
  * (`RDC_ERR_MISMATCH` where the protocol notices they differ).

@@ -265,6 +265,23 @@ pub fn init() -> Result<Comm> {
     Ok(comm)
 }
 
+/// Ends the whole job: every rank of it exits with `code` (1 if `code` is 0: an aborted job
+/// has failed), as `MPI_Abort` does. Under `mpiexec` (PMI-1) or `mpirun` (PMIx) the launcher is
+/// asked to end every process; under `rdcoll-run` this process's exit does it (the launcher
+/// ends the job when a rank fails); ranks of `local::run` see this process end. Does not return.
+pub fn abort(code: i32) -> ! {
+    let code = if code == 0 { 1 } else { code };
+    let rank = rdcoll_transport::bootstrap::rank_and_size().map_or(0, |(r, _)| r);
+    eprintln!("rdcoll: rank {rank} called abort({code}): ending the job");
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
+    // A moment for the launcher to forward this process's last output before it tears the
+    // job down (Hydra drops what it has not read yet).
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    rdcoll_transport::bootstrap::abort_through_launcher(code);
+    std::process::exit(code)
+}
+
 /// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`).
 fn ranks_on_this_host(comm: &Comm) -> usize {
     if comm.backend() != "tcp" {

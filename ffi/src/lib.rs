@@ -177,6 +177,15 @@ pub extern "C" fn rdc_strerror(code: c_int) -> *const c_char {
     s.as_ptr() as *const c_char
 }
 
+/// Ends the whole job with exit status `code` (1 if 0), through the launcher that started it
+/// (see `rdcoll::abort`). `comm` is accepted for MPI's shape (any handle, or NULL: the whole job
+/// ends either way). Does not return.
+#[no_mangle]
+pub extern "C" fn rdc_abort(comm: *const rdc_comm, code: c_int) -> c_int {
+    let _ = comm;
+    rdcoll::abort(code)
+}
+
 /// Seconds on a clock that only moves forward (wall-clock time, for timing).
 #[no_mangle]
 pub extern "C" fn rdc_wtime() -> f64 {

@@ -7,6 +7,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::bootstrap::{publish_job_identity, StoreServer, TcpStore};
@@ -185,6 +186,44 @@ fn spawn_rank(
 }
 
 /// Whether `child` has ended, without reaping it (so its pid stays reserved).
+/// How long the launcher waits, once a rank has failed, for ranks that exited at about the same
+/// moment to show before it decides which failed first.
+const SAME_MOMENT: Duration = Duration::from_millis(20);
+
+/// For each child, when it exited (since the job started), set by a thread of its own that
+/// waits for it without reaping it.
+fn exit_watchers(children: &[Option<Child>]) -> Vec<Arc<OnceLock<Duration>>> {
+    let start = Instant::now();
+    children
+        .iter()
+        .map(|c| {
+            let at = Arc::new(OnceLock::new());
+            if let Some(c) = c {
+                let (pid, at2) = (c.id(), at.clone());
+                let _ = std::thread::Builder::new()
+                    .name("rdcoll-run-watch".into())
+                    .spawn(move || {
+                        // SAFETY: waitid with WNOWAIT on our own child leaves it waitable for
+                        // the main loop; `info` is a zeroed local.
+                        let r = unsafe {
+                            let mut info: libc::siginfo_t = std::mem::zeroed();
+                            libc::waitid(
+                                libc::P_PID,
+                                pid as libc::id_t,
+                                &mut info,
+                                libc::WEXITED | libc::WNOWAIT,
+                            )
+                        };
+                        if r == 0 {
+                            let _ = at2.set(start.elapsed());
+                        }
+                    });
+            }
+            at
+        })
+        .collect()
+}
+
 fn has_exited(child: &Child) -> bool {
     // SAFETY: waitid on our own child with WNOWAIT leaves it waitable; `info` is zeroed first
     // so `si_pid` reads 0 when nothing changed.
@@ -258,13 +297,22 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     let mut first_failure: Option<RankExit> = None;
     let mut stopping: Option<Instant> = None;
     let mut interrupted: Option<i32> = None;
+    // When each rank exited, as its own watcher saw it: the first failure is the one that
+    // exited first, not the lowest rank found in a sweep (a survivor that reacts to a peer's
+    // death within the same sweep is not the cause).
+    let exit_times = exit_watchers(&children);
     while exits.iter().any(Option::is_none) {
+        let mut failed_now: Vec<usize> = Vec::new();
         for rank in 0..spec.ranks {
             let Some(child) = children[rank].as_mut() else {
                 continue;
             };
             if !has_exited(child) {
                 continue;
+            }
+            if first_failure.is_none() && failed_now.is_empty() && interrupted.is_none() {
+                // Let ranks that exited at about the same time show, then order by time.
+                std::thread::sleep(SAME_MOMENT);
             }
             // The rank is a zombie, so its pid (= its group's id) cannot be reused yet: stop
             // whatever it left running in its group, then reap it.
@@ -275,25 +323,37 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
                         rank,
                         pid: child.id(),
                         status,
-                        stopped_by_launcher: stopping.is_some()
-                            && first_failure.is_none_or(|f| f.rank != rank),
+                        stopped_by_launcher: stopping.is_some(),
                     };
-                    // Ranks ended by an interrupt are not failures of their own.
-                    if !status.success() && first_failure.is_none() && interrupted.is_none() {
-                        first_failure = Some(e);
-                        eprintln!("rdcoll-run: rank {rank} {}", describe(status));
-                        if spec.stop_on_failure {
-                            stopping = Some(Instant::now());
-                            for c in children.iter().flatten() {
-                                signal(c, libc::SIGTERM);
-                            }
-                        }
+                    if !status.success() {
+                        failed_now.push(rank);
                     }
                     exits[rank] = Some(e);
                     children[rank] = None;
                 }
                 Ok(None) => {}
                 Err(e) => return Err(TransportError::io(format!("waiting for rank {rank}"), e)),
+            }
+        }
+        // Ranks ended by an interrupt are not failures of their own.
+        let first_now = failed_now
+            .iter()
+            .copied()
+            .min_by_key(|&r| exit_times[r].get().copied().unwrap_or(Duration::MAX));
+        if let (Some(rank), None, None) = (first_now, first_failure, interrupted) {
+            let e = exits[rank].expect("a failed rank has exited");
+            let e = RankExit {
+                stopped_by_launcher: false,
+                ..e
+            };
+            exits[rank] = Some(e);
+            first_failure = Some(e);
+            eprintln!("rdcoll-run: rank {rank} {}", describe(e.status));
+            if spec.stop_on_failure {
+                stopping = Some(Instant::now());
+                for c in children.iter().flatten() {
+                    signal(c, libc::SIGTERM);
+                }
             }
         }
         let sig = INTERRUPTED.swap(0, Ordering::SeqCst);

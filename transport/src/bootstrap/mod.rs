@@ -5,12 +5,16 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `RDCOLL_RANK`, `RDCOLL_SIZE` | rank and size (else Slurm, Open MPI, MPICH Hydra variables) |
-//! | `RDCOLL_STORE` | `host:port` (rank 0 serves it unless `RDCOLL_STORE_SERVER=launcher`) or `file:/dir` |
+//! | `RDCOLL_STORE` | `host:port` (rank 0 serves it unless `RDCOLL_STORE_SERVER=launcher`) or `file:/dir`; unset under a launcher that speaks PMI-1 (`PMI_FD` / `PMI_PORT`: MPICH's `mpiexec`) or PMIx (Open MPI's `mpirun`, Slurm `--mpi=pmix`; the `pmix` feature), rank 0 serves it and publishes its address through the launcher |
 //! | `RDCOLL_TRANSPORT` | `auto` (default), `shm` or `tcp` |
 //! | `RDCOLL_TCP_HOST` | address this rank listens on for tcp (default: the one that reaches the store) |
 
 mod env;
 mod file_store;
+mod launcher;
+mod pmi1;
+#[cfg(feature = "pmix")]
+mod pmix;
 mod store;
 mod tcp_store;
 
@@ -19,6 +23,10 @@ use std::sync::Arc;
 
 pub use env::{rank_and_size, rank_and_size_from, RANK_SIZE_VARS};
 pub use file_store::FileStore;
+pub use launcher::abort_through_launcher;
+pub use pmi1::Pmi1;
+#[cfg(feature = "pmix")]
+pub use pmix::Pmix;
 pub use store::Store;
 pub use tcp_store::{StoreServer, TcpStore};
 
@@ -70,13 +78,20 @@ pub struct StoreHandle {
 /// Connects to (or, as rank 0, serves) the store named by `RDCOLL_STORE`, and makes sure the job
 /// secret and id are set.
 pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
-    let spec = std::env::var("RDCOLL_STORE").map_err(|_| {
-        TransportError::Bootstrap(
-            "RDCOLL_STORE is not set: start the job with rdcoll-run, or set RDCOLL_STORE=host:port \
-             (rank 0 serves it) or RDCOLL_STORE=file:/shared/dir"
-                .into(),
-        )
-    })?;
+    let spec = match std::env::var("RDCOLL_STORE") {
+        Ok(spec) => spec,
+        Err(_) if launcher::offered().is_some() => {
+            return launcher::store_through_launcher(rank, cfg)
+        }
+        Err(_) => {
+            return Err(TransportError::Bootstrap(
+                "RDCOLL_STORE is not set and the launcher offers no PMI: start the job with \
+                 rdcoll-run or mpiexec, or set RDCOLL_STORE=host:port (rank 0 serves it) or \
+                 RDCOLL_STORE=file:/shared/dir"
+                    .into(),
+            ))
+        }
+    };
     let external = std::env::var("RDCOLL_STORE_SERVER").is_ok_and(|v| v == "launcher");
     let handle = if let Some(dir) = spec.strip_prefix("file:") {
         StoreHandle {
