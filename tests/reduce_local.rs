@@ -74,3 +74,42 @@ fn float_sums_are_bitwise_reproducible_under_random_delays() {
 fn lengths_that_differ_are_an_error() {
     run(3, reduce_cases::length_mismatch);
 }
+
+/// Settings that must agree (here the reduction tree's degree, and the broadcast algorithm)
+/// but differ between ranks: the first collective fails with `Mismatch` on every rank, naming
+/// the setting, instead of the ranks taking different paths and hanging.
+#[test]
+fn settings_that_differ_between_ranks_are_a_mismatch_on_every_rank() {
+    type PerRank = fn(u32) -> CollConfig;
+    let cases: [(&str, PerRank); 2] = [
+        ("RDCOLL_ALLREDUCE_DEGREE", |rank| CollConfig {
+            allreduce_degree: ReduceDegree::Fixed(if rank == 0 { 1 } else { 3 }),
+            ..CollConfig::default()
+        }),
+        ("RDCOLL_BCAST_ALGORITHM", |rank| CollConfig {
+            bcast_algorithm: if rank == 2 {
+                rdcoll::BcastAlgorithm::Counter
+            } else {
+                rdcoll::BcastAlgorithm::Auto
+            },
+            ..CollConfig::default()
+        }),
+    ];
+    for (name, cfg) in cases {
+        let errors = rdcoll::local::run(3, |world| {
+            let comm = world.with_collectives_config(cfg(world.rank())).unwrap();
+            let mut sum = [0u64; 4];
+            comm.allreduce(&[1u64; 4], &mut sum, rdcoll::Op::Sum)
+                .err()
+                .map(|e| e.to_string())
+        })
+        .unwrap();
+        for (rank, e) in errors.iter().enumerate() {
+            let e = e.as_deref().unwrap_or("Ok");
+            assert!(
+                e.contains("disagree") && e.contains(name),
+                "rank {rank}: {e}"
+            );
+        }
+    }
+}

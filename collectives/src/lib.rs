@@ -18,6 +18,7 @@ mod placement;
 mod progress;
 pub mod reduce;
 pub mod schedule;
+mod settings;
 mod tree;
 
 use std::sync::Arc;
@@ -109,6 +110,8 @@ pub(crate) struct Inner {
     reduction: Option<reduce::ReduceState>,
     /// Each rank's group (host or `RDCOLL_CLUSTER`) for the hybrid broadcast.
     groups: Option<Vec<u64>>,
+    /// The ranks were found to share their settings (`settings::check_agreement`).
+    settings_agreed: bool,
 }
 
 impl Collectives {
@@ -155,6 +158,7 @@ impl Collectives {
                 barrier: None,
                 reduction: None,
                 groups: None,
+                settings_agreed: false,
             }),
         })
     }
@@ -185,6 +189,7 @@ impl Collectives {
         let result = self
             .waiter
             .set_up(self.context)
+            .and_then(|()| self.agree_on_settings(&mut inner))
             .and_then(|()| f(&mut inner));
         match result {
             Ok(r) => r,
@@ -205,6 +210,16 @@ impl Collectives {
                 Err(e)
             }
         }
+    }
+
+    /// Compares the shared settings of every rank, once (collective: with the first
+    /// collective's set-up).
+    fn agree_on_settings(&self, inner: &mut Inner) -> Result<()> {
+        if !inner.settings_agreed {
+            settings::check_agreement(self.waiter.engine(), self.context, &self.cfg)?;
+            inner.settings_agreed = true;
+        }
+        Ok(())
     }
 
     /// Returns once every rank of the communicator has called `barrier`.
