@@ -283,16 +283,16 @@ extern "C" {
 const char *rdc_strerror(int code);
 
 /**
+ * Ends the whole job with exit status `code` (1 if 0), through the launcher that started it
+ * (see `rdcoll::abort`). `comm` is accepted for MPI's shape (any handle, or NULL: the whole job
+ * ends either way). Does not return.
+ */
+int rdc_abort(const struct rdc_comm *comm, int code);
+
+/**
  * Seconds on a clock that only moves forward (wall-clock time, for timing).
  */
 double rdc_wtime(void);
-
-/**
- * Ends the whole job with exit status `code` (1 if 0), through the launcher that started it
- * (mpiexec, mpirun, rdcoll-run), as MPI_Abort does. `comm` may be any handle or NULL: the whole
- * job ends either way. Does not return.
- */
-int rdc_abort(const struct rdc_comm *comm, int code);
 
 /**
  * Broadcasts `count` elements of `dt` at `buf` from `root`: afterwards every rank's `buf`

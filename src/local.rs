@@ -1,10 +1,13 @@
 //! Ranks as threads of this process, for tests, examples and users' own unit tests.
 
+use std::panic::AssertUnwindSafe;
+
 use crate::{Comm, Error, Rank, Result};
 
 /// Runs `f` on `n` ranks, each a thread with its own [`Comm`] over the `local` transport, and
-/// returns their results by rank. A rank that panics makes its peers see `PeerFailed` for it,
-/// and `run` returns [`Error::RankPanicked`] for the lowest such rank once all have ended.
+/// returns their results by rank. A rank that panics ends the job, as a launcher would: every
+/// rank is marked failed, so whatever the others wait for ends with `PeerFailed`, and `run`
+/// returns [`Error::RankPanicked`] for the lowest rank that panicked once all have ended.
 pub fn run<T, F>(n: usize, f: F) -> Result<Vec<T>>
 where
     T: Send,
@@ -16,7 +19,15 @@ where
             .into_iter()
             .map(|fabric| {
                 let f = &f;
-                s.spawn(move || f(Comm::from_fabric(Box::new(fabric))))
+                let job = fabric.job();
+                s.spawn(move || {
+                    let comm = Comm::from_fabric(Box::new(fabric));
+                    let result = std::panic::catch_unwind(AssertUnwindSafe(|| f(comm)));
+                    result.unwrap_or_else(|panic| {
+                        job.end();
+                        std::panic::resume_unwind(panic)
+                    })
+                })
             })
             .collect();
         let mut out = Vec::with_capacity(n);
@@ -52,6 +63,30 @@ mod tests {
     fn results_come_back_by_rank() {
         let v = super::run(5, |c| (c.rank(), c.size(), c.backend())).unwrap();
         assert_eq!(v, (0..5).map(|r| (r, 5, "local")).collect::<Vec<_>>());
+    }
+
+    /// The others wait for a message from any rank, a probe of any rank, or a barrier: the
+    /// panic ends the job, each wait fails, and `run` ends and names the rank.
+    #[test]
+    fn a_panic_ends_the_run_whatever_the_others_wait_in() {
+        for wait in ["recv", "probe", "barrier"] {
+            let err = super::run(3, |c| {
+                if c.rank() == 2 {
+                    panic!("rank 2 gives up");
+                }
+                let r = match wait {
+                    "recv" => c.recv(&mut [0u8; 8], crate::Source::Any, 3).map(drop),
+                    "probe" => c.probe(crate::Source::Any, 3).map(drop),
+                    _ => c.barrier(),
+                };
+                assert!(r.is_err(), "{wait} returned {r:?}");
+            })
+            .unwrap_err();
+            assert!(
+                matches!(err, crate::Error::RankPanicked { rank: 2, .. }),
+                "{wait}: {err}"
+            );
+        }
     }
 
     #[test]

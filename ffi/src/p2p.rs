@@ -498,7 +498,7 @@ pub extern "C" fn rdc_iprobe(
 }
 
 /// Sends `sendcount` elements to `dest` and receives at most `recvcount` from `source`, both
-/// at once (a ring exchange cannot deadlock).
+/// at once (a ring exchange cannot deadlock). The buffers must not overlap (`RDC_ERR_ARG`).
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub extern "C" fn rdc_sendrecv(

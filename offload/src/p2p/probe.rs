@@ -65,14 +65,13 @@ impl Engine {
                 return Ok(s);
             }
             loop {
-                if let Source::Rank(r) = source {
-                    if self.ni.fabric().is_failed(r) && self.ni.peer_failed(r) {
-                        // Its last messages were handled before its failure: one more look.
-                        if let Some(s) = self.iprobe(source, tag, context)? {
-                            return Ok(s);
-                        }
-                        return Err(TransportError::PeerFailed(r).into());
+                // A failed sender (for any sender: every other rank failed).
+                if let Some(r) = super::recv::peer_gone(self, source) {
+                    // Its last messages were handled before its failure: one more look.
+                    if let Some(s) = self.iprobe(source, tag, context)? {
+                        return Ok(s);
                     }
+                    return Err(TransportError::PeerFailed(r).into());
                 }
                 self.progress()?;
                 if self.ni.queued_unexpected() != seen {

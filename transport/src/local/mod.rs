@@ -271,6 +271,35 @@ impl LocalFabric {
     }
 }
 
+impl LocalFabric {
+    /// A handle on the whole job this rank belongs to, for its launcher.
+    pub fn job(&self) -> LocalJob {
+        LocalJob(self.world.clone())
+    }
+}
+
+/// The whole in-process job, for its launcher (`rdcoll::local::run`).
+#[derive(Clone)]
+pub struct LocalJob(Arc<World>);
+
+impl LocalJob {
+    /// Ends the job, as a launcher does when one of its ranks fails: every rank still alive is
+    /// marked failed and every rank told, so that whatever each waits for (a message from any
+    /// rank among them) ends with `PeerFailed` instead of waiting for ever.
+    pub fn end(&self) {
+        let endpoints = &self.0.endpoints;
+        let ended: Vec<Rank> = (0..endpoints.len())
+            .filter(|&r| endpoints[r].alive.swap(false, Ordering::AcqRel))
+            .map(|r| r as Rank)
+            .collect();
+        for (r, ep) in endpoints.iter().enumerate() {
+            for &gone in ended.iter().filter(|&&g| g as usize != r) {
+                ep.events.push(Event::PeerFailed { rank: gone });
+            }
+        }
+    }
+}
+
 impl Drop for LocalFabric {
     fn drop(&mut self) {
         self.fail();
