@@ -431,6 +431,12 @@ int rdc_iprobe(int source,
                struct rdc_status *status);
 
 /**
+ * Sets `*count` to the length of the message `status` describes in elements of `datatype`
+ * (as `MPI_Get_count`): `RDC_ERR_ARG` if it is not a whole number of them.
+ */
+int rdc_get_count(const struct rdc_status *status, int datatype, int64_t *count);
+
+/**
  * Sends `sendcount` elements to `dest` and receives at most `recvcount` from `source`, both
  * at once (a ring exchange cannot deadlock). The buffers must not overlap (`RDC_ERR_ARG`).
  */

@@ -28,6 +28,21 @@ impl Comm {
         Ok(engine.recv_into(bytes, source.into(), tag.into(), self.context())?)
     }
 
+    /// Receives a message of a length not known in advance: waits for one from `source` with
+    /// `tag` (as [`probe`](Comm::probe)), then receives exactly that message into a vector of
+    /// its length. A message that is not a whole number of `T`s is an error, and stays queued.
+    pub fn recv_vec<T: Pod>(
+        &self,
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+    ) -> Result<(Vec<T>, Status)> {
+        let st = self.probe(source, tag)?;
+        let mut out = vec![T::zeroed(); st.count::<T>()?];
+        // The probed message: the oldest from its sender with its tag (non-overtaking).
+        let got = self.recv(&mut out, st.source, st.tag)?;
+        Ok((out, got))
+    }
+
     /// Sends `data` to `dest` and receives into `buf` from `source`, both at once (so a ring
     /// exchange cannot deadlock).
     #[allow(clippy::too_many_arguments)]

@@ -252,3 +252,29 @@ fn rendezvous_settings_change_at_run_time_and_bad_ones_are_refused() {
     .unwrap();
     assert!(got[1]);
 }
+
+/// A message of a length the receiver does not know: `recv_vec` sizes the vector from it, and
+/// `Status::count` says how many elements arrived; a length that is not a whole number of the
+/// asked type is an error that leaves the message for a receive of the right type.
+#[test]
+fn recv_vec_takes_a_message_of_any_length() {
+    rdcoll::local::run(2, |c| {
+        if c.rank() == 0 {
+            let data: Vec<u32> = (0..100_037).collect();
+            c.send(&data, 1, 8).unwrap();
+            c.send(&[1u8, 2, 3, 4, 5, 6], 1, 9).unwrap();
+            return;
+        }
+        let (v, st) = c.recv_vec::<u32>(Source::Any, Tag::Any).unwrap();
+        assert_eq!(
+            (v.len(), st.count::<u32>().unwrap(), st.tag),
+            (100_037, 100_037, 8)
+        );
+        assert!(v.iter().enumerate().all(|(i, &x)| x == i as u32));
+        assert!(st.count::<u64>().is_err());
+        assert!(c.recv_vec::<u32>(0, 9).is_err());
+        let (w, _) = c.recv_vec::<u16>(0, 9).unwrap();
+        assert_eq!(w.len(), 3);
+    })
+    .unwrap();
+}

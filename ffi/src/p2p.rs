@@ -497,6 +497,33 @@ pub extern "C" fn rdc_iprobe(
     })
 }
 
+/// Sets `*count` to the length of the message `status` describes in elements of `datatype`
+/// (as `MPI_Get_count`): `RDC_ERR_ARG` if it is not a whole number of them.
+#[no_mangle]
+pub extern "C" fn rdc_get_count(
+    status: *const rdc_status,
+    datatype: c_int,
+    count: *mut i64,
+) -> c_int {
+    guard(|| {
+        if status.is_null() || count.is_null() {
+            return RDC_ERR_NULL;
+        }
+        let size = match dt_size(datatype) {
+            Ok(s) => s,
+            Err(e) => return e,
+        };
+        // SAFETY: `status` is non-NULL and points to a status (the API's contract).
+        let bytes = unsafe { (*status).count };
+        if size == 0 || bytes % size != 0 {
+            return RDC_ERR_ARG;
+        }
+        // SAFETY: `count` is non-NULL and writable (the API's contract).
+        unsafe { *count = (bytes / size) as i64 };
+        RDC_SUCCESS
+    })
+}
+
 /// Sends `sendcount` elements to `dest` and receives at most `recvcount` from `source`, both
 /// at once (a ring exchange cannot deadlock). The buffers must not overlap (`RDC_ERR_ARG`).
 #[no_mangle]

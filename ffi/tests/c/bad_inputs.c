@@ -154,6 +154,12 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
     RC(RDC_SUCCESS, rdc_wait(&rreq, &st));
     EXPECT(rreq == NULL && buf[1] == 42 && st.source == rank && st.tag == 5 && st.count == 4,
            "self message: %d from %d tag %d", buf[1], st.source, st.tag);
+    int64_t n = -1;
+    RC(RDC_SUCCESS, rdc_get_count(&st, RDC_INT32, &n));
+    EXPECT(n == 1, "rdc_get_count: %lld int32s in a 4-byte message", (long long)n);
+    RC(RDC_ERR_ARG, rdc_get_count(&st, RDC_INT64, &n)); /* not a whole number of them */
+    RC(RDC_ERR_NULL, rdc_get_count(NULL, RDC_INT32, &n));
+    RC(RDC_ERR_DATATYPE, rdc_get_count(&st, 77, &n));
     RC(RDC_ERR_REQUEST, rdc_wait(&copy, &st));
     RC(RDC_ERR_REQUEST, rdc_wait(&rreq, &st));
     do {

@@ -87,6 +87,21 @@ pub struct Status {
     pub cancelled: bool,
 }
 
+impl Status {
+    /// The message's length in elements of `T` (as `MPI_Get_count`); an error if it is not a
+    /// whole number of them (or `T` has no size).
+    pub fn count<T>(&self) -> Result<usize> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 || !self.len.is_multiple_of(size) {
+            return Err(invalid(format!(
+                "a {}-byte message is not a whole number of {}-byte elements",
+                self.len, size
+            )));
+        }
+        Ok(self.len / size)
+    }
+}
+
 /// A nonblocking operation in flight, named by the engine that started it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct ReqId(u64);
