@@ -29,6 +29,13 @@
 #define RDC_ANY_TAG (-1)
 
 /**
+ * The rank that is nobody (MPI_PROC_NULL): a send to it or a receive or probe from it
+ * completes at once, moving nothing; the status names it as the source, with tag
+ * `RDC_ANY_TAG` and count 0.
+ */
+#define RDC_PROC_NULL (-2)
+
+/**
  * As the send buffer of `rdc_allreduce` or `rdc_reduce`: the receive buffer holds this
  * rank's contribution and is replaced by the result.
  */

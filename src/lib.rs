@@ -67,7 +67,7 @@ pub use rdcoll_collectives::{
     BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Element, Model, Op,
     ReduceDegree,
 };
-pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag};
+pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag, NULL_TAG, PROC_NULL};
 pub use rdcoll_offload::OffloadError;
 pub use rdcoll_transport as transport;
 pub use rdcoll_transport::{Rank, TransportError};

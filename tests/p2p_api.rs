@@ -278,3 +278,35 @@ fn recv_vec_takes_a_message_of_any_length() {
     })
     .unwrap();
 }
+
+/// `PROC_NULL` is nobody: a send to it or a receive or probe from it completes at once,
+/// moving nothing, blocking or not (the edges of a non-periodic ring use it).
+#[test]
+fn proc_null_operations_complete_at_once() {
+    use rdcoll::{NULL_TAG, PROC_NULL};
+    rdcoll::local::run(2, |c| {
+        let mut buf = [5u64; 4];
+        c.send(&buf, PROC_NULL, 1).unwrap();
+        let st = c.recv(&mut buf, PROC_NULL, 1).unwrap();
+        assert_eq!(
+            (st.source, st.tag, st.len, buf),
+            (PROC_NULL, NULL_TAG, 0, [5; 4])
+        );
+        assert_eq!(c.probe(PROC_NULL, Tag::Any).unwrap().source, PROC_NULL);
+        let big = vec![1u8; 1 << 20];
+        c.scope(|s| {
+            let a = s.isend(&big, PROC_NULL, 2).unwrap();
+            let b = s.irecv(&mut buf, PROC_NULL, 2).unwrap();
+            assert_eq!(b.wait().unwrap().source, PROC_NULL);
+            a.wait().unwrap();
+        });
+        // A line of ranks: the ends talk to nobody on one side.
+        let (me, n) = (c.rank(), c.size() as u32);
+        let right = if me + 1 < n { me + 1 } else { PROC_NULL };
+        let left = if me > 0 { me - 1 } else { PROC_NULL };
+        let mut got = [u32::MAX];
+        c.sendrecv(&[me], right, 3, &mut got, left, 3).unwrap();
+        assert_eq!(got[0], if me > 0 { me - 1 } else { u32::MAX });
+    })
+    .unwrap();
+}

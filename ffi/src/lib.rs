@@ -68,6 +68,8 @@ pub const RDC_ERR_INTERNAL: c_int = 19;
 pub const RDC_ANY_SOURCE: c_int = -1;
 /// A receive of any tag.
 pub const RDC_ANY_TAG: c_int = -1;
+/// The rank that is nobody (`MPI_PROC_NULL`): operations with it complete at once.
+pub const RDC_PROC_NULL: c_int = -2;
 /// As the send buffer of `rdc_allreduce` or `rdc_reduce`: the receive buffer holds this
 /// rank's contribution and is replaced by the result.
 #[allow(clippy::manual_dangling_ptr)] // the address 1 exactly, as the header's macro says

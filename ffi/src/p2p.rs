@@ -66,6 +66,9 @@ pub(crate) unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize) -> Result<&'a m
 }
 
 fn dest_rank(comm: &Comm, r: c_int) -> Result<u32, c_int> {
+    if r == RDC_PROC_NULL {
+        return Ok(rdcoll::PROC_NULL);
+    }
     u32::try_from(r)
         .ok()
         .filter(|&r| (r as usize) < comm.size())
@@ -97,7 +100,11 @@ fn put_status(st: *mut rdc_status, r: &Result<Status, rdcoll::Error>) {
     }
     let s = match r {
         Ok(s) => rdc_status {
-            source: s.source as c_int,
+            source: if s.source == rdcoll::PROC_NULL {
+                RDC_PROC_NULL
+            } else {
+                s.source as c_int
+            },
             tag: s.tag as c_int,
             error: RDC_SUCCESS,
             count: s.len,

@@ -106,7 +106,7 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_COUNT, rdc_recv(buf, -5, RDC_INT32, rank, 0, world, &st));
     RC(RDC_ERR_DATATYPE, rdc_recv(buf, 1, 11, rank, 0, world, &st));
     RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, size, 0, world, &st));
-    RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, -2, 0, world, &st));
+    RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, -3, 0, world, &st));
     RC(RDC_ERR_TAG, rdc_recv(buf, 1, RDC_INT32, rank, -2, world, &st));
     RC(RDC_ERR_COMM, rdc_recv(buf, 1, RDC_INT32, rank, 0, NULL, &st));
     /* isend / irecv */
@@ -167,6 +167,23 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
     } while (!flag);
     EXPECT(sreq == NULL, "test clears a finished request");
     RC(RDC_ERR_REQUEST, rdc_test(&sreq, &flag, &st));
+
+    /* RDC_PROC_NULL: every operation with it completes at once, moving nothing */
+    buf[2] = 7;
+    RC(RDC_SUCCESS, rdc_send(buf, 4, RDC_INT32, RDC_PROC_NULL, 3, world));
+    RC(RDC_SUCCESS, rdc_recv(&buf[2], 1, RDC_INT32, RDC_PROC_NULL, 3, world, &st));
+    EXPECT(buf[2] == 7 && st.source == RDC_PROC_NULL && st.tag == RDC_ANY_TAG && st.count == 0,
+           "recv from RDC_PROC_NULL: source %d tag %d count %zu", st.source, st.tag, st.count);
+    RC(RDC_SUCCESS, rdc_irecv(&buf[2], 1, RDC_INT32, RDC_PROC_NULL, 3, world, &rreq));
+    RC(RDC_SUCCESS, rdc_wait(&rreq, &st));
+    EXPECT(st.source == RDC_PROC_NULL && st.count == 0, "irecv from RDC_PROC_NULL");
+    RC(RDC_SUCCESS, rdc_isend(buf, 4, RDC_INT32, RDC_PROC_NULL, 3, world, &sreq));
+    RC(RDC_SUCCESS, rdc_wait(&sreq, &st));
+    RC(RDC_SUCCESS, rdc_probe(RDC_PROC_NULL, 3, world, &st));
+    EXPECT(st.source == RDC_PROC_NULL && st.count == 0, "probe of RDC_PROC_NULL");
+    RC(RDC_SUCCESS, rdc_sendrecv(buf, 1, RDC_INT32, RDC_PROC_NULL, 0, &buf[4], 1, RDC_INT32,
+                                 RDC_PROC_NULL, 0, world, &st));
+    RC(RDC_ERR_RANK, rdc_send(buf, 1, RDC_INT32, -3, 0, world));
 
     /* Cancel a receive nothing matches: it completes, cancelled. */
     RC(RDC_SUCCESS, rdc_irecv(buf, 1, RDC_INT32, rank, 999, world, &req));

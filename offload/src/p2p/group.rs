@@ -75,6 +75,9 @@ impl Engine {
         tag: u32,
         context: Context,
     ) -> Result<Started> {
+        if dest == super::PROC_NULL {
+            return Ok(Started::Done(self.sent_status(tag, 0)));
+        }
         if len <= self.cfg.eager_limit {
             // SAFETY: the caller keeps the buffer valid for the call, which copies it out.
             let data = unsafe { super::send::slice_or_empty(ptr, len) };

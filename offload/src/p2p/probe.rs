@@ -11,6 +11,9 @@ impl Engine {
     /// The envelope of the first unexpected message from `source` with `tag` in `context`,
     /// if one has arrived. The message stays queued for a receive.
     pub fn iprobe(&self, source: Source, tag: TagSel, context: Context) -> Result<Option<Status>> {
+        if source == Source::Rank(super::PROC_NULL) {
+            return Ok(Some(Status::from_proc_null()));
+        }
         let match_id = match source {
             Source::Any => MatchId::Any,
             Source::Rank(r) => {

@@ -69,6 +69,13 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<ReqId> {
+        if source == Source::Rank(super::PROC_NULL) {
+            let id = Engine::new_id(inner);
+            inner
+                .reqs
+                .insert(id, Req::Done(Ok(Status::from_proc_null())));
+            return Ok(ReqId(id));
+        }
         self.take_delivery_failure(inner)?;
         // A fast receive another thread is blocked in was posted first: it goes first.
         self.materialize_fast(inner);
@@ -329,6 +336,9 @@ impl Engine {
         tag: TagSel,
         context: Context,
     ) -> Result<Status> {
+        if source == Source::Rank(super::PROC_NULL) {
+            return Ok(Status::from_proc_null());
+        }
         if let Some(done) = self.recv_fast(buf, source, tag, context) {
             return done;
         }
@@ -355,6 +365,9 @@ impl Engine {
     /// Sends `data`, blocking until its buffer may be reused.
     #[inline]
     pub fn send_from(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
+        if dest == super::PROC_NULL {
+            return Ok(());
+        }
         if data.len() <= self.cfg.eager_limit {
             // Complete when the put call returns: no request to track (and inlined into the
             // caller: this is the latency path).
