@@ -46,6 +46,7 @@ fn rank_entry() {
             "dup_drop" => limits_cases::dup_and_drop(&world, 200_000),
             "many_sends" => limits_cases::many_sends_received_late(&world, 100_000, 2048),
             "past_nonces" => limits_cases::same_envelope_past_the_nonces(&world, 2048),
+            "flood" => limits_cases::flood_then_reply(&world, 300_000),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
             "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
@@ -128,6 +129,15 @@ fn many_sends_in_flight_to_one_peer() {
     for transport in ["shm", "tcp"] {
         job_with(2, transport, "many_sends,past_nonces", &small_eager);
     }
+}
+
+/// A rank that floods its peer and waits, while the peer computes for three peer timeouts
+/// and then works through the backlog: nobody is declared dead (tcp: its I/O thread reads a
+/// flood in bounded bites and keeps beating).
+#[test]
+fn a_busy_peer_behind_a_flood_is_not_declared_dead() {
+    let short = [("RDCOLL_PEER_TIMEOUT_MS", "500".to_string())];
+    job_with(2, "tcp", "flood", &short);
 }
 
 const PAIR_CASES: &str =

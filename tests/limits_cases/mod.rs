@@ -120,3 +120,35 @@ pub fn same_envelope_past_the_nonces(world: &Comm, len: usize) -> Outcome {
         _ => world.barrier().map_err(e),
     }
 }
+
+/// Rank 1 floods rank 0 with `count` small messages and then waits for a reply, while rank 0
+/// first computes for longer than the peer timeout without calling the library and then works
+/// through the backlog. Neither may declare the other dead: liveness is the transport's own
+/// business (its I/O thread beats while it reads a flood), not the host thread's.
+pub fn flood_then_reply(world: &Comm, count: usize) -> Outcome {
+    let msg = [7u8; 64];
+    match world.rank() {
+        0 => {
+            let until = std::time::Instant::now() + std::time::Duration::from_millis(1500);
+            while std::time::Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            let mut buf = [0u8; 64];
+            for i in 0..count {
+                world
+                    .recv(&mut buf, 1, 1)
+                    .map_err(|err| format!("recv {i}: {err}"))?;
+            }
+            world.send(&[1u8], 1, 2).map_err(e)
+        }
+        1 => {
+            for i in 0..count {
+                world
+                    .send(&msg, 0, 1)
+                    .map_err(|err| format!("send {i}: {err}"))?;
+            }
+            world.recv(&mut [0u8], 0, 2).map(drop).map_err(e)
+        }
+        _ => Ok(()),
+    }
+}

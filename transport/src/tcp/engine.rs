@@ -32,12 +32,20 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
     let mut last_heard = vec![Instant::now(); sh.size];
     let beat = (sh.peer_timeout / 5).max(Duration::from_millis(20));
     let mut last_beat = Instant::now();
+    let mut unread: Vec<usize> = Vec::new();
     loop {
         if sh.stop.load(Ordering::Acquire) {
             close(&sh, &mut poll);
             return;
         }
-        if let Err(e) = poll.poll(&mut events, Some(beat)) {
+        // Peers left with bytes to read (a reading budget ran out): poll without sleeping, and
+        // read them again after the events.
+        let timeout = if unread.is_empty() {
+            beat
+        } else {
+            Duration::ZERO
+        };
+        if let Err(e) = poll.poll(&mut events, Some(timeout)) {
             if e.kind() != std::io::ErrorKind::Interrupted {
                 tracing::error!("rank {}: poll failed: {e}", sh.rank);
                 for r in 0..sh.size as Rank {
@@ -55,10 +63,7 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
             }
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                 last_heard[r] = Instant::now();
-                // Waits for a host thread reading this peer (it may have taken the bytes).
-                let read = read_peer(&sh, r as Rank, &mut sh.readers[r].lock());
-                if let Err(why) = read {
-                    sh.fail_peer(r as Rank, &why);
+                if !read_some(&sh, r, &mut unread) {
                     continue;
                 }
             }
@@ -70,6 +75,12 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
                 if let Err(why) = res {
                     sh.fail_peer(r as Rank, &why);
                 }
+            }
+        }
+        for r in std::mem::take(&mut unread) {
+            if !sh.peers[r].failed.load(Ordering::Acquire) {
+                last_heard[r] = Instant::now();
+                read_some(&sh, r, &mut unread);
             }
         }
         let now = Instant::now();
@@ -85,6 +96,29 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
                     let _ = sh.enqueue(r as Rank, Frame::Heartbeat.encode());
                 }
             }
+        }
+    }
+}
+
+/// Bytes the I/O thread reads from one peer before it turns to the others, to its heartbeats
+/// and to failing silent peers: a peer that floods this rank must not starve them (a rank
+/// working through a backlog was declared dead by its peers, its heartbeats never sent).
+const READ_BUDGET: usize = 4 << 20;
+
+/// Reads what peer `r` has (up to [`READ_BUDGET`]; noted in `unread` if more may be there).
+/// Returns `false` if the peer failed.
+fn read_some(sh: &Shared, r: usize, unread: &mut Vec<usize>) -> bool {
+    // Waits for a host thread reading this peer (it may have taken the bytes).
+    match read_peer(sh, r as Rank, &mut sh.readers[r].lock(), READ_BUDGET) {
+        Ok(more) => {
+            if more && !unread.contains(&r) {
+                unread.push(r);
+            }
+            true
+        }
+        Err(why) => {
+            sh.fail_peer(r as Rank, &why);
+            false
         }
     }
 }
@@ -166,16 +200,30 @@ fn linger(sh: &Shared, poll: &mut mio::Poll) {
 }
 
 /// Reads everything the socket has and handles each complete frame.
-pub(super) fn read_peer(sh: &Shared, from: Rank, rb: &mut ReadBuf) -> Result<(), String> {
+pub(super) fn read_peer(
+    sh: &Shared,
+    from: Rank,
+    rb: &mut ReadBuf,
+    budget: usize,
+) -> Result<bool, String> {
     let Some(stream) = sh.peers[from as usize].stream.as_ref() else {
         return Err("no connection".into());
     };
     let mut s: &mio::net::TcpStream = stream;
+    let mut read = 0usize;
     loop {
+        if read >= budget {
+            // More may be there: the caller comes back (the socket's readiness is
+            // edge-triggered, so no new event would say so).
+            return Ok(true);
+        }
         match s.read(&mut rb.buf[rb.filled..]) {
             Ok(0) => return Err("connection closed".into()),
-            Ok(n) => rb.filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Ok(n) => {
+                rb.filled += n;
+                read += n;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e.to_string()),
         }

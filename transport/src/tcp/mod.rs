@@ -188,7 +188,7 @@ impl Shared {
             let Some(mut rb) = self.readers[r].try_lock() else {
                 continue;
             };
-            if let Err(why) = engine::read_peer(self, r as Rank, &mut rb) {
+            if let Err(why) = engine::read_peer(self, r as Rank, &mut rb, usize::MAX) {
                 drop(rb);
                 self.fail_peer(r as Rank, &why);
             }
