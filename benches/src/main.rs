@@ -3,6 +3,7 @@
 
 mod bcast;
 mod compare;
+mod faults;
 mod info;
 mod match_comm;
 mod matching;
@@ -12,7 +13,7 @@ mod paired;
 mod transport;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|transport|match|offload> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|transport|match|offload|faults> [options]");
     std::process::exit(2);
 }
 
@@ -22,6 +23,9 @@ fn main() {
     let rest = &args[1..];
     let code = match cmd.as_str() {
         "info" => info::run(rest),
+        "faults" => faults::run(rest),
+        // A rank of a `faults` trial (started by it).
+        "fault-rank" => faults::rank(rest),
         "match" if match_comm::wanted(rest) => match_comm::run(rest),
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
