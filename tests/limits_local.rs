@@ -1,18 +1,11 @@
 //! Resource limits on ranks that are threads of this process (`local` transport).
 
+mod local_ranks;
 // The many-sends cases need a small eager limit: p2p_processes runs them.
 #[allow(dead_code)]
 mod limits_cases;
 
-fn run(n: usize, case: impl Fn(&rdcoll::Comm) -> limits_cases::Outcome + Sync) {
-    let failures: Vec<String> = rdcoll::local::run(n, |c| case(&c))
-        .unwrap()
-        .into_iter()
-        .enumerate()
-        .filter_map(|(rank, r)| r.err().map(|why| format!("rank {rank}: {why}")))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("; "));
-}
+use local_ranks::run;
 
 #[test]
 fn two_hundred_thousand_dups_and_drops() {

@@ -1,19 +1,11 @@
 //! The point-to-point cases on ranks that are threads of this process (`local` transport).
 
+mod local_ranks;
 // `slow_receiver` needs transport counters, which the local transport does not keep.
 #[allow(dead_code)]
 mod p2p_cases;
 
-fn run(n: usize, case: fn(&rdcoll::Comm) -> p2p_cases::Outcome) {
-    // Every failing rank's reason: the first is often only "peer failed" for another's.
-    let failures: Vec<String> = rdcoll::local::run(n, |c| case(&c))
-        .unwrap()
-        .into_iter()
-        .enumerate()
-        .filter_map(|(rank, r)| r.err().map(|why| format!("rank {rank}: {why}")))
-        .collect();
-    assert!(failures.is_empty(), "{}", failures.join("; "));
-}
+use local_ranks::run;
 
 #[test]
 fn table_one_orderings() {
