@@ -47,6 +47,7 @@ fn rank_entry() {
             "many_sends" => limits_cases::many_sends_received_late(&world, 100_000, 2048),
             "past_nonces" => limits_cases::same_envelope_past_the_nonces(&world, 2048),
             "flood" => limits_cases::flood_then_reply(&world, 300_000),
+            "intruder" => limits_cases::intruder_learns_nothing(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
             "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
@@ -138,6 +139,14 @@ fn many_sends_in_flight_to_one_peer() {
 fn a_busy_peer_behind_a_flood_is_not_declared_dead() {
     let short = [("RDCOLL_PEER_TIMEOUT_MS", "500".to_string())];
     job_with(2, "tcp", "flood", &short);
+}
+
+/// A process that can reach the store's port but holds no secret learns nothing from it, and
+/// a forged handshake reaches no rank's memory; the job goes on.
+#[test]
+fn a_process_without_the_secret_learns_nothing() {
+    job(2, "tcp", "intruder");
+    job(2, "shm", "intruder");
 }
 
 const PAIR_CASES: &str =

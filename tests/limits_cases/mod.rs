@@ -152,3 +152,53 @@ pub fn flood_then_reply(world: &Comm, count: usize) -> Outcome {
         _ => Ok(()),
     }
 }
+
+/// Rank 1 plays a process that can reach the job's store port but holds no secret (or a wrong
+/// one): the store answers it nothing; and a connection to rank 0's tcp endpoint (its address
+/// leaked by an insider: rank 1 reads it with the real secret) with a made-up handshake gets
+/// no answer. The job goes on. Needs rdcoll-run's store (`RDCOLL_STORE`, `RDCOLL_JOB_SECRET`).
+pub fn intruder_learns_nothing(world: &Comm) -> Outcome {
+    use rdcoll::transport::bootstrap::{job_secret, Store, TcpStore};
+    use std::io::{Read, Write};
+    use std::time::Duration;
+    if world.rank() == 1 {
+        let addr = std::env::var("RDCOLL_STORE").map_err(|_| "RDCOLL_STORE is not set")?;
+        let t = Duration::from_secs(2);
+        let stranger = TcpStore::connect(&addr, t).map_err(|e| e.to_string())?;
+        for key in ["job/secret", "job/id", "tcp/0"] {
+            if let Ok(v) = stranger.get(key, Duration::from_millis(200)) {
+                return Err(format!("the store told a stranger {key} = {v:?}"));
+            }
+        }
+        if TcpStore::connect_secured(&addr, t, &[0x5a; 16]).is_ok() {
+            return Err("the store accepted a wrong secret".into());
+        }
+        let secret = job_secret()
+            .map_err(|e| e.to_string())?
+            .ok_or("no job secret")?;
+        let insider = TcpStore::connect_secured(&addr, t, &secret).map_err(|e| e.to_string())?;
+        if world.backend() == "tcp" {
+            let rank0 = insider.get("tcp/0", t).map_err(|e| e.to_string())?;
+            let rank0 = String::from_utf8_lossy(&rank0).to_string();
+            if let Ok(mut s) = std::net::TcpStream::connect(&rank0) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut forged = vec![1u8, 0, 0, 0];
+                forged.extend_from_slice(&[0x5a; 16]);
+                let _ = s.write_all(&forged);
+                let mut ack = [0u8; 4];
+                if s.read_exact(&mut ack).is_ok() {
+                    return Err(format!("rank 0 answered a forged handshake: {ack:?}"));
+                }
+            }
+        }
+    }
+    world.barrier().map_err(e)?;
+    let mut got = [0u64];
+    world
+        .allreduce(&[1u64], &mut got, rdcoll::Op::Sum)
+        .map_err(e)?;
+    if got[0] != world.size() as u64 {
+        return Err(format!("after the intruder, allreduce gave {}", got[0]));
+    }
+    Ok(())
+}

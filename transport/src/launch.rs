@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
-use crate::bootstrap::{publish_job_identity, StoreServer, TcpStore};
+use crate::bootstrap::{publish_job_id, secret_hex, Secret, StoreServer, TcpStore, SECRET_VAR};
 use crate::error::{Result, TransportError};
 
 /// What to start.
@@ -142,6 +142,7 @@ fn spawn_rank(
     spec: &JobSpec,
     rank: usize,
     store_addr: &str,
+    secret: &str,
     forwarders: &mut Vec<std::thread::JoinHandle<()>>,
 ) -> Result<Child> {
     let (program, args) = spec
@@ -154,6 +155,7 @@ fn spawn_rank(
         .env("RDCOLL_SIZE", spec.ranks.to_string())
         .env("RDCOLL_STORE", store_addr)
         .env("RDCOLL_STORE_SERVER", "launcher")
+        .env(SECRET_VAR, secret)
         .envs(spec.env.iter().map(|(k, v)| (k, v)));
     if let Some(t) = &spec.transport {
         cmd.env("RDCOLL_TRANSPORT", t);
@@ -276,13 +278,20 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         ));
     }
     catch_interrupts();
-    let server = StoreServer::start("127.0.0.1:0")?;
+    // The job's secret goes to the ranks in their environment; the store answers only them.
+    let secret: Secret = rand::random();
+    let server = StoreServer::start_secured("127.0.0.1:0", secret)?;
     let addr = server.addr().to_string();
-    publish_job_identity(&TcpStore::connect(&addr, Duration::from_secs(5))?)?;
+    publish_job_id(&TcpStore::connect_secured(
+        &addr,
+        Duration::from_secs(5),
+        &secret,
+    )?)?;
+    let secret = secret_hex(&secret);
     let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
     let mut forwarders = Vec::new();
     for rank in 0..spec.ranks {
-        match spawn_rank(spec, rank, &addr, &mut forwarders) {
+        match spawn_rank(spec, rank, &addr, &secret, &mut forwarders) {
             Ok(c) => children.push(Some(c)),
             Err(e) => {
                 for c in children.iter_mut().flatten() {

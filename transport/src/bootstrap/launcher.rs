@@ -11,13 +11,18 @@ use std::time::Duration;
 
 #[cfg(feature = "pmix")]
 use super::Pmix;
-use super::{publish_job_identity, Pmi1, StoreHandle, StoreServer, TcpStore};
+use super::{
+    parse_secret, publish_job_id, secret_hex, set_launcher_secret, Pmi1, Secret, StoreHandle,
+    StoreServer, TcpStore,
+};
 use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::types::Rank;
 
 /// The PMI key rank 0 publishes its store's addresses under.
 const STORE_KEY: &str = "rdcoll-store";
+/// The PMI key rank 0 publishes the job's secret under (32 hex digits).
+const SECRET_PMI_KEY: &str = "rdcoll-secret";
 
 /// This process's launcher session, kept for aborting the job.
 static LAUNCHER: OnceLock<Mutex<Session>> = OnceLock::new();
@@ -116,16 +121,22 @@ pub(super) fn store_through_launcher(rank: Rank, cfg: &FabricConfig) -> Result<S
         offered().ok_or_else(|| TransportError::Bootstrap("no launcher exchange".into()))?;
     let mut session = Session::open(offer, cfg)?;
     let handle = if rank == 0 {
-        let server = StoreServer::start("0.0.0.0:0")?;
+        // The job's secret travels through the launcher's exchange (private to the job), and
+        // the store answers only its holders.
+        let secret: Secret = rand::random();
+        let server = StoreServer::start_secured("0.0.0.0:0", secret)?;
         let port = server.addr().port();
         let addrs: Vec<String> = reachable_addresses()
             .iter()
             .map(|ip| format!("{ip}:{port}"))
             .collect();
         session.put(STORE_KEY, &addrs.join(","))?;
+        session.put(SECRET_PMI_KEY, &secret_hex(&secret))?;
         session.barrier()?;
-        let client = TcpStore::connect(&format!("127.0.0.1:{port}"), cfg.bootstrap_timeout)?;
-        publish_job_identity(&client)?;
+        set_launcher_secret(secret);
+        let addr = format!("127.0.0.1:{port}");
+        let client = TcpStore::connect_secured(&addr, cfg.bootstrap_timeout, &secret)?;
+        publish_job_id(&client)?;
         StoreHandle {
             local_ip: client.local_ip(),
             store: Arc::new(client),
@@ -134,7 +145,10 @@ pub(super) fn store_through_launcher(rank: Rank, cfg: &FabricConfig) -> Result<S
     } else {
         session.barrier()?;
         let addrs = session.get_from_rank0(STORE_KEY)?;
-        let client = connect_any(&addrs)?;
+        let secret = parse_secret(&session.get_from_rank0(SECRET_PMI_KEY)?)
+            .ok_or_else(|| TransportError::Bootstrap("rank 0's secret is malformed".into()))?;
+        set_launcher_secret(secret);
+        let client = connect_any(&addrs, &secret)?;
         StoreHandle {
             local_ip: client.local_ip(),
             store: Arc::new(client),
@@ -173,10 +187,10 @@ pub fn abort_through_launcher(code: i32) -> bool {
 }
 
 /// The first of `addrs` (comma-separated `ip:port`) that accepts a connection.
-fn connect_any(addrs: &str) -> Result<TcpStore> {
+fn connect_any(addrs: &str, secret: &Secret) -> Result<TcpStore> {
     let mut failures = Vec::new();
     for a in addrs.split(',').filter(|a| !a.is_empty()) {
-        match TcpStore::connect(a, Duration::from_secs(2)) {
+        match TcpStore::connect_secured(a, Duration::from_secs(2), secret) {
             Ok(c) => return Ok(c),
             Err(e) => failures.push(e.to_string()),
         }

@@ -28,7 +28,7 @@ pub use pmi1::Pmi1;
 #[cfg(feature = "pmix")]
 pub use pmix::Pmix;
 pub use store::Store;
-pub use tcp_store::{StoreServer, TcpStore};
+pub use tcp_store::{Secret, StoreServer, TcpStore};
 
 use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
@@ -101,10 +101,15 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
         }
     } else {
         let addr = spec.strip_prefix("tcp://").unwrap_or(&spec).to_string();
+        let secret = job_secret()?;
+        let serve = |a: &str| match secret {
+            Some(s) => StoreServer::start_secured(a, s),
+            None => StoreServer::start(a),
+        };
         let server = if rank == 0 && !external {
             let port = addr.rsplit_once(':').map(|(_, p)| p).unwrap_or("");
-            Some(StoreServer::start(addr.as_str()).or_else(|_| {
-                StoreServer::start(format!("0.0.0.0:{port}")).map_err(|e| {
+            Some(serve(addr.as_str()).or_else(|_| {
+                serve(&format!("0.0.0.0:{port}")).map_err(|e| {
                     TransportError::Bootstrap(format!(
                         "rank 0 could not serve the store at {addr}: {e}"
                     ))
@@ -113,7 +118,7 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
         } else {
             None
         };
-        let client = TcpStore::connect(&addr, cfg.bootstrap_timeout)?;
+        let client = connect_to_store(&addr, cfg.bootstrap_timeout)?;
         let local_ip = client.local_ip();
         StoreHandle {
             store: Arc::new(client),
@@ -127,14 +132,74 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
     Ok(handle)
 }
 
-/// Sets a fresh random secret and job id (done once per job by whoever owns the store).
+/// Sets a fresh random job id and, where the launcher gave the ranks no secret of their own
+/// (`job_secret` is `None`), a fresh secret in the store (done once per job by whoever owns the
+/// store).
 pub fn publish_job_identity(store: &dyn Store) -> Result<()> {
-    let secret: [u8; 16] = rand::random();
-    store.set(SECRET_KEY, &secret)?;
+    if job_secret()?.is_none() {
+        let secret: Secret = rand::random();
+        store.set(SECRET_KEY, &secret)?;
+    }
+    publish_job_id(store)
+}
+
+/// Sets a fresh random job id (it names the job's shared-memory segments).
+pub fn publish_job_id(store: &dyn Store) -> Result<()> {
     store.set(
         JOB_ID_KEY,
         format!("{:016x}", rand::random::<u64>()).as_bytes(),
     )
+}
+
+/// Where a launcher puts the job's secret for its ranks (32 hex digits).
+pub const SECRET_VAR: &str = "RDCOLL_JOB_SECRET";
+
+/// The secret learnt through a launcher's exchange (PMI), for [`job_secret`].
+static LAUNCHER_SECRET: std::sync::OnceLock<Secret> = std::sync::OnceLock::new();
+
+/// The job's secret as the launcher handed it to this process (`RDCOLL_JOB_SECRET`, or through
+/// PMI), `None` if it did not: the store is then unauthenticated and holds the secret itself.
+pub fn job_secret() -> Result<Option<Secret>> {
+    if let Some(s) = LAUNCHER_SECRET.get() {
+        return Ok(Some(*s));
+    }
+    match std::env::var(SECRET_VAR) {
+        Ok(hex) => parse_secret(&hex)
+            .map(Some)
+            .ok_or_else(|| TransportError::Bootstrap(format!("{SECRET_VAR} is not 32 hex digits"))),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Records the secret learnt through the launcher's exchange.
+pub(crate) fn set_launcher_secret(secret: Secret) {
+    let _ = LAUNCHER_SECRET.set(secret);
+}
+
+/// `secret` as 32 hex digits.
+pub fn secret_hex(secret: &Secret) -> String {
+    secret.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The secret written as 32 hex digits.
+pub fn parse_secret(hex: &str) -> Option<Secret> {
+    let hex = hex.trim();
+    if hex.len() != 32 || !hex.is_ascii() {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(out)
+}
+
+/// Connects to the store at `addr`, presenting the job's secret when this process has one.
+pub fn connect_to_store(addr: &str, timeout: std::time::Duration) -> Result<TcpStore> {
+    match job_secret()? {
+        Some(s) => TcpStore::connect_secured(addr, timeout, &s),
+        None => TcpStore::connect(addr, timeout),
+    }
 }
 
 /// Identifies "this host" for choosing shm: boot id, plus network and mount namespaces (ranks in

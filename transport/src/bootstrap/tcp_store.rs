@@ -3,6 +3,10 @@
 //! Wire format, little endian: a request is `op:u8, key_len:u32, key, val_len:u32, val, arg:i64,
 //! timeout_ms:u64`; a reply is `status:u8, len:u32, payload`. Lengths are checked before anything
 //! is allocated.
+//!
+//! A server started with the job's secret ([`StoreServer::start_secured`]) answers a connection
+//! only once its first request has been an `AUTH` carrying that secret; anything else closes
+//! it unanswered, so a process that can reach the port but holds no secret learns nothing.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -20,6 +24,7 @@ const OP_SET: u8 = 1;
 const OP_GET: u8 = 2;
 const OP_ADD: u8 = 3;
 const OP_WAIT: u8 = 4;
+const OP_AUTH: u8 = 5;
 const ST_OK: u8 = 0;
 const ST_TIMEOUT: u8 = 1;
 const ST_BAD: u8 = 2;
@@ -104,8 +109,41 @@ fn read_bytes(r: &mut impl Read, max: usize) -> std::io::Result<Vec<u8>> {
     Ok(v)
 }
 
-fn serve_connection(table: Arc<Table>, mut stream: TcpStream) {
+/// The job's secret, as the store and the tcp handshake check it.
+pub type Secret = [u8; 16];
+
+/// Whether `a` and `b` are equal, in time that does not depend on where they differ.
+fn same_secret(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Reads the first request of a connection to a secured store: an `AUTH` with `secret`.
+fn authenticate(stream: &mut TcpStream, secret: &Secret) -> bool {
+    // A client that holds the secret sends it at once.
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut op = [0u8; 1];
+    if stream.read_exact(&mut op).is_err() || op[0] != OP_AUTH {
+        return false;
+    }
+    let req = (|| -> std::io::Result<_> {
+        let _key = read_bytes(stream, MAX_KEY)?;
+        let val = read_bytes(stream, MAX_VALUE)?;
+        read_u64(stream)?;
+        read_u64(stream)?;
+        Ok(val)
+    })();
+    let ok = req.is_ok_and(|val| same_secret(&val, secret));
+    let _ = stream.set_read_timeout(None);
+    ok && stream.write_all(&[ST_OK, 0, 0, 0, 0]).is_ok()
+}
+
+fn serve_connection(table: Arc<Table>, mut stream: TcpStream, secret: Option<Secret>) {
     let _ = stream.set_nodelay(true);
+    if let Some(secret) = &secret {
+        if !authenticate(&mut stream, secret) {
+            return;
+        }
+    }
     loop {
         let mut op = [0u8; 1];
         if stream.read_exact(&mut op).is_err() {
@@ -153,6 +191,16 @@ pub struct StoreServer {
 impl StoreServer {
     /// Binds `addr` (port 0 picks one) and serves on background threads.
     pub fn start(addr: impl ToSocketAddrs) -> Result<StoreServer> {
+        StoreServer::start_with(addr, None)
+    }
+
+    /// Like [`start`](StoreServer::start), answering only clients that first present `secret`
+    /// ([`TcpStore::connect_secured`]).
+    pub fn start_secured(addr: impl ToSocketAddrs, secret: Secret) -> Result<StoreServer> {
+        StoreServer::start_with(addr, Some(secret))
+    }
+
+    fn start_with(addr: impl ToSocketAddrs, secret: Option<Secret>) -> Result<StoreServer> {
         let listener =
             TcpListener::bind(addr).map_err(|e| TransportError::io("binding the store", e))?;
         let addr = listener
@@ -172,7 +220,7 @@ impl StoreServer {
                         let t = table.clone();
                         let _ = std::thread::Builder::new()
                             .name("rdcoll-store-conn".into())
-                            .spawn(move || serve_connection(t, stream));
+                            .spawn(move || serve_connection(t, stream, secret));
                     }
                 }
             })
@@ -233,6 +281,20 @@ impl TcpStore {
             std::thread::sleep(delay);
             delay = (delay * 2).min(Duration::from_millis(200));
         }
+    }
+
+    /// Connects as [`connect`](TcpStore::connect) does and presents the job's `secret` to a
+    /// secured server ([`StoreServer::start_secured`]).
+    pub fn connect_secured(addr: &str, timeout: Duration, secret: &Secret) -> Result<TcpStore> {
+        let store = TcpStore::connect(addr, timeout)?;
+        store
+            .call(OP_AUTH, "", secret, 0, Duration::from_secs(10))
+            .map_err(|e| {
+                TransportError::Bootstrap(format!(
+                    "the store at {addr} did not accept this job's secret ({e})"
+                ))
+            })?;
+        Ok(store)
     }
 
     /// The local address of the connection: the interface that reaches the store, which is the
@@ -328,6 +390,24 @@ mod tests {
         let a = TcpStore::connect(&server.addr().to_string(), Duration::from_secs(5)).unwrap();
         a.set("k", b"v").unwrap();
         assert_eq!(a.get("k", Duration::from_secs(1)).unwrap(), b"v");
+    }
+
+    #[test]
+    fn a_secured_store_answers_only_holders_of_the_secret() {
+        let secret: Secret = [7; 16];
+        let server = StoreServer::start_secured("127.0.0.1:0", secret).unwrap();
+        let addr = server.addr().to_string();
+        let member = TcpStore::connect_secured(&addr, Duration::from_secs(5), &secret).unwrap();
+        member.set("job/x", b"private").unwrap();
+        // No secret: the first request is not AUTH, the connection closes unanswered.
+        let stranger = TcpStore::connect(&addr, Duration::from_secs(5)).unwrap();
+        assert!(stranger.get("job/x", Duration::from_millis(100)).is_err());
+        // A wrong secret is refused.
+        assert!(TcpStore::connect_secured(&addr, Duration::from_secs(5), &[8; 16]).is_err());
+        assert_eq!(
+            member.get("job/x", Duration::from_secs(1)).unwrap(),
+            b"private"
+        );
     }
 
     #[test]
