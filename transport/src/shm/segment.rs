@@ -50,6 +50,26 @@ impl Segment {
         Self::map(fd, cname, len)
     }
 
+    /// Creates a segment named `prefix` and one of `suffixes` (random ones in use): a name
+    /// somebody else already holds (another user who guessed it, a stale segment) is skipped
+    /// for the next, so nobody can keep a rank from starting by claiming its name first. The
+    /// segment and the name it got.
+    pub(crate) fn create_unique(
+        prefix: &str,
+        len: usize,
+        suffixes: impl IntoIterator<Item = u64>,
+    ) -> Result<(Segment, String)> {
+        let mut last = None;
+        for suffix in suffixes.into_iter().take(8) {
+            let name = format!("{prefix}-{suffix:016x}");
+            match Segment::create(&name, len) {
+                Ok(seg) => return Ok((seg, name)),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| TransportError::Bootstrap("no name to create".into())))
+    }
+
     /// Opens and maps a segment a peer created.
     pub(crate) fn open(name: &str, len: usize) -> Result<Segment> {
         let cname = CString::new(name).map_err(|_| TransportError::InvalidArgument(name.into()))?;
@@ -61,7 +81,16 @@ impl Segment {
         // SAFETY: fstat on our descriptor into a zeroed stat buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
-        if unsafe { libc::fstat(fd, &mut st) } != 0 || (st.st_size as usize) < len {
+        let stat_ok = unsafe { libc::fstat(fd, &mut st) } == 0;
+        // SAFETY: geteuid has no failure mode.
+        if stat_ok && st.st_uid != unsafe { libc::geteuid() } {
+            // SAFETY: closing our descriptor.
+            unsafe { libc::close(fd) };
+            return Err(TransportError::Bootstrap(format!(
+                "shared memory {name} belongs to another user"
+            )));
+        }
+        if !stat_ok || (st.st_size as usize) < len {
             // SAFETY: closing our descriptor.
             unsafe { libc::close(fd) };
             return Err(TransportError::Bootstrap(format!(
@@ -159,5 +188,23 @@ impl Drop for Segment {
         // SAFETY: unmapping exactly what `map` mapped; no references into it outlive the
         // segment (every user holds an Arc to it).
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_somebody_holds_is_skipped() {
+        let prefix = format!("/rdcoll-test-{}", std::process::id());
+        // Somebody claimed the first name the owner would try.
+        let squatter = Segment::create(&format!("{prefix}-{:016x}", 1u64), 4096).unwrap();
+        let (seg, name) = Segment::create_unique(&prefix, 4096, [1u64, 2, 3]).unwrap();
+        assert_eq!(name, format!("{prefix}-{:016x}", 2u64));
+        let peer = Segment::open(&name, 4096).unwrap();
+        drop(peer);
+        seg.unlink();
+        squatter.unlink();
     }
 }

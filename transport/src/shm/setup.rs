@@ -107,8 +107,12 @@ impl ShmFabric {
         let total = layout.checked_total().ok_or_else(|| {
             TransportError::InvalidArgument(format!("shm segment for {layout:?} is too large"))
         })?;
-        let name = format!("/rdcoll-{job}-{rank}");
-        let own = Arc::new(Segment::create(&name, total)?);
+        // A random part no other process can predict or claim first; peers learn the name
+        // from the store.
+        let suffixes = std::iter::repeat_with(rand::random::<u64>);
+        let (own, name) =
+            Segment::create_unique(&format!("/rdcoll-{job}-{rank}"), total, suffixes)?;
+        let own = Arc::new(own);
         let mapped = Self::map_peers(rank, size, store, cfg, layout, (&name, &own));
         // Unlinked in every case: on success all ranks have mapped it, on failure it must not
         // outlive this process.
