@@ -174,3 +174,50 @@ fn ctrl_c_stops_the_job() {
         "the job was not stopped"
     );
 }
+
+/// Start-up mistakes that used to show only as the 60 s bootstrap timeout: a rank started
+/// twice, a job size or a transport that differs from rank 0's. The rank that is wrong fails
+/// at once, naming the cause. Ranks are started by hand around a store this test serves.
+#[test]
+fn start_up_mistakes_are_named_at_once() {
+    use rdcoll::transport::bootstrap::{publish_job_identity, Store, StoreServer, TcpStore};
+    // (rank 0's size and transport, the second process's rank, size and transport, the words
+    // its error must hold)
+    let cases = [
+        ((2, "shm"), (0, 2, "shm"), "started twice"),
+        ((2, "shm"), (1, 3, "shm"), "size/transport"),
+        ((2, "shm"), (1, 2, "tcp"), "size/transport"),
+    ];
+    for ((size0, t0), (rank1, size1, t1), words) in cases {
+        let server = StoreServer::start("127.0.0.1:0").unwrap();
+        let addr = server.addr().to_string();
+        let store = TcpStore::connect(&addr, Duration::from_secs(5)).unwrap();
+        publish_job_identity(&store).unwrap();
+        let start = |rank: usize, size: usize, transport: &str| {
+            Command::new(example("ring"))
+                .env("RDCOLL_RANK", rank.to_string())
+                .env("RDCOLL_SIZE", size.to_string())
+                .env("RDCOLL_TRANSPORT", transport)
+                .env("RDCOLL_STORE", &addr)
+                .env("RDCOLL_STORE_SERVER", "launcher")
+                .env("RDCOLL_BOOTSTRAP_TIMEOUT_MS", "20000")
+                .env_remove("RDCOLL_JOB_SECRET")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let mut first = start(0, size0, t0);
+        // The first has joined before the second starts.
+        store
+            .wait_at_least("roll/0", 1, Duration::from_secs(20))
+            .unwrap();
+        let second = start(rank1, size1, t1);
+        let out = second.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{words}: {stderr}");
+        assert!(stderr.contains(words), "{words}: {stderr}");
+        let _ = first.kill();
+        let _ = first.wait();
+    }
+}

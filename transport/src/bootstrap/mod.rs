@@ -233,6 +233,44 @@ pub fn init_from_env() -> Result<Box<dyn Fabric>> {
     init_with_store(rank, size, &handle, choice, &cfg)
 }
 
+/// Checks, before anything waits for peers, what would otherwise only show as a bootstrap
+/// timeout: a rank started twice, and a job size or transport that differs from rank 0's.
+fn roll_call(
+    rank: Rank,
+    size: usize,
+    choice: TransportChoice,
+    store: &dyn Store,
+    cfg: &FabricConfig,
+) -> Result<()> {
+    if store.add(&format!("roll/{rank}"), 1)? > 1 {
+        return Err(TransportError::Bootstrap(format!(
+            "rank {rank} was started twice in this job (the launcher's rank variable, or \
+             RDCOLL_RANK, repeats)"
+        )));
+    }
+    let mine = format!("{size}/{choice:?}");
+    if rank == 0 {
+        return store.set("roll/settings", mine.as_bytes());
+    }
+    let theirs = store
+        .get("roll/settings", cfg.bootstrap_timeout)
+        .map_err(|e| match e {
+            TransportError::Timeout { .. } => TransportError::Bootstrap(format!(
+                "rank 0 never joined the job within {:?} (is it running, and with the same store?)",
+                cfg.bootstrap_timeout
+            )),
+            e => e,
+        })?;
+    let theirs = String::from_utf8_lossy(&theirs).to_string();
+    if theirs != mine {
+        return Err(TransportError::Bootstrap(format!(
+            "rank {rank} was started with size/transport {mine}, rank 0 with {theirs} \
+             (RDCOLL_SIZE or the launcher's size, RDCOLL_TRANSPORT)"
+        )));
+    }
+    Ok(())
+}
+
 /// Builds the fabric for `rank` of `size` over an already connected store.
 pub fn init_with_store(
     rank: Rank,
@@ -242,6 +280,7 @@ pub fn init_with_store(
     cfg: &FabricConfig,
 ) -> Result<Box<dyn Fabric>> {
     let store = handle.store.as_ref();
+    roll_call(rank, size, choice, store, cfg)?;
     let choice = match choice {
         TransportChoice::Auto => {
             let me = host_identity();
