@@ -258,11 +258,26 @@ fn install_log() {
 /// library's diagnostics go to stderr, prefixed with the rank.
 pub fn init() -> Result<Comm> {
     install_log();
+    report_panics();
     let comm = Comm::from_fabric(rdcoll_transport::bootstrap::init_from_env()?);
     if std::env::var("RDCOLL_BIND").as_deref() == Ok("core") && comm.backend() != "tcp" {
         bind::to_core(comm.rank() as usize, comm.size());
     }
     Ok(comm)
+}
+
+/// Makes a panic in this process report this rank's failure to the launcher first (see
+/// `bootstrap::report_failure`), so that `rdcoll-run` names it rather than a survivor that saw
+/// it go. Chained before whatever hook was there; installed once.
+fn report_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            rdcoll_transport::bootstrap::report_failure();
+            previous(info);
+        }));
+    });
 }
 
 /// Ends the whole job: every rank of it exits with `code` (1 if `code` is 0: an aborted job
@@ -273,6 +288,7 @@ pub fn abort(code: i32) -> ! {
     let code = if code == 0 { 1 } else { code };
     let rank = rdcoll_transport::bootstrap::rank_and_size().map_or(0, |(r, _)| r);
     eprintln!("rdcoll: rank {rank} called abort({code}): ending the job");
+    rdcoll_transport::bootstrap::report_failure();
     use std::io::Write;
     let _ = std::io::stdout().flush();
     // A moment for the launcher to forward this process's last output before it tears the

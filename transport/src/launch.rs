@@ -188,6 +188,18 @@ fn spawn_rank(
 }
 
 /// Whether `child` has ended, without reaping it (so its pid stays reserved).
+/// How long the launcher waits for a rank that reported failing to exit before it names
+/// another (the first to exit) as the first failure.
+const REPORT_GRACE: Duration = Duration::from_secs(2);
+
+/// The first rank that reported failing of its own accord, if any did.
+fn reported_first(store: &TcpStore, ranks: usize) -> Option<usize> {
+    use crate::bootstrap::{Store, FAILED_KEY};
+    let v = store.get(&format!("{FAILED_KEY}/1"), Duration::ZERO).ok()?;
+    let r: usize = String::from_utf8_lossy(&v).parse().ok()?;
+    (r < ranks).then_some(r)
+}
+
 /// How long the launcher waits, once a rank has failed, for ranks that exited at about the same
 /// moment to show before it decides which failed first.
 const SAME_MOMENT: Duration = Duration::from_millis(20);
@@ -282,11 +294,8 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     let secret: Secret = rand::random();
     let server = StoreServer::start_secured("127.0.0.1:0", secret)?;
     let addr = server.addr().to_string();
-    publish_job_id(&TcpStore::connect_secured(
-        &addr,
-        Duration::from_secs(5),
-        &secret,
-    )?)?;
+    let client = TcpStore::connect_secured(&addr, Duration::from_secs(5), &secret)?;
+    publish_job_id(&client)?;
     let secret = secret_hex(&secret);
     let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
     let mut forwarders = Vec::new();
@@ -310,6 +319,9 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     // exited first, not the lowest rank found in a sweep (a survivor that reacts to a peer's
     // death within the same sweep is not the cause).
     let exit_times = exit_watchers(&children);
+    // Failed ranks seen while no first failure is named yet, and since when.
+    let mut failed_seen: Vec<usize> = Vec::new();
+    let mut deciding_since: Option<Instant> = None;
     while exits.iter().any(Option::is_none) {
         let mut failed_now: Vec<usize> = Vec::new();
         for rank in 0..spec.ranks {
@@ -344,11 +356,27 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
                 Err(e) => return Err(TransportError::io(format!("waiting for rank {rank}"), e)),
             }
         }
-        // Ranks ended by an interrupt are not failures of their own.
-        let first_now = failed_now
-            .iter()
-            .copied()
-            .min_by_key(|&r| exit_times[r].get().copied().unwrap_or(Duration::MAX));
+        // Ranks ended by an interrupt are not failures of their own. The first failure is the
+        // rank that reported failing (a panic, an abort: `bootstrap::report_failure`, before
+        // its peers could see it go), else the first to exit.
+        failed_seen.extend(failed_now);
+        let mut first_now = None;
+        if first_failure.is_none() && interrupted.is_none() && !failed_seen.is_empty() {
+            let since = *deciding_since.get_or_insert_with(Instant::now);
+            let by_time = || {
+                failed_seen
+                    .iter()
+                    .copied()
+                    .min_by_key(|&r| exit_times[r].get().copied().unwrap_or(Duration::MAX))
+            };
+            first_now = match reported_first(&client, spec.ranks) {
+                Some(r) if failed_seen.contains(&r) => Some(r),
+                // It reported and is still exiting (a panic's message, a test harness's
+                // report): wait for it a little.
+                Some(r) if exits[r].is_none() && since.elapsed() < REPORT_GRACE => None,
+                _ => by_time(),
+            };
+        }
         if let (Some(rank), None, None) = (first_now, first_failure, interrupted) {
             let e = exits[rank].expect("a failed rank has exited");
             let e = RankExit {

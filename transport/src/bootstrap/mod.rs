@@ -230,7 +230,35 @@ pub fn init_from_env() -> Result<Box<dyn Fabric>> {
         return Ok(Box::new(crate::local::create(1)?.remove(0)));
     }
     let handle = connect_store(rank, &cfg)?;
-    init_with_store(rank, size, &handle, choice, &cfg)
+    let fabric = init_with_store(rank, size, &handle, choice, &cfg)?;
+    // Kept (a client of a store the launcher serves) to say, when this rank fails, that it
+    // failed first.
+    if handle.server.is_none() {
+        let _ = FAILURE_STORE.set((rank, handle.store.clone()));
+    }
+    Ok(fabric)
+}
+
+/// This rank and the store [`report_failure`] writes to.
+static FAILURE_STORE: std::sync::OnceLock<(Rank, Arc<dyn Store>)> = std::sync::OnceLock::new();
+
+/// Store key counting the ranks that reported a failure of their own; `FAILED_KEY/N` holds the
+/// N-th of them (from 1).
+pub const FAILED_KEY: &str = "job/failed";
+
+/// Records in the job's store that this rank is failing of its own accord (a panic, an abort),
+/// before its peers can notice it go and fail in turn: the launcher (`rdcoll-run`) names the
+/// first rank that did so rather than the first to exit. Once per process; best effort.
+pub fn report_failure() {
+    static ONCE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if ONCE.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    if let Some((rank, store)) = FAILURE_STORE.get() {
+        if let Ok(n) = store.add(FAILED_KEY, 1) {
+            let _ = store.set(&format!("{FAILED_KEY}/{n}"), rank.to_string().as_bytes());
+        }
+    }
 }
 
 /// Checks, before anything waits for peers, what would otherwise only show as a bootstrap
