@@ -60,13 +60,18 @@ fn rank_entry() {
     }
 }
 
-/// Rank 1 ends the job (`abort`: `rdcoll::abort(7)`; `panic`: a panic) while the others wait
-/// in a barrier that can never complete.
+/// Rank 1 ends the job (`abort`: `rdcoll::abort(7)`; `panic`: a panic; `early`: it returns
+/// with status 0) while the others wait in a barrier that can never complete.
 fn fail_on_rank_1(mode: &str) -> ! {
     let world = rdcoll::init().expect("init");
     if world.rank() == 1 {
         match mode {
             "abort" => rdcoll::abort(7),
+            "early" => {
+                eprintln!("rank 1 leaves early");
+                drop(world);
+                std::process::exit(0)
+            }
             _ => panic!("rank 1 fails on purpose"),
         }
     }
@@ -160,8 +165,8 @@ fn mpirun_of_open_mpi_needs_no_setting() {
     }
 }
 
-/// A rank that calls `abort` or panics ends the job under each launcher (`rdcoll-run` too) with
-/// a non-zero status
+/// A rank that calls `abort`, panics or leaves early ends the job under each launcher
+/// (`rdcoll-run` too) with a non-zero status
 /// (the others wait in a barrier that cannot complete); the time each took is printed.
 #[test]
 fn a_failing_rank_ends_the_job_under_each_launcher() {
@@ -174,7 +179,7 @@ fn a_failing_rank_ends_the_job_under_each_launcher() {
         launchers.push(("mpirun.openmpi", vec!["--oversubscribe", "-np"]));
     }
     for (launcher, args) in launchers {
-        for mode in ["abort", "panic"] {
+        for mode in ["abort", "panic", "early"] {
             let start = std::time::Instant::now();
             let mut child = under(launcher, &args, 3, "shm")
                 .env(RANK_VAR, mode)
@@ -205,6 +210,7 @@ fn a_failing_rank_ends_the_job_under_each_launcher() {
             );
             let named = match mode {
                 "abort" => "rank 1 called abort(7)",
+                "early" => "rank 1 leaves early",
                 _ => "rank 1 fails on purpose",
             };
             assert!(
@@ -214,9 +220,16 @@ fn a_failing_rank_ends_the_job_under_each_launcher() {
             if mode == "abort" {
                 assert_eq!(status.code(), Some(7), "{launcher}: {stderr}");
             }
-            if launcher.ends_with("rdcoll-run") {
+            if launcher.ends_with("rdcoll-run") && mode != "early" {
                 // The rank that failed first, not a survivor that saw it go.
                 assert!(stderr.contains("rdcoll-run: rank 1 "), "{stderr}");
+            }
+            if launcher.ends_with("rdcoll-run") && mode == "early" {
+                // A survivor failed, and the launcher says rank 1 had left before.
+                assert!(
+                    stderr.contains("after rank(s) 1 had already exited"),
+                    "{stderr}"
+                );
             }
         }
     }

@@ -385,7 +385,21 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
             };
             exits[rank] = Some(e);
             first_failure = Some(e);
-            eprintln!("rdcoll-run: rank {rank} {}", describe(e.status));
+            // Ranks that had already ended cleanly: one that left early (returned from main
+            // while the others still needed it) is often why the rest failed.
+            let ended: Vec<String> = (0..spec.ranks)
+                .filter(|&r| r != rank && exits[r].is_some_and(|x| x.status.success()))
+                .map(|r| r.to_string())
+                .collect();
+            let after = if ended.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " (after rank(s) {} had already exited with status 0)",
+                    ended.join(", ")
+                )
+            };
+            eprintln!("rdcoll-run: rank {rank} {}{after}", describe(e.status));
             if spec.stop_on_failure {
                 stopping = Some(Instant::now());
                 for c in children.iter().flatten() {
