@@ -6,13 +6,14 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use rdcoll_transport::{Fabric, Rank, Region, RemoteAddr};
+use rdcoll_transport::{Fabric, Rank, Region};
 use rdcoll_transport::{SpinGuard, SpinLock};
 
-use crate::counter::{Counter, TriggeredOp};
+use crate::counter::TriggeredOp;
 use crate::error::{invalid, OffloadError, Result};
 use crate::event::{Event, EventKind, EventQueue};
 use crate::me::Me;
+use crate::ni_ct::check_increment;
 use crate::portal::Portal;
 use crate::state::{Md, State};
 use crate::types::{
@@ -37,13 +38,13 @@ pub enum RdmaPut {
 
 /// One rank's emulated network interface.
 pub struct Ni {
-    shared: Arc<Shared>,
-    fabric: Arc<dyn Fabric>,
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) fabric: Arc<dyn Fabric>,
     agent: Option<JoinHandle<()>>,
     /// Where to pin the agent thread, if anywhere.
     pin_slot: Option<usize>,
     /// `NiConfig::inline_max`, fixed at creation (read without the state lock).
-    inline_max: usize,
+    pub(crate) inline_max: usize,
     /// `State::queued_unexpected`, read without the state lock.
     queued_unexpected: Arc<std::sync::atomic::AtomicU64>,
     /// `NiConfig::agent_poll`.
@@ -250,83 +251,6 @@ impl Ni {
         })
     }
 
-    /// A new counting event at zero.
-    pub fn ct_alloc(&self) -> Result<CtHandle> {
-        self.with(|st| st.cts.insert(Counter::default()).map(CtHandle))
-    }
-
-    /// Frees a counter, dropping the triggered operations that wait on it.
-    pub fn ct_free(&self, ct: CtHandle) -> Result<()> {
-        self.with(|st| {
-            let c = st.cts.must(ct.0)?;
-            let dropped = c.cancel_all();
-            st.triggered_pending -= dropped.len();
-            for md in dropped.iter().filter_map(TriggeredOp::md) {
-                st.unuse_md(md);
-            }
-            st.cts.remove(ct.0);
-            Ok(())
-        })
-    }
-
-    /// The counter's value (runs the agent first in inline mode).
-    pub fn ct_get(&self, ct: CtHandle) -> Result<CtValue> {
-        if self.shared.mode == Mode::Inline {
-            self.progress();
-        }
-        let mut st = self.shared.state.lock();
-        let value = st.cts.must(ct.0).map(|c| c.value);
-        // A read notifies nobody (a waiter's own look must not end its next sleep: see
-        // `Engine::idle`), unless releasing pending triggered operations changed something.
-        self.release_fired(st)?;
-        value
-    }
-
-    /// Releases the triggered operations that changed counters reached, drops the state lock
-    /// and, if anything was released, notifies waiters: the end of a call that changes nothing
-    /// else (a read, a quiet put).
-    fn release_fired(&self, mut st: SpinGuard<'_, State>) -> Result<()> {
-        if st.dirty.is_empty() {
-            return Ok(());
-        }
-        let fired = st.fire_ready();
-        drop(st);
-        self.notify_changed();
-        fired
-    }
-
-    /// The counter's value as it stands, without running the agent.
-    pub fn ct_peek(&self, ct: CtHandle) -> Result<CtValue> {
-        Ok(self.shared.state.lock().cts.must(ct.0)?.value)
-    }
-
-    /// Waits until `success + failure >= threshold`, or returns early on a failure count.
-    pub fn ct_wait(&self, ct: CtHandle, threshold: u64, timeout: Duration) -> Result<CtValue> {
-        let mut value = CtValue::default();
-        self.wait_until(timeout, |st| {
-            value = st.cts.must(ct.0)?.value;
-            Ok(value.total() >= threshold || value.failure > 0)
-        })?;
-        Ok(value)
-    }
-
-    /// Adds to a counter (which may release triggered operations). Exactly one of `success`
-    /// and `failure` must be non-zero.
-    pub fn ct_inc(&self, ct: CtHandle, by: CtValue) -> Result<()> {
-        check_increment(by)?;
-        self.with(|st| {
-            st.ct_change(ct, |v| {
-                v.success = v.success.saturating_add(by.success);
-                v.failure = v.failure.saturating_add(by.failure);
-            })
-        })
-    }
-
-    /// Sets a counter (which may release triggered operations).
-    pub fn ct_set(&self, ct: CtHandle, to: CtValue) -> Result<()> {
-        self.with(|st| st.ct_change(ct, |v| *v = to))
-    }
-
     /// Binds a memory descriptor over `region` (a region of this rank's fabric).
     pub fn md_bind(
         &self,
@@ -463,175 +387,6 @@ impl Ni {
         })
     }
 
-    /// Puts `len` bytes of a memory descriptor to a target's portal table entry.
-    pub fn put(&self, a: PutArgs) -> Result<()> {
-        self.with(|st| {
-            crate::initiator::check_md(st, a.md, a.local_offset, a.len)?;
-            crate::initiator::issue_put(st, a);
-            Ok(())
-        })
-    }
-
-    /// Puts `bytes` (at most `inline_max` of them) to a target's portal table entry, copying
-    /// them into the header message now: the caller's buffer is free again when this returns,
-    /// and SEND is raised at once. `a.md` receives the operation's events and counts;
-    /// `a.local_offset` and `a.len` are ignored. A target that cannot be reached is an error
-    /// here (as well as a failed ACK on `a.md`).
-    pub fn put_inline(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
-        if a.ack_req == crate::types::AckReq::None {
-            return self.put_inline_quiet(a, bytes);
-        }
-        self.with(|st| {
-            if bytes.len() > st.cfg.inline_max {
-                return Err(invalid(format!(
-                    "{} bytes do not fit an inline put (at most {})",
-                    bytes.len(),
-                    st.cfg.inline_max
-                )));
-            }
-            st.mds.must(a.md.0)?;
-            let a = PutArgs {
-                len: bytes.len(),
-                local_offset: 0,
-                ..a
-            };
-            if crate::initiator::issue_put_from(st, a, Some(bytes)) {
-                Ok(())
-            } else {
-                Err(OffloadError::Transport(
-                    rdcoll_transport::TransportError::PeerFailed(a.target),
-                ))
-            }
-        })
-    }
-
-    /// An inline put with no acknowledgement whose descriptor raises no SEND event and counts
-    /// no sends (the caller bound it so): nothing of the state changes unless it fails, so a
-    /// short one is encoded on the stack and sent without taking the lock. A thread's messages
-    /// still leave in its program order. A failure is reported on the descriptor, as for any
-    /// quiet put, and returned.
-    #[inline]
-    pub fn put_inline_unsignalled(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
-        if a.ack_req != crate::types::AckReq::None
-            || a.remote_offset != 0
-            || bytes.len() > self.inline_max
-        {
-            return self.put_inline(a, bytes);
-        }
-        // The header alone on the stack; the transport takes it and `bytes` as two parts
-        // (a 32 KiB eager message was copied into a wire buffer first, under the state lock).
-        let op = crate::initiator::QUIET_OP | a.md.0 as u64;
-        let sent = match crate::wire::quiet_header_short(
-            op,
-            a.pt,
-            a.match_bits,
-            a.hdr_data,
-            bytes.len(),
-        ) {
-            Some(header) => self.fabric.send_parts(a.target, &[&header, bytes]),
-            None => return self.put_unsignalled_long(a, op, bytes),
-        };
-        if sent.is_ok() {
-            return Ok(());
-        }
-        self.unsignalled_put_failed(&a)
-    }
-
-    /// [`put_inline_unsignalled`](Ni::put_inline_unsignalled) with the long header layout (a
-    /// portal, descriptor or length past the short one's fields).
-    #[inline(never)]
-    fn put_unsignalled_long(&self, a: PutArgs, op: u64, bytes: &[u8]) -> Result<()> {
-        let mut header = crate::wire::StackBuf::<{ crate::wire::PUT_HEADER }>::new();
-        if !crate::wire::encode_quiet_header(
-            &mut header,
-            op,
-            a.pt,
-            a.match_bits,
-            a.hdr_data,
-            bytes.len(),
-        ) {
-            return self.put_inline(a, bytes);
-        }
-        match self.fabric.send_parts(a.target, &[header.bytes(), bytes]) {
-            Ok(()) => Ok(()),
-            Err(_) => self.unsignalled_put_failed(&a),
-        }
-    }
-
-    /// Reports a failed [`put_inline_unsignalled`](Ni::put_inline_unsignalled) on its
-    /// descriptor; out of line, as the put's path is the latency path.
-    #[cold]
-    #[inline(never)]
-    fn unsignalled_put_failed(&self, a: &PutArgs) -> Result<()> {
-        let mut st = self.shared.state.lock();
-        crate::initiator::report_put_failure(&mut st, a);
-        Err(OffloadError::Transport(
-            rdcoll_transport::TransportError::PeerFailed(a.target),
-        ))
-    }
-
-    /// [`put_inline`](Ni::put_inline) without acknowledgement: no operation to track, so only
-    /// the descriptor's own SEND event or count (if it asks for one) can change anything.
-    fn put_inline_quiet(&self, a: PutArgs, bytes: &[u8]) -> Result<()> {
-        let mut st = self.shared.state.lock();
-        if bytes.len() > st.cfg.inline_max {
-            return Err(invalid(format!(
-                "{} bytes do not fit an inline put (at most {})",
-                bytes.len(),
-                st.cfg.inline_max
-            )));
-        }
-        st.mds.must(a.md.0)?;
-        let sent = crate::initiator::put_quiet_inline(&mut st, &a, bytes);
-        self.release_fired(st)?;
-        if sent {
-            Ok(())
-        } else {
-            Err(OffloadError::Transport(
-                rdcoll_transport::TransportError::PeerFailed(a.target),
-            ))
-        }
-    }
-
-    /// An RDMA write straight into a peer's region, with no matching and no work for the
-    /// target's agent (the one-sided puts of the collectives): the fabric's `put`, or with
-    /// `flag` its `put_flag` (the data, then the flag byte after it). Returns
-    /// [`RdmaPut::Done`] when the backend completed it at once (a direct copy: nothing to
-    /// count, no lock taken), else [`RdmaPut::Counted`]: its completion, success or failure,
-    /// will be counted on `ct`, and `src` must stay untouched until then.
-    pub fn rdma_put(
-        &self,
-        src: &Region,
-        src_offset: usize,
-        len: usize,
-        dst: RemoteAddr,
-        flag: Option<u8>,
-        ct: CtHandle,
-    ) -> Result<RdmaPut> {
-        let op = match self.fabric.put_now(src, src_offset, len, dst, flag)? {
-            rdcoll_transport::PutStatus::Done => return Ok(RdmaPut::Done),
-            rdcoll_transport::PutStatus::Pending(op) => op,
-        };
-        let mut st = self.shared.state.lock();
-        st.cts.must(ct.0)?;
-        // The agent may have seen the completion before this record existed.
-        match st.early_completions.remove(&op) {
-            Some(ok) => {
-                st.count(Some(ct), ok, 1);
-                let fired = st.fire_ready();
-                drop(st);
-                if self.shared.mode == Mode::Thread {
-                    self.shared.changed.notify_all();
-                }
-                fired?;
-            }
-            None => {
-                st.raw_puts.insert(op, ct);
-            }
-        }
-        Ok(RdmaPut::Counted)
-    }
-
     /// Moves every queued event of `eq` to `out` without running the agent.
     pub fn eq_drain(&self, eq: EqHandle, out: &mut Vec<Event>) -> Result<()> {
         drain_eq(&mut self.shared.state.lock(), eq, out)
@@ -751,7 +506,7 @@ impl Ni {
 
     /// Runs `check` until it returns true or `timeout` passes: driving the agent itself in
     /// inline mode, sleeping on the agent's notifications in thread mode.
-    fn wait_until(
+    pub(crate) fn wait_until(
         &self,
         timeout: Duration,
         mut check: impl FnMut(&mut State) -> Result<bool>,
@@ -798,15 +553,6 @@ pub(crate) fn drain_eq(st: &mut State, eq: EqHandle, out: &mut Vec<Event>) -> Re
     let q = st.eqs.must(eq.0)?;
     while let Some(ev) = q.pop()? {
         out.push(ev);
-    }
-    Ok(())
-}
-
-fn check_increment(by: CtValue) -> Result<()> {
-    if (by.success == 0) == (by.failure == 0) {
-        return Err(invalid(
-            "a counter increment adds to exactly one of success and failure",
-        ));
     }
     Ok(())
 }

@@ -5,7 +5,8 @@
 //! rank's [`Contexts::free_mask`], adopted with [`Contexts::adopt`]): every rank then holds the
 //! same list of reusable ids and takes from it in the same order.
 
-use super::{Context, COLLECTIVE_CONTEXT_BIT};
+use super::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
+use crate::error::{OffloadError, Result};
 
 /// Ids communicators can have (the rest serve their collectives).
 pub const CONTEXT_IDS: usize = COLLECTIVE_CONTEXT_BIT as usize;
@@ -78,6 +79,46 @@ impl Contexts {
             })
             .map(|c| c as Context)
             .collect();
+    }
+}
+
+impl Engine {
+    /// A context id for a duplicated communicator. Collective: every rank must call it in the
+    /// same order, so that all agree on the ids. Fails with `NoSpace` once every id is in use
+    /// or waits to be agreed free: see [`Engine::contexts_exhausted`].
+    pub fn new_context(&self) -> Result<Context> {
+        self.inner
+            .lock()
+            .contexts
+            .take()
+            .ok_or(OffloadError::NoSpace {
+                what: "communicator context id (every one is in use on some rank)",
+                limit: CONTEXT_IDS - 1,
+            })
+    }
+
+    /// Gives back the context id of a communicator that is gone on this rank; it is reused once
+    /// every rank has given it back and an agreement ([`Engine::adopt_free_contexts`]) says so.
+    pub fn release_context(&self, context: Context) {
+        self.inner.lock().contexts.release(context);
+    }
+
+    /// Whether the next [`new_context`](Engine::new_context) needs an agreement first: the
+    /// same answer on every rank, as long as every rank duplicates in the same order.
+    pub fn contexts_exhausted(&self) -> bool {
+        self.inner.lock().contexts.exhausted()
+    }
+
+    /// This rank's free context ids as a bit mask ([`CONTEXT_MASK_WORDS`] words), for the
+    /// agreement: the bitwise AND over all ranks goes to [`adopt_free_contexts`](Engine::adopt_free_contexts).
+    pub fn free_contexts(&self) -> Vec<u64> {
+        self.inner.lock().contexts.free_mask()
+    }
+
+    /// Adopts the agreement: the ids free on every rank (the AND of their masks) are handed
+    /// out next, in the same order on every rank.
+    pub fn adopt_free_contexts(&self, all_free: &[u64]) {
+        self.inner.lock().contexts.adopt(all_free);
     }
 }
 

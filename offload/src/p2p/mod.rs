@@ -24,6 +24,7 @@ mod group;
 mod probe;
 mod recv;
 mod send;
+mod status;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -35,6 +36,7 @@ pub use config::DEFAULT_RNDV_CREDITS;
 pub use contexts::{CONTEXT_IDS, CONTEXT_MASK_WORDS};
 pub use group::{Group, Started};
 pub use send::RNDV_FIRST_CHUNK;
+pub use status::{NULL_TAG, PROC_NULL};
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
 pub const MAX_RNDV_CHUNK: usize = bits::MAX_CHUNK;
 pub use config::{parse_size, P2pConfig, DEFAULT_EAGER_LIMIT, DEFAULT_RNDV_CHUNK};
@@ -85,38 +87,6 @@ pub struct Status {
     pub len: usize,
     /// The request was cancelled before it matched (nothing was received).
     pub cancelled: bool,
-}
-
-/// The rank that is nobody (`MPI_PROC_NULL`): a send to it or a receive or probe from it
-/// completes at once, moving nothing; the receive's status names it as the source, with tag
-/// [`NULL_TAG`] and length 0.
-pub const PROC_NULL: Rank = Rank::MAX;
-/// The tag of a status from [`PROC_NULL`] (`MPI_ANY_TAG`'s place; -1 as a C int).
-pub const NULL_TAG: u32 = u32::MAX;
-
-impl Status {
-    /// What a receive or probe from [`PROC_NULL`] reports.
-    pub fn from_proc_null() -> Status {
-        Status {
-            source: PROC_NULL,
-            tag: NULL_TAG,
-            len: 0,
-            cancelled: false,
-        }
-    }
-
-    /// The message's length in elements of `T` (as `MPI_Get_count`); an error if it is not a
-    /// whole number of them (or `T` has no size).
-    pub fn count<T>(&self) -> Result<usize> {
-        let size = std::mem::size_of::<T>();
-        if size == 0 || !self.len.is_multiple_of(size) {
-            return Err(invalid(format!(
-                "a {}-byte message is not a whole number of {}-byte elements",
-                self.len, size
-            )));
-        }
-        Ok(self.len / size)
-    }
 }
 
 /// A nonblocking operation in flight, named by the engine that started it.
@@ -363,44 +333,6 @@ impl Engine {
     /// The network interface underneath.
     pub fn ni(&self) -> &Ni {
         &self.ni
-    }
-
-    /// A context id for a duplicated communicator. Collective: every rank must call it in the
-    /// same order, so that all agree on the ids. Fails with `NoSpace` once every id is in use
-    /// or waits to be agreed free: see [`Engine::contexts_exhausted`].
-    pub fn new_context(&self) -> Result<Context> {
-        self.inner
-            .lock()
-            .contexts
-            .take()
-            .ok_or(OffloadError::NoSpace {
-                what: "communicator context id (every one is in use on some rank)",
-                limit: CONTEXT_IDS - 1,
-            })
-    }
-
-    /// Gives back the context id of a communicator that is gone on this rank; it is reused once
-    /// every rank has given it back and an agreement ([`Engine::adopt_free_contexts`]) says so.
-    pub fn release_context(&self, context: Context) {
-        self.inner.lock().contexts.release(context);
-    }
-
-    /// Whether the next [`new_context`](Engine::new_context) needs an agreement first: the
-    /// same answer on every rank, as long as every rank duplicates in the same order.
-    pub fn contexts_exhausted(&self) -> bool {
-        self.inner.lock().contexts.exhausted()
-    }
-
-    /// This rank's free context ids as a bit mask ([`CONTEXT_MASK_WORDS`] words), for the
-    /// agreement: the bitwise AND over all ranks goes to [`adopt_free_contexts`](Engine::adopt_free_contexts).
-    pub fn free_contexts(&self) -> Vec<u64> {
-        self.inner.lock().contexts.free_mask()
-    }
-
-    /// Adopts the agreement: the ids free on every rank (the AND of their masks) are handed
-    /// out next, in the same order on every rank.
-    pub fn adopt_free_contexts(&self, all_free: &[u64]) {
-        self.inner.lock().contexts.adopt(all_free);
     }
 
     #[inline]
