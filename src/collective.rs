@@ -10,7 +10,7 @@ use crate::{Comm, Error, Rank, Result};
 impl Comm {
     /// The collectives of this communicator, created on first use.
     #[inline]
-    fn collectives(&self) -> Result<&Collectives> {
+    pub(crate) fn collectives(&self) -> Result<&Collectives> {
         match self.collectives.get() {
             Some(c) => Ok(c),
             None => self.start_collectives(),
@@ -22,8 +22,19 @@ impl Comm {
     #[cold]
     #[inline(never)]
     fn start_collectives(&self) -> Result<&Collectives> {
-        let c = Collectives::new(self.engine()?.clone(), self.context())?;
+        let c = self.new_collectives(rdcoll_collectives::CollConfig::from_env()?)?;
         Ok(self.collectives.get_or_init(|| c))
+    }
+
+    /// This communicator's collectives with settings `cfg`.
+    fn new_collectives(&self, cfg: rdcoll_collectives::CollConfig) -> Result<Collectives> {
+        let engine = self.engine()?.clone();
+        Ok(Collectives::with_members(
+            engine,
+            self.context(),
+            cfg,
+            self.members(),
+        )?)
     }
 
     /// The collectives' settings in use on this communicator.
@@ -39,7 +50,7 @@ impl Comm {
     /// communicator, or for in-process ranks, which share one environment.
     pub fn with_collectives_config(&self, cfg: rdcoll_collectives::CollConfig) -> Result<Comm> {
         let comm = self.dup()?;
-        let c = Collectives::with_config(comm.engine()?.clone(), comm.context(), cfg)?;
+        let c = comm.new_collectives(cfg)?;
         let _ = comm.collectives.set(c);
         Ok(comm)
     }

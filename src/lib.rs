@@ -52,7 +52,9 @@
 //! ```
 
 mod bind;
+mod blocks;
 mod collective;
+mod communicator;
 pub mod local;
 mod p2p;
 mod raw;
@@ -73,7 +75,7 @@ pub use rdcoll_transport as transport;
 pub use rdcoll_transport::{Rank, TransportError};
 pub use request::{test_all, wait_all, wait_any, Request, Scope};
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::{Context, Engine, Members};
 use rdcoll_transport::Fabric;
 
 /// Errors from the rdcoll API.
@@ -163,6 +165,9 @@ pub struct Comm {
     context: Context,
     /// This communicator's collectives, set up on first use.
     collectives: OnceLock<rdcoll_collectives::Collectives>,
+    /// The ranks of a communicator over part of the job ([`Comm::split`]); `None` for the
+    /// whole job in the fabric's order, whose ranks need no translation.
+    members: Option<Arc<Members>>,
 }
 
 impl Drop for Comm {
@@ -182,6 +187,7 @@ impl Comm {
             engine: OnceLock::new(),
             context: 0,
             collectives: OnceLock::new(),
+            members: None,
         }
     }
 
@@ -208,17 +214,24 @@ impl Comm {
     }
     /// This rank, in `0..size`.
     pub fn rank(&self) -> Rank {
-        self.fabric.rank()
+        match &self.members {
+            None => self.fabric.rank(),
+            Some(m) => m.me(),
+        }
     }
     /// Number of ranks.
     pub fn size(&self) -> usize {
-        self.fabric.size()
+        match &self.members {
+            None => self.fabric.size(),
+            Some(m) => m.size(),
+        }
     }
     /// The transport underneath: `local`, `shm` or `tcp`.
     pub fn backend(&self) -> &'static str {
         self.fabric.backend()
     }
-    /// The fabric endpoint (register, put, get, active messages).
+    /// The fabric endpoint (register, put, get, active messages). It spans the whole job and
+    /// numbers ranks as the job does, also for a communicator made by [`split`](Comm::split).
     pub fn fabric(&self) -> &dyn Fabric {
         self.fabric.as_ref()
     }
@@ -301,7 +314,7 @@ pub fn abort(code: i32) -> ! {
 /// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`).
 fn ranks_on_this_host(comm: &Comm) -> usize {
     if comm.backend() != "tcp" {
-        return comm.size();
+        return comm.fabric.size();
     }
     [
         "RDCOLL_LOCAL_SIZE",
@@ -311,5 +324,5 @@ fn ranks_on_this_host(comm: &Comm) -> usize {
     ]
     .iter()
     .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(comm.size())
+    .unwrap_or(comm.fabric.size())
 }

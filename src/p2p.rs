@@ -10,6 +10,7 @@ impl Comm {
     /// messages, once the receiver has fetched it for long ones).
     pub fn send<T: Pod>(&self, data: &[T], dest: Rank, tag: u32) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
+        let dest = self.to_fabric(dest)?;
         Ok(self.engine()?.send_from(bytes, dest, tag, self.context())?)
     }
 
@@ -25,7 +26,11 @@ impl Comm {
     ) -> Result<Status> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let engine = self.engine()?;
-        Ok(engine.recv_into(bytes, source.into(), tag.into(), self.context())?)
+        let source = self.source_to_fabric(source.into())?;
+        match engine.recv_into(bytes, source, tag.into(), self.context()) {
+            Ok(st) => Ok(self.status_from_fabric(st)),
+            Err(e) => Err(self.error_from_fabric(e)),
+        }
     }
 
     /// Receives a message of a length not known in advance: waits for one from `source` with
@@ -68,9 +73,9 @@ impl Comm {
     /// Waits for a message from `source` with `tag` and returns its envelope; the message
     /// stays queued for a receive.
     pub fn probe(&self, source: impl Into<Source>, tag: impl Into<TagSel>) -> Result<Status> {
-        Ok(self
-            .engine()?
-            .probe(source.into(), tag.into(), self.context())?)
+        let source = self.source_to_fabric(source.into())?;
+        let st = self.engine()?.probe(source, tag.into(), self.context())?;
+        Ok(self.status_from_fabric(st))
     }
 
     /// The envelope of a message from `source` with `tag`, if one has arrived.
@@ -79,9 +84,9 @@ impl Comm {
         source: impl Into<Source>,
         tag: impl Into<TagSel>,
     ) -> Result<Option<Status>> {
-        Ok(self
-            .engine()?
-            .iprobe(source.into(), tag.into(), self.context())?)
+        let source = self.source_to_fabric(source.into())?;
+        let st = self.engine()?.iprobe(source, tag.into(), self.context())?;
+        Ok(st.map(|st| self.status_from_fabric(st)))
     }
 
     /// Changes this rank's rendezvous settings from now on, as `RDCOLL_RNDV_CHUNK` (bytes per
@@ -97,26 +102,5 @@ impl Comm {
     pub fn rendezvous(&self) -> Result<(usize, usize)> {
         let c = self.engine()?.config();
         Ok((c.rndv_chunk, c.rndv_credits))
-    }
-
-    /// A communicator over the same ranks with its own context: its messages never match
-    /// those of `self`. Collective: every rank calls `dup` in the same order. A dropped
-    /// communicator's id is reused once every rank has dropped it (when fresh ids run out,
-    /// `dup` runs an agreement, an allreduce over `self`, to learn which).
-    pub fn dup(&self) -> Result<Comm> {
-        let engine = self.engine()?.clone();
-        if engine.contexts_exhausted() {
-            let mine = engine.free_contexts();
-            let mut all = vec![0u64; mine.len()];
-            self.allreduce(&mine, &mut all, crate::Op::BitAnd)?;
-            engine.adopt_free_contexts(&all);
-        }
-        let context = engine.new_context()?;
-        Ok(Comm {
-            fabric: self.fabric.clone(),
-            engine: std::sync::OnceLock::from(engine),
-            context,
-            collectives: std::sync::OnceLock::new(),
-        })
     }
 }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rdcoll_offload::p2p::{Engine, ReqId, Source, Started, TagSel};
+use rdcoll_offload::p2p::{Engine, Members, ReqId, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -14,6 +14,8 @@ use crate::{Comm, Rank, Result, Status};
 pub struct RawRequest {
     state: RawState,
     engine: Arc<Engine>,
+    /// The communicator's ranks, for the status (`None`: the job's own numbering).
+    members: Option<Arc<Members>>,
 }
 
 /// Where a [`RawRequest`] is.
@@ -40,12 +42,17 @@ impl Comm {
         tag: u32,
     ) -> Result<RawRequest> {
         let engine = self.engine()?.clone();
+        let dest = self.to_fabric(dest)?;
         // SAFETY: passed on from the caller.
         let state = match unsafe { engine.isend_started(ptr, len, dest, tag, self.context())? } {
-            Started::Done(status) => RawState::Complete(status),
+            Started::Done(status) => RawState::Complete(self.status_from_fabric(status)),
             Started::Pending(id) => RawState::InFlight(id),
         };
-        Ok(RawRequest { state, engine })
+        Ok(RawRequest {
+            state,
+            engine,
+            members: self.members.clone(),
+        })
     }
 
     /// Posts a receive of at most `len` bytes into `ptr` from `source` with `tag`.
@@ -62,11 +69,13 @@ impl Comm {
         tag: impl Into<TagSel>,
     ) -> Result<RawRequest> {
         let engine = self.engine()?.clone();
+        let source = self.source_to_fabric(source.into())?;
         // SAFETY: passed on from the caller.
-        let id = unsafe { engine.irecv(ptr, len, source.into(), tag.into(), self.context())? };
+        let id = unsafe { engine.irecv(ptr, len, source, tag.into(), self.context())? };
         Ok(RawRequest {
             state: RawState::InFlight(id),
             engine,
+            members: self.members.clone(),
         })
     }
 }
@@ -77,7 +86,10 @@ impl RawRequest {
     /// still in flight is logged and the wait goes on.
     pub fn wait(mut self) -> Result<Status> {
         match std::mem::replace(&mut self.state, RawState::Delivered) {
-            RawState::InFlight(id) => Ok(self.engine.wait(id)?),
+            RawState::InFlight(id) => match self.engine.wait(id) {
+                Ok(st) => Ok(self.translated(st)),
+                Err(e) => Err(self.translated_error(e)),
+            },
             RawState::Complete(status) => Ok(status),
             RawState::Delivered => Err(already_completed()),
         }
@@ -96,9 +108,17 @@ impl RawRequest {
                 self.state = RawState::InFlight(id);
                 Ok(None)
             }
-            Ok(Some(status)) => Ok(Some(status)),
+            Ok(Some(status)) => Ok(Some(self.translated(status))),
             Err(e) => Err(self.failed(id, e)),
         }
+    }
+
+    fn translated(&self, st: Status) -> Status {
+        crate::communicator::status_in(self.members.as_deref(), st)
+    }
+
+    fn translated_error(&self, e: rdcoll_offload::OffloadError) -> crate::Error {
+        crate::communicator::error_in(self.members.as_deref(), e)
     }
 
     /// After an error from `test`: a request still in flight (a progress pass failed, not the
@@ -109,7 +129,7 @@ impl RawRequest {
         if self.engine.is_pending(id) {
             self.state = RawState::InFlight(id);
         }
-        e.into()
+        self.translated_error(e)
     }
 
     /// Cancels a receive that has not matched yet; returns whether it was cancelled (its

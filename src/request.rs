@@ -109,6 +109,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         tag: u32,
     ) -> Result<Request<'scope>> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
+        let dest = self.comm.to_fabric(dest)?;
         let engine = self.comm.engine()?;
         // SAFETY: `data` is borrowed immutably for 'scope, and the scope waits for this
         // request before 'scope ends, so the buffer stays valid and unmodified while in flight.
@@ -123,7 +124,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
             )?
         };
         let state = match started {
-            Started::Done(status) => State::Complete(status),
+            Started::Done(status) => State::Complete(self.comm.status_from_fabric(status)),
             Started::Pending(id) => State::InFlight(id),
         };
         Ok(Request {
@@ -141,6 +142,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         tag: impl Into<TagSel>,
     ) -> Result<Request<'scope>> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        let source = self.comm.source_to_fabric(source.into())?;
         let engine = self.comm.engine()?;
         // SAFETY: `buf` is borrowed mutably for 'scope, and the scope waits for this request
         // before 'scope ends, so nothing else touches the buffer while the message lands.
@@ -149,7 +151,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 self.group,
                 bytes.as_mut_ptr(),
                 bytes.len(),
-                source.into(),
+                source,
                 tag.into(),
                 self.comm.context(),
             )?
@@ -179,7 +181,10 @@ impl Request<'_> {
     pub fn wait(self) -> Result<Status> {
         match self.state {
             State::Complete(s) => Ok(s),
-            State::InFlight(id) => Ok(self.comm.engine()?.wait(id)?),
+            State::InFlight(id) => match self.comm.engine()?.wait(id) {
+                Ok(st) => Ok(self.comm.status_from_fabric(st)),
+                Err(e) => Err(self.comm.error_from_fabric(e)),
+            },
         }
     }
 
@@ -190,7 +195,10 @@ impl Request<'_> {
             State::Complete(s) => return Ok(Some(s)),
             State::InFlight(id) => id,
         };
-        let status = self.comm.engine()?.test(id)?;
+        let status = match self.comm.engine()?.test(id) {
+            Ok(st) => st.map(|st| self.comm.status_from_fabric(st)),
+            Err(e) => return Err(self.comm.error_from_fabric(e)),
+        };
         if let Some(s) = status {
             self.state = State::Complete(s);
         }

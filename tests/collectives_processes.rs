@@ -3,6 +3,7 @@
 
 mod barrier_cases;
 mod bcast_cases;
+mod blocks_cases;
 mod progress_cases;
 #[allow(dead_code)]
 mod reduce_cases;
@@ -54,6 +55,10 @@ fn rank_entry() {
             "barrier_death" => barrier_cases::peer_death(&world),
             "set_up_failure" => barrier_cases::set_up_failure_on_one_rank(&world),
             "long_waits" => barrier_cases::long_waits_sleep(&world),
+            "blocks" => blocks_cases::every_collective(&world, &[0, 1, 100, 20_000]),
+            "blocks_large" => blocks_cases::large(&world, 16 << 20),
+            "blocks_wrong" => blocks_cases::wrong_arguments(&world),
+            "splits" => blocks_cases::splits(&world),
             "progress" => progress_cases::library_waits(&world),
             "progress_computing" => progress_cases::while_computing(&world),
             other => Err(format!("no case {other:?}")),
@@ -269,6 +274,17 @@ fn reductions_over_shm_for_2_to_8_processes() {
     }
     job(8, "shm", "reproducible");
     job(3, "shm", "reduce_mismatch");
+}
+
+/// Gather, scatter, allgather, alltoall (and `v` forms), reduce_scatter, scan and exscan, with
+/// wrong arguments on one rank, and split communicators, over shm and tcp.
+#[test]
+fn block_collectives_and_splits_across_processes() {
+    for n in [2, 5] {
+        job(n, "shm", "blocks,blocks_wrong,splits");
+    }
+    job(3, "shm", "blocks_large");
+    job(3, "tcp", "blocks,blocks_wrong,splits,blocks_large");
 }
 
 #[test]

@@ -5,11 +5,12 @@
 
 use std::sync::atomic::AtomicU8;
 
-use rdcoll_offload::p2p::{Context, Engine, Group, Source, TagSel};
+use rdcoll_offload::p2p::{Context, Group, Source, TagSel};
 use rdcoll_offload::OffloadError;
 use rdcoll_transport::{Rank, Region, RemoteAddr, RemoteRegion, REMOTE_REGION_BYTES};
 
 use crate::error::{CollError, Result};
+use crate::progress::Waiter;
 
 /// Tag of the set-up exchanges (on the collectives' own context).
 const SETUP_TAG: u32 = 0xC011_0000;
@@ -24,15 +25,15 @@ impl Area {
     /// Allocates `len` zeroed bytes and exchanges descriptors. Collective. A rank that cannot
     /// allocate (out of registered regions) still takes part, saying so, so that every rank
     /// fails the set-up instead of the others waiting for it.
-    pub(crate) fn new(engine: &Engine, context: Context, len: usize) -> Result<Area> {
-        let local = engine.ni().fabric().alloc_region(len);
+    pub(crate) fn new(w: &Waiter, context: Context, len: usize) -> Result<Area> {
+        let local = w.fabric().alloc_region(len);
         // [allocated?, descriptor...]
         let mut record = [0u8; 1 + REMOTE_REGION_BYTES];
         if let Ok(region) = &local {
             record[0] = 1;
             record[1..].copy_from_slice(&region.remote().to_bytes());
         }
-        let all = allgather(engine, context, &record)?;
+        let all = allgather(w, context, &record)?;
         let local = local?;
         let failed: Vec<usize> = (0..all.len()).filter(|&r| all[r][0] == 0).collect();
         if !failed.is_empty() {
@@ -75,8 +76,9 @@ impl Area {
 /// Every rank's `mine` (all of the same length), in rank order. Collective. The receives are
 /// posted before anything is sent, so the exchange needs no eager send (a record longer than
 /// the eager limit goes by rendezvous).
-pub(crate) fn allgather(engine: &Engine, context: Context, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
-    let (me, n) = (engine.rank(), engine.size() as Rank);
+pub(crate) fn allgather(w: &Waiter, context: Context, mine: &[u8]) -> Result<Vec<Vec<u8>>> {
+    let engine = w.engine();
+    let (me, n) = (w.rank(), w.size() as Rank);
     let mut out: Vec<Vec<u8>> = (0..n)
         .map(|p| {
             if p == me {
@@ -93,7 +95,8 @@ pub(crate) fn allgather(engine: &Engine, context: Context, mine: &[u8]) -> Resul
             if peer as Rank == me {
                 continue;
             }
-            let (from, tag) = (Source::Rank(peer as Rank), TagSel::Value(SETUP_TAG));
+            let from = Source::Rank(w.fabric_rank(peer as Rank));
+            let tag = TagSel::Value(SETUP_TAG);
             // SAFETY: `buf` stays in `out`, untouched, until every request of `group` has
             // ended: waited for below, or by `wait_group` when anything fails.
             let id =
@@ -101,7 +104,7 @@ pub(crate) fn allgather(engine: &Engine, context: Context, mine: &[u8]) -> Resul
             posted.push((peer as Rank, id));
         }
         for peer in (0..n).filter(|&p| p != me) {
-            engine.send_from(mine, peer, SETUP_TAG, context)?;
+            engine.send_from(mine, w.fabric_rank(peer), SETUP_TAG, context)?;
         }
         Ok(())
     };

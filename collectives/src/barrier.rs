@@ -16,7 +16,7 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 use rdcoll_transport::Rank;
 
 use crate::area::Area;
@@ -28,9 +28,9 @@ use crate::schedule::ceil_log2;
 use crate::Puts;
 
 /// The algorithm `setting` means for `n` ranks of `engine`. The same on every rank.
-fn resolve(setting: BarrierAlgorithm, engine: &Engine) -> BarrierAlgorithm {
+fn resolve(setting: BarrierAlgorithm, w: &Waiter) -> BarrierAlgorithm {
     match setting {
-        BarrierAlgorithm::Auto if placement::crowded_host(engine) => BarrierAlgorithm::Flat,
+        BarrierAlgorithm::Auto if placement::crowded_host(w.engine()) => BarrierAlgorithm::Flat,
         BarrierAlgorithm::Auto => BarrierAlgorithm::Dissemination,
         chosen => chosen,
     }
@@ -55,18 +55,14 @@ impl Barrier {
     /// Dissemination uses one byte per round; flat uses one arrival byte per rank (at rank 0)
     /// and a release byte. The sizes differ for every `n`, so ranks that resolved to
     /// different algorithms get a mismatch error here instead of a hang.
-    pub(crate) fn new(
-        engine: &Engine,
-        context: Context,
-        setting: BarrierAlgorithm,
-    ) -> Result<Barrier> {
-        let algorithm = resolve(setting, engine);
+    pub(crate) fn new(w: &Waiter, context: Context, setting: BarrierAlgorithm) -> Result<Barrier> {
+        let algorithm = resolve(setting, w);
         let len = match algorithm {
-            BarrierAlgorithm::Flat => engine.size() + 1,
-            _ => ceil_log2(engine.size()).max(1),
+            BarrierAlgorithm::Flat => w.size() + 1,
+            _ => ceil_log2(w.size()).max(1),
         };
         Ok(Barrier {
-            area: Area::new(engine, context, len)?,
+            area: Area::new(w, context, len)?,
             algorithm,
             count: 0,
         })
@@ -83,8 +79,7 @@ impl Barrier {
     }
 
     fn dissemination(&self, w: &Waiter, puts: &mut Puts, mark: u8) -> Result<()> {
-        let fabric = w.fabric();
-        let (me, n) = (fabric.rank() as usize, fabric.size());
+        let (me, n) = (w.rank() as usize, w.size());
         for r in 0..ceil_log2(n) {
             let dist = 1usize << r;
             let to = ((me + dist) % n) as Rank;
@@ -98,8 +93,7 @@ impl Barrier {
 
     /// Arrival of rank `r` is byte `r` at rank 0; the release is byte `n` at every rank.
     fn flat(&self, w: &Waiter, puts: &mut Puts, mark: u8) -> Result<()> {
-        let fabric = w.fabric();
-        let (me, n) = (fabric.rank() as usize, fabric.size());
+        let (me, n) = (w.rank() as usize, w.size());
         if me == 0 {
             for from in 1..n {
                 let flag = self.area.flag(from);

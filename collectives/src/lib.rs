@@ -12,6 +12,7 @@
 mod area;
 mod barrier;
 pub mod bcast;
+pub mod blocks;
 pub mod config;
 mod error;
 mod placement;
@@ -23,7 +24,7 @@ mod tree;
 
 use std::sync::Arc;
 
-use rdcoll_offload::p2p::{Context, Engine, COLLECTIVE_CONTEXT_BIT};
+use rdcoll_offload::p2p::{Context, Engine, Members, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Rank, SpinLock, TransportError};
 
@@ -128,6 +129,18 @@ impl Collectives {
         context: Context,
         cfg: CollConfig,
     ) -> Result<Collectives> {
+        let whole = Members::whole(engine.rank(), engine.size());
+        Collectives::with_members(engine, context, cfg, whole)
+    }
+
+    /// The collectives of a communicator over `members` (ranks numbered as the communicator
+    /// numbers them), with settings `cfg`.
+    pub fn with_members(
+        engine: Arc<Engine>,
+        context: Context,
+        cfg: CollConfig,
+        members: Members,
+    ) -> Result<Collectives> {
         let one_host = placement::one_host(&engine);
         if cfg.bcast_algorithm == BcastAlgorithm::Shared && !one_host {
             return Err(CollError::InvalidArgument(format!(
@@ -146,7 +159,7 @@ impl Collectives {
             bcast_small_max,
             one_host,
             crowded_host,
-            waiter: Waiter::new(engine),
+            waiter: Waiter::new(engine, members),
             context: context | COLLECTIVE_CONTEXT_BIT,
             cfg,
             inner: SpinLock::new(Inner {
@@ -169,13 +182,22 @@ impl Collectives {
     }
 
     fn check_root(&self, root: Rank) -> Result<()> {
-        let n = self.waiter.fabric().size();
+        let n = self.waiter.size();
         if root as usize >= n {
             return Err(CollError::InvalidArgument(format!(
                 "root {root} is not in this communicator of {n} ranks"
             )));
         }
         Ok(())
+    }
+
+    /// Refuses a collective once the communicator is broken (for the collectives over
+    /// point-to-point messages, which need none of the set-up).
+    fn usable(&self) -> Result<()> {
+        match &self.inner.lock().broken {
+            Some(why) => Err(CollError::Broken(why.clone())),
+            None => Ok(()),
+        }
     }
 
     /// Runs a collective step: refused once the communicator is broken; an error of the
@@ -198,7 +220,7 @@ impl Collectives {
                 // absence (a put to it, say, found it gone before a wait saw its flag).
                 let e = match e {
                     CollError::Transport(TransportError::PeerFailed(r))
-                        if self.waiter.has_aborted(r) =>
+                        if self.waiter.has_aborted(self.waiter.comm_rank(r)) =>
                     {
                         CollError::Broken(format!("the collective failed on rank {r}"))
                     }
@@ -216,7 +238,7 @@ impl Collectives {
     /// collective's set-up).
     fn agree_on_settings(&self, inner: &mut Inner) -> Result<()> {
         if !inner.settings_agreed {
-            settings::check_agreement(self.waiter.engine(), self.context, &self.cfg)?;
+            settings::check_agreement(&self.waiter, self.context, &self.cfg)?;
             inner.settings_agreed = true;
         }
         Ok(())
@@ -227,7 +249,7 @@ impl Collectives {
         self.guarded(|inner| {
             if inner.barrier.is_none() {
                 inner.barrier = Some(barrier::Barrier::new(
-                    self.waiter.engine(),
+                    &self.waiter,
                     self.context,
                     self.cfg.barrier_algorithm,
                 )?);
@@ -249,7 +271,7 @@ impl Collectives {
                 None => format!("host:{}", rdcoll_transport::bootstrap::host_identity()),
             };
             let mine = fnv1a(key.as_bytes()).to_le_bytes();
-            let all = area::allgather(self.waiter.engine(), self.context, &mine)?;
+            let all = area::allgather(&self.waiter, self.context, &mine)?;
             let ids = all
                 .iter()
                 .map(|b| u64::from_le_bytes(b[..8].try_into().unwrap_or_default()))

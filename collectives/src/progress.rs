@@ -10,7 +10,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use rdcoll_offload::p2p::Engine;
+use rdcoll_offload::p2p::{Engine, Members};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Fabric, Rank, TransportError};
 
@@ -34,6 +34,9 @@ const NOTE_EVERY: u32 = 32;
 pub(crate) struct Waiter {
     engine: Arc<Engine>,
     fabric: Arc<dyn Fabric>,
+    /// The communicator's ranks (the collectives number ranks as the communicator does; the
+    /// fabric, and what it says about failures, as the job does).
+    members: Members,
     /// More ranks on this host than cores: spinning only keeps the rank we wait for off its
     /// core, so waits yield at once.
     crowded: bool,
@@ -43,14 +46,40 @@ pub(crate) struct Waiter {
 }
 
 impl Waiter {
-    pub(crate) fn new(engine: Arc<Engine>) -> Waiter {
+    pub(crate) fn new(engine: Arc<Engine>, members: Members) -> Waiter {
         let fabric = engine.ni().fabric().clone();
         Waiter {
             crowded: engine.crowded(),
             engine,
             fabric,
+            members,
             aborts: OnceLock::new(),
         }
+    }
+
+    /// This rank in the communicator.
+    pub(crate) fn rank(&self) -> Rank {
+        self.members.me()
+    }
+
+    /// Ranks in the communicator.
+    pub(crate) fn size(&self) -> usize {
+        self.members.size()
+    }
+
+    /// The job's (fabric's) rank of communicator rank `r` (in range).
+    pub(crate) fn fabric_rank(&self, r: Rank) -> Rank {
+        self.members.fabric_rank_of(r)
+    }
+
+    /// The communicator rank of the job's rank `r` (`PROC_NULL` if not a member).
+    pub(crate) fn comm_rank(&self, r: Rank) -> Rank {
+        self.members.comm_rank(r)
+    }
+
+    /// Whether communicator rank `r` has failed.
+    pub(crate) fn is_failed(&self, r: Rank) -> bool {
+        self.fabric.is_failed(self.fabric_rank(r))
     }
 
     pub(crate) fn engine(&self) -> &Engine {
@@ -69,7 +98,7 @@ impl Waiter {
     /// Sets up the abort bytes (collective; done by the first collective).
     pub(crate) fn set_up(&self, context: rdcoll_offload::p2p::Context) -> Result<()> {
         if self.aborts.get().is_none() {
-            let area = Area::new(&self.engine, context, self.fabric.size())?;
+            let area = Area::new(self, context, self.size())?;
             let _ = self.aborts.set(area);
         }
         Ok(())
@@ -81,8 +110,8 @@ impl Waiter {
         let Some(area) = self.aborts.get() else {
             return;
         };
-        let me = self.fabric.rank();
-        for peer in (0..self.fabric.size() as Rank).filter(|&p| p != me) {
+        let me = self.rank();
+        for peer in (0..self.size() as Rank).filter(|&p| p != me) {
             let dst = area.at(peer, me as usize);
             // Best effort: a rank that cannot be reached has failed itself.
             let _ = puts.put(self, area.local(), 0, 0, dst, Some(1));
@@ -157,18 +186,18 @@ impl Waiter {
                 .unwrap_or(true)
         };
         // Completions come from this rank's own fabric: no peer to watch.
-        self.wait(self.fabric.rank(), &done, false)
+        self.wait(self.rank(), &done, false)
     }
 
     fn check(&self, from: Rank, ready: &dyn Fn() -> bool) -> Result<()> {
-        let failed = from != self.fabric.rank() && self.fabric.is_failed(from);
+        let failed = from != self.rank() && self.is_failed(from);
         let aborted = self.aborted_by();
         if (failed || aborted.is_some()) && !ready() {
             // What a peer wrote before it failed counts: `ready` was looked at last.
             // A rank that said its collective failed is the cause even if it has gone since.
             return Err(match aborted {
                 Some(r) => CollError::Broken(format!("the collective failed on rank {r}")),
-                None => TransportError::PeerFailed(from).into(),
+                None => TransportError::PeerFailed(self.fabric_rank(from)).into(),
             });
         }
         Ok(())
@@ -177,7 +206,7 @@ impl Waiter {
     /// Whether `rank` said its collective failed.
     pub(crate) fn has_aborted(&self, rank: Rank) -> bool {
         self.aborts.get().is_some_and(|area| {
-            (rank as usize) < self.fabric.size()
+            (rank as usize) < self.size()
                 && area
                     .flag(rank as usize)
                     .load(std::sync::atomic::Ordering::Acquire)
@@ -188,7 +217,7 @@ impl Waiter {
     /// A rank that said its collective failed.
     fn aborted_by(&self) -> Option<Rank> {
         let area = self.aborts.get()?;
-        (0..self.fabric.size()).find_map(|r| {
+        (0..self.size()).find_map(|r| {
             (area.flag(r).load(std::sync::atomic::Ordering::Acquire) != 0).then_some(r as Rank)
         })
     }

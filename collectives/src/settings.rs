@@ -4,11 +4,12 @@
 //! collective's set-up (an allgather of a hash of each), and a disagreement is `Mismatch` on
 //! every rank, naming the setting and the ranks that hold another value.
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 
 use crate::area;
 use crate::config::CollConfig;
 use crate::error::{CollError, Result};
+use crate::progress::Waiter;
 
 /// Each shared setting's variable and this rank's value (not among them: the cluster name and
 /// how broadcast blocks move into a rank, which are each rank's own).
@@ -39,14 +40,14 @@ fn shared(cfg: &CollConfig) -> [(&'static str, String); 6] {
 }
 
 /// Checks that every rank of the communicator has the same shared settings. Collective.
-pub(crate) fn check_agreement(engine: &Engine, context: Context, cfg: &CollConfig) -> Result<()> {
+pub(crate) fn check_agreement(w: &Waiter, context: Context, cfg: &CollConfig) -> Result<()> {
     let fields = shared(cfg);
     let mine: Vec<u8> = fields
         .iter()
         .flat_map(|(_, v)| crate::fnv1a(v.as_bytes()).to_le_bytes())
         .collect();
-    let all = area::allgather(engine, context, &mine)?;
-    let me = engine.rank() as usize;
+    let all = area::allgather(w, context, &mine)?;
+    let me = w.rank() as usize;
     let value_of = |record: &[u8], i: usize| record.get(i * 8..i * 8 + 8).map(<[u8]>::to_vec);
     for (i, (name, value)) in fields.iter().enumerate() {
         let others: Vec<usize> = (0..all.len())

@@ -32,7 +32,6 @@
 //! the current one means the ranks are out of step (a broadcast missing on a rank): an error.
 
 use rdcoll_offload::p2p::Context;
-use rdcoll_offload::p2p::Engine;
 use rdcoll_transport::Rank;
 
 use crate::area::Area;
@@ -268,13 +267,12 @@ impl Chunk {
 
 impl CounterBcast {
     /// Registers the buffers and exchanges their addresses. Collective.
-    pub(crate) fn new(engine: &Engine, context: Context) -> Result<CounterBcast> {
+    pub(crate) fn new(w: &Waiter, context: Context) -> Result<CounterBcast> {
         let notify = BLOCKS * BLOCK;
-        let area = Area::new(engine, context, notify + engine.size())?;
+        let area = Area::new(w, context, notify + w.size())?;
         // Every rank sees the same backend, size and host (shm and local span one host).
-        let n = engine.size();
-        let one_block_shape = if placement::one_host(engine) && (n <= FLAT_MAX || engine.crowded())
-        {
+        let n = w.size();
+        let one_block_shape = if placement::one_host(w.engine()) && (n <= FLAT_MAX || w.crowded()) {
             tree::Shape::Flat
         } else {
             tree::Shape::Binomial
@@ -317,7 +315,7 @@ impl CounterBcast {
             true => self.next_counter() | HEADED,
             false => self.next_counter(),
         };
-        let me = w.fabric().rank();
+        let me = w.rank();
         let place = Self::place_for(&mut self.place, self.one_block_shape, w, me, layout);
         self.blocks
             .send(w, puts, &header, data, layout, &place.children, counter)
@@ -415,8 +413,7 @@ impl CounterBcast {
             *place = None;
         }
         place.get_or_insert_with(|| {
-            let fabric = w.fabric();
-            let (me, n) = (fabric.rank() as usize, fabric.size());
+            let (me, n) = (w.rank() as usize, w.size());
             Place::new(shape, tree::relative(me, root as usize, n), root, n)
         })
     }
@@ -596,10 +593,9 @@ impl Blocks {
                 .store(0, std::sync::atomic::Ordering::Release);
         }
         self.epochs_done += 1;
-        let fabric = w.fabric();
-        let me = fabric.rank();
+        let me = w.rank();
         let done = self.epochs_done as u8;
-        for peer in (0..fabric.size() as Rank).filter(|&p| p != me) {
+        for peer in (0..w.size() as Rank).filter(|&p| p != me) {
             let at = self.area.at(peer, self.notify + me as usize);
             puts.notify(w, self.area.local(), at, done);
         }

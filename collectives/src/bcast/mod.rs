@@ -38,7 +38,7 @@ impl Collectives {
     pub fn bcast(&self, buf: &mut [u8], root: Rank) -> Result<()> {
         self.check_root(root)?;
         self.guarded(|inner| {
-            if self.waiter.fabric().rank() == root {
+            if self.waiter.rank() == root {
                 if self.is_small(buf.len()) {
                     self.announce(inner, buf, None, false)?;
                 } else {
@@ -89,7 +89,7 @@ impl Collectives {
     /// know its length: each rank returns the root's bytes.
     pub fn bcast_any_size(&self, data: Option<&[u8]>, root: Rank) -> Result<Vec<u8>> {
         self.check_root(root)?;
-        let me = self.waiter.fabric().rank();
+        let me = self.waiter.rank();
         let at_root = match (me == root, data) {
             (true, Some(d)) => Some(d),
             (true, None) => {
@@ -172,7 +172,7 @@ impl Collectives {
     #[inline]
     fn counter<'a>(&self, inner: &'a mut Inner) -> Result<(&'a mut CounterBcast, &'a mut Puts)> {
         if inner.counter.is_none() {
-            inner.counter = Some(CounterBcast::new(self.waiter.engine(), self.context)?);
+            inner.counter = Some(CounterBcast::new(&self.waiter, self.context)?);
         }
         let Inner { counter, puts, .. } = inner;
         Ok((counter.as_mut().expect("set just above"), puts))
@@ -204,7 +204,7 @@ impl Collectives {
     /// collectives' own exchanges): another length is an error that breaks the
     /// communicator, as the ranks no longer agree on what they are doing.
     pub(crate) fn small(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
-        if self.waiter.fabric().rank() == root {
+        if self.waiter.rank() == root {
             return self.announce(inner, buf, None, false);
         }
         let expect = buf.len() as u64;
@@ -218,13 +218,12 @@ impl Collectives {
     fn shared(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
         if inner.staging.is_none() {
             let cap = self.cfg.max_shared_chunk();
-            let engine = self.waiter.engine();
-            inner.staging = Some(SharedStaging::new(engine, self.context, cap)?);
+            inner.staging = Some(SharedStaging::new(&self.waiter, self.context, cap)?);
         }
         let Inner { staging, puts, .. } = inner;
         let staging = staging.as_mut().expect("set just above");
         let chunk = self.cfg.shared_chunk(buf.len());
-        if self.waiter.fabric().rank() == root {
+        if self.waiter.rank() == root {
             staging.send(&self.waiter, puts, buf, chunk)
         } else {
             staging.receive(&self.waiter, puts, buf, root, chunk)
@@ -233,8 +232,7 @@ impl Collectives {
 
     /// Runs RDMC algorithm `alg` over `buf` (its length agreed by every rank).
     fn rdmc(&self, inner: &mut Inner, alg: Algorithm, buf: &mut [u8], root: Rank) -> Result<()> {
-        let fabric = self.waiter.fabric();
-        let (me, n) = (fabric.rank() as usize, fabric.size());
+        let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
         let block = self.cfg.block_for(buf.len(), n, self.crowded_host);
         let blocks = buf.len().div_ceil(block).max(1);
         // Node i of the schedule is rank root + i.
@@ -249,7 +247,7 @@ impl Collectives {
         let schedule = alg.schedule(n, blocks, &group_ids);
         if inner.rdmc.is_none() {
             let cap = self.cfg.max_block();
-            inner.rdmc = Some(Rdmc::new(self.waiter.engine(), self.context, cap)?);
+            inner.rdmc = Some(Rdmc::new(&self.waiter, self.context, cap)?);
         }
         let Inner { rdmc, puts, .. } = inner;
         let rdmc = rdmc.as_mut().expect("set just above");

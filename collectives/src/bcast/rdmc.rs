@@ -30,7 +30,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{
     Rank, Region, RemoteAddr, RemoteRegion, TransportError, REMOTE_REGION_BYTES,
@@ -121,13 +121,13 @@ impl Block {
 impl Rdmc {
     /// Registers the slots (staging buffers of `slot_cap` bytes) and mailboxes, and a counter
     /// for this rank's direct writes. Collective.
-    pub(crate) fn new(engine: &Engine, context: Context, slot_cap: usize) -> Result<Rdmc> {
-        let n = engine.size();
+    pub(crate) fn new(w: &Waiter, context: Context, slot_cap: usize) -> Result<Rdmc> {
+        let n = w.size();
         let slot_stride = (slot_cap + NOTICE + 1).next_multiple_of(64);
         let mailboxes = SLOTS * slot_stride;
         let outgoing = (mailboxes + n * SLOTS * MAILBOX_STRIDE).next_multiple_of(64);
-        let area = Area::new(engine, context, outgoing + OUTGOING * OUTGOING_STRIDE)?;
-        let ct = engine.ni().ct_alloc()?;
+        let area = Area::new(w, context, outgoing + OUTGOING * OUTGOING_STRIDE)?;
+        let ct = w.engine().ni().ct_alloc()?;
         Ok(Rdmc {
             area,
             slot_cap,
@@ -275,7 +275,7 @@ impl Rdmc {
             entry[0] |= STAGED_BIT;
         }
         entry[1..].copy_from_slice(&mine.remote().to_bytes());
-        let at = self.area.at(from, self.mailbox(w.fabric().rank(), nth));
+        let at = self.area.at(from, self.mailbox(w.rank(), nth));
         self.put_outgoing(w, puts, &entry, at, flag_of(nth))
     }
 
@@ -306,7 +306,7 @@ impl Rdmc {
         let slot = (bytes[0] & !STAGED_BIT) as usize;
         let dest = RemoteRegion::from_bytes(&bytes[1..])?;
         let total = mine.len();
-        if slot >= SLOTS || dest.rank != to || dest.len != total {
+        if slot >= SLOTS || dest.rank != w.fabric_rank(to) || dest.len != total {
             return Err(CollError::Mismatch(format!(
                 "rank {to} announced slot {slot} of {SLOTS} in a {}-byte buffer of rank {}, \
                  expected a {total}-byte buffer",

@@ -27,7 +27,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 use rdcoll_transport::Rank;
 
 use crate::area::Area;
@@ -54,11 +54,11 @@ pub(crate) struct SharedStaging {
 
 impl SharedStaging {
     /// Registers `SLOTS` slots of `slot_cap` bytes and the flag bytes. Collective.
-    pub(crate) fn new(engine: &Engine, context: Context, slot_cap: usize) -> Result<SharedStaging> {
-        let n = engine.size();
+    pub(crate) fn new(w: &Waiter, context: Context, slot_cap: usize) -> Result<SharedStaging> {
+        let n = w.size();
         let ready = SLOTS * slot_cap;
         let done = ready + n * SLOTS;
-        let area = Area::new(engine, context, done + n)?;
+        let area = Area::new(w, context, done + n)?;
         Ok(SharedStaging {
             area,
             slot_cap,
@@ -77,8 +77,7 @@ impl SharedStaging {
         chunk: usize,
     ) -> Result<()> {
         let chunk = self.check(chunk)?;
-        let fabric = w.fabric();
-        let (me, n) = (fabric.rank(), fabric.size() as Rank);
+        let (me, n) = (w.rank(), w.size() as Rank);
         let readers = || (0..n).filter(move |&r| r != me);
         let first = self.staged[me as usize];
         for (j, part) in chunks(data, chunk).enumerate() {
@@ -129,13 +128,13 @@ impl SharedStaging {
     /// for.
     pub(crate) fn drain(&self, w: &Waiter, limit: Duration) {
         let fabric = w.fabric();
-        let me = fabric.rank();
+        let me = w.rank();
         let staged = self.staged[me as usize];
         if staged == 0 {
             return;
         }
         let deadline = fabric.now().saturating_add(limit);
-        for r in (0..fabric.size() as Rank).filter(|&r| r != me) {
+        for r in (0..w.size() as Rank).filter(|&r| r != me) {
             let done = self.area.flag(self.done + r as usize);
             let copied = || done.load(Ordering::Acquire).wrapping_sub(staged as u8) as i8 >= 0;
             if w.until(r, &|| copied() || fabric.now() >= deadline)
@@ -159,7 +158,7 @@ impl SharedStaging {
     ) -> Result<()> {
         let chunk = self.check(chunk)?;
         let fabric = w.fabric();
-        let me = fabric.rank();
+        let me = w.rank();
         let first = self.staged[root as usize];
         let count = chunk_count(buf.len(), chunk);
         for (j, part) in chunks_mut(buf, chunk).enumerate() {

@@ -19,7 +19,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 use rdcoll_transport::Rank;
 
 use crate::area::Area;
@@ -119,11 +119,11 @@ pub(crate) struct DegreeKSlots {
 
 impl DegreeKSlots {
     /// Registers `n` slots of `cap` bytes of data. Collective.
-    pub(crate) fn new(engine: &Engine, context: Context, cap: usize) -> Result<DegreeKSlots> {
-        let n = engine.size();
+    pub(crate) fn new(w: &Waiter, context: Context, cap: usize) -> Result<DegreeKSlots> {
+        let n = w.size();
         let stride = (cap + TRAILER).next_multiple_of(64);
         let acks = n * stride;
-        let area = Area::new(engine, context, acks + n)?;
+        let area = Area::new(w, context, acks + n)?;
         Ok(DegreeKSlots {
             area,
             stride,
@@ -150,8 +150,7 @@ impl DegreeKSlots {
         k: usize,
         root: Rank,
     ) -> Result<()> {
-        let fabric = w.fabric();
-        let (me, n) = (fabric.rank() as usize, fabric.size());
+        let (me, n) = (w.rank() as usize, w.size());
         let m = acc.len();
         if m > self.capacity() {
             return Err(CollError::InvalidArgument(format!(
@@ -228,7 +227,7 @@ impl DegreeKSlots {
         // The count of consumed writes, mod 256 (at most one is ever unacknowledged).
         let c = &mut self.consumed[from as usize];
         *c = c.wrapping_add(1);
-        let me = w.fabric().rank() as usize;
+        let me = w.rank() as usize;
         let at = self.area.at(from, self.acks + me);
         puts.notify(w, self.area.local(), at, *c);
     }
@@ -247,7 +246,7 @@ impl DegreeKSlots {
         let ack = self.area.flag(self.acks + to as usize);
         // At most one write is ever unacknowledged, so the byte comparison is exact.
         w.until(to, &|| ack.load(Ordering::Acquire) == before)?;
-        let me = w.fabric().rank();
+        let me = w.rank();
         // The source: this rank's own slot (nobody else writes it), laid out as the target's.
         let (data, trailer) = self.place(me, acc.len());
         let local = self.area.local();

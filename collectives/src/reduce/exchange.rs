@@ -12,7 +12,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 use rdcoll_transport::Rank;
 
 use crate::area::Area;
@@ -37,11 +37,11 @@ pub(crate) struct Exchange {
 
 impl Exchange {
     /// Registers two sets of `n` slots of `cap` bytes. Collective.
-    pub(crate) fn new(engine: &Engine, context: Context, cap: usize) -> Result<Exchange> {
-        let n = engine.size();
+    pub(crate) fn new(w: &Waiter, context: Context, cap: usize) -> Result<Exchange> {
+        let n = w.size();
         let stride = (cap + TRAILER).next_multiple_of(64);
         Ok(Exchange {
-            area: Area::new(engine, context, 2 * n * stride)?,
+            area: Area::new(w, context, 2 * n * stride)?,
             stride,
             n,
             count: 0,
@@ -68,7 +68,7 @@ impl Exchange {
         acc: &mut [u8],
         reduce: &Reducer<'_>,
     ) -> Result<()> {
-        let me = w.fabric().rank() as usize;
+        let me = w.rank() as usize;
         let m = acc.len();
         if m > self.capacity() {
             return Err(CollError::InvalidArgument(format!(

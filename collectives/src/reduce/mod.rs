@@ -56,7 +56,7 @@ impl Collectives {
     /// Collective the first time (it sets the reductions up).
     pub fn allreduce_degree(&self, bytes: usize) -> Result<usize> {
         self.guarded(|inner| {
-            let n = self.waiter.fabric().size();
+            let n = self.waiter.size();
             let model = self.reduce_state(inner)?.model;
             Ok(Ok(self.degree(n, &model, bytes)))
         })
@@ -83,7 +83,7 @@ impl Collectives {
             )));
         }
         self.guarded(|inner| {
-            let n = self.waiter.fabric().size();
+            let n = self.waiter.size();
             if n == 1 {
                 return Ok(Ok(()));
             }
@@ -95,8 +95,8 @@ impl Collectives {
                 } = inner;
                 let state = reduction.as_mut().expect("set up by reduce_state");
                 if state.large.is_none() {
-                    let engine = self.waiter.engine();
-                    state.large = Some(scatter_gather::ScatterGather::new(engine, self.context)?);
+                    let large = scatter_gather::ScatterGather::new(&self.waiter, self.context)?;
+                    state.large = Some(large);
                 }
                 let large = state.large.as_mut().expect("set just above");
                 large.reduce(&self.waiter, puts, acc, elem, reduce, root)?;
@@ -134,9 +134,9 @@ impl Collectives {
     fn reduce_state<'a>(&self, inner: &'a mut Inner) -> Result<&'a mut ReduceState> {
         if inner.reduction.is_none() {
             let cap = self.cfg.allreduce_small_max;
-            let slots = DegreeKSlots::new(self.waiter.engine(), self.context, cap)?;
-            let exchange = exchange::Exchange::new(self.waiter.engine(), self.context, cap)?;
-            let mut bytes = if self.waiter.fabric().rank() == 0 {
+            let slots = DegreeKSlots::new(&self.waiter, self.context, cap)?;
+            let exchange = exchange::Exchange::new(&self.waiter, self.context, cap)?;
+            let mut bytes = if self.waiter.rank() == 0 {
                 Model::load()?.to_bytes()
             } else {
                 [0u8; 24]

@@ -19,7 +19,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_offload::p2p::{Context, Engine};
+use rdcoll_offload::p2p::Context;
 use rdcoll_transport::Rank;
 
 use crate::area::Area;
@@ -63,12 +63,12 @@ pub(crate) struct ScatterGather {
 
 impl ScatterGather {
     /// Registers the slots (two phases, one per peer and window). Collective.
-    pub(crate) fn new(engine: &Engine, context: Context) -> Result<ScatterGather> {
-        let n = engine.size();
+    pub(crate) fn new(w: &Waiter, context: Context) -> Result<ScatterGather> {
+        let n = w.size();
         let stride = (CHUNK + 1).next_multiple_of(64);
         let slots = 2 * n * WINDOWS;
         let acks = slots * stride;
-        let area = Area::new(engine, context, acks + slots)?;
+        let area = Area::new(w, context, acks + slots)?;
         Ok(ScatterGather {
             area,
             stride,
@@ -103,7 +103,7 @@ impl ScatterGather {
         offset: usize,
         len: usize,
     ) -> Result<()> {
-        let me = w.fabric().rank() as usize;
+        let me = w.rank() as usize;
         let i = self.index(phase, to, window);
         let before = self.written[i];
         let ack = self.area.flag(self.acks + i);
@@ -158,7 +158,7 @@ impl ScatterGather {
         from: usize,
         window: usize,
     ) -> Result<()> {
-        let me = w.fabric().rank() as usize;
+        let me = w.rank() as usize;
         let i = self.index(phase, from, window);
         let slot = self.slot(phase, from, window);
         self.area.flag(slot + CHUNK).store(0, Ordering::Release);
@@ -181,7 +181,7 @@ impl ScatterGather {
         reduce: &Reducer<'_>,
         root: Option<Rank>,
     ) -> Result<()> {
-        let (me, n) = (w.fabric().rank() as usize, self.n);
+        let (me, n) = (w.rank() as usize, self.n);
         if elem == 0 || !acc.len().is_multiple_of(elem) || elem > CHUNK {
             return Err(CollError::InvalidArgument(format!(
                 "{} bytes are not whole {elem}-byte elements",
@@ -263,7 +263,7 @@ impl ScatterGather {
         window: usize,
         reduce: &Reducer<'_>,
     ) -> Result<()> {
-        let me = w.fabric().rank() as usize;
+        let me = w.rank() as usize;
         let mut scratch = std::mem::take(&mut self.scratch);
         let result = (|| -> Result<()> {
             let acc = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..len];

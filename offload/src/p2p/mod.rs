@@ -21,6 +21,7 @@ mod config;
 mod contexts;
 mod fast;
 mod group;
+mod members;
 mod probe;
 mod recv;
 mod send;
@@ -33,8 +34,9 @@ use rdcoll_transport::{Fabric, Rank, Region, SpinLock, TransportError};
 
 pub use backoff::Backoff;
 pub use config::DEFAULT_RNDV_CREDITS;
-pub use contexts::{CONTEXT_IDS, CONTEXT_MASK_WORDS};
+pub use contexts::{CONTEXT_IDS, CONTEXT_MASK_WORDS, GROUP_MASK_WORDS};
 pub use group::{Group, Started};
+pub use members::Members;
 pub use send::RNDV_FIRST_CHUNK;
 pub use status::{NULL_TAG, PROC_NULL};
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).

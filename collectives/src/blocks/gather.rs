@@ -1,0 +1,121 @@
+//! Gather and scatter: every rank's block to the root, the root's blocks to every rank. The
+//! root posts one receive (or send) per rank and waits for all of them: one message per rank,
+//! the fewest bytes any algorithm moves through the root, which is where the time goes.
+
+use std::ops::Range;
+
+use rdcoll_transport::Rank;
+
+use super::{block, carve, one_per_rank, others, refuse, tag, Batch};
+use crate::error::{CollError, Result};
+use crate::Collectives;
+
+impl Collectives {
+    /// Gathers every rank's `send` into the root's `recv`: rank `r`'s bytes land in
+    /// `recv[parts[r]]` (the root alone passes `recv` and `parts`; blocks must not overlap).
+    /// A rank whose `send` is not as long as its block is an error at the root
+    /// (`Mismatch`), after every transfer has completed.
+    pub fn gatherv(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        parts: &[Range<usize>],
+        root: Rank,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let w = &self.waiter;
+        let (me, n) = (w.rank(), w.size());
+        if me != root {
+            self.usable()?;
+            let mut batch = Batch::new(w, self.context);
+            batch.send(send, root, tag::GATHER);
+            return batch.finish();
+        }
+        let checked = self
+            .usable()
+            .and_then(|()| one_per_rank(parts, n, "gatherv"))
+            .and_then(|()| carve(recv, parts));
+        let blocks = match checked {
+            Ok(b) => b,
+            Err(e) => {
+                let from = others(me, n);
+                return Err(refuse(
+                    w,
+                    self.context,
+                    tag::GATHER,
+                    None.into_iter(),
+                    from,
+                    e,
+                ));
+            }
+        };
+        let mut batch = Batch::new(w, self.context);
+        let mut own = None;
+        for (r, b) in blocks.into_iter().enumerate() {
+            if r as Rank == me {
+                own = Some(b);
+            } else {
+                batch.recv(b, r as Rank, tag::GATHER);
+            }
+        }
+        let copied = copy_own(own.unwrap_or_default(), send);
+        batch.finish().and(copied)
+    }
+
+    /// Scatters the root's `send` (rank `r`'s block is `send[parts[r]]`; blocks may overlap)
+    /// into every rank's `recv`, which must be as long as its block.
+    pub fn scatterv(
+        &self,
+        send: &[u8],
+        parts: &[Range<usize>],
+        recv: &mut [u8],
+        root: Rank,
+    ) -> Result<()> {
+        self.check_root(root)?;
+        let w = &self.waiter;
+        let (me, n) = (w.rank(), w.size());
+        if me != root {
+            self.usable()?;
+            let mut batch = Batch::new(w, self.context);
+            batch.recv(recv, root, tag::SCATTER);
+            return batch.finish();
+        }
+        let checked = self
+            .usable()
+            .and_then(|()| one_per_rank(parts, n, "scatterv"))
+            .and_then(|()| (0..n).map(|r| block(send, &parts[r], r)).collect());
+        let blocks: Vec<&[u8]> = match checked {
+            Ok(b) => b,
+            Err(e) => {
+                let to = others(me, n);
+                return Err(refuse(
+                    w,
+                    self.context,
+                    tag::SCATTER,
+                    to,
+                    None.into_iter(),
+                    e,
+                ));
+            }
+        };
+        let mut batch = Batch::new(w, self.context);
+        for r in others(me, n) {
+            batch.send(blocks[r as usize], r, tag::SCATTER);
+        }
+        let copied = copy_own(recv, blocks[me as usize]);
+        batch.finish().and(copied)
+    }
+}
+
+/// The root's own block: a copy, checked like a message.
+pub(super) fn copy_own(to: &mut [u8], from: &[u8]) -> Result<()> {
+    if to.len() != from.len() {
+        return Err(CollError::Mismatch(format!(
+            "this rank's own block is {} bytes, its data {}",
+            to.len(),
+            from.len()
+        )));
+    }
+    to.copy_from_slice(from);
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! Reduce-scatter: block `r` of the element-wise combination of every rank's vector ends at
+//! rank `r`. Each rank sends its block `r` to rank `r` (an alltoall of `n - 1` blocks per
+//! rank, the least any algorithm moves), then combines the contributions to its own block in
+//! rank order, `x0 op x1 op ... op x(n-1)`: the same result in every run, for floating-point
+//! elements too.
+
+use std::ops::Range;
+
+use rdcoll_transport::Rank;
+
+use super::{block, carve, even_parts, one_per_rank, others, refuse, tag, Batch};
+use crate::error::{CollError, Result};
+use crate::reduce::op::Reducer;
+use crate::Collectives;
+
+impl Collectives {
+    /// Combines every rank's `send` element-wise with `reduce` and leaves block `r`
+    /// (`send[parts[r]]`, the same `parts` on every rank) of the result in rank `r`'s `recv`,
+    /// which must be as long as its block and aligned for the element type.
+    pub fn reduce_scatter(
+        &self,
+        send: &[u8],
+        parts: &[Range<usize>],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        let w = &self.waiter;
+        let (me, n) = (w.rank(), w.size());
+        let checked = self
+            .usable()
+            .and_then(|()| one_per_rank(parts, n, "reduce_scatter"))
+            .and_then(|()| check_blocks(parts, me as usize, recv.len(), elem))
+            .and_then(|()| (0..n).map(|r| block(send, &parts[r], r)).collect());
+        let outgoing: Vec<&[u8]> = match checked {
+            Ok(b) => b,
+            Err(e) => {
+                let (to, from) = (others(me, n), others(me, n));
+                return Err(refuse(w, self.context, tag::REDUCE_SCATTER, to, from, e));
+            }
+        };
+        let (me, mine) = (me as usize, recv.len());
+        // Every rank's contribution to this rank's block (this rank's own stays unused).
+        let mut incoming = vec![0u8; mine * n];
+        {
+            let blocks = carve(&mut incoming, &even_parts(n, mine))?;
+            let mut batch = Batch::new(w, self.context);
+            for (r, b) in blocks.into_iter().enumerate() {
+                if r != me {
+                    batch.recv(b, r as Rank, tag::REDUCE_SCATTER);
+                }
+            }
+            for r in others(me as Rank, n) {
+                batch.send(outgoing[r as usize], r, tag::REDUCE_SCATTER);
+            }
+            batch.finish()?;
+        }
+        let contribution = |r: usize| -> &[u8] {
+            if r == me {
+                outgoing[me]
+            } else {
+                &incoming[r * mine..(r + 1) * mine]
+            }
+        };
+        recv.copy_from_slice(contribution(0));
+        for r in 1..n {
+            reduce(recv, contribution(r));
+        }
+        Ok(())
+    }
+}
+
+/// Blocks of whole elements, and this rank's as long as its receive buffer.
+fn check_blocks(parts: &[Range<usize>], me: usize, recv: usize, elem: usize) -> Result<()> {
+    if elem == 0 || parts.iter().any(|p| p.len() % elem != 0) {
+        return Err(CollError::InvalidArgument(format!(
+            "blocks must be whole {elem}-byte elements"
+        )));
+    }
+    if parts[me].len() != recv {
+        return Err(CollError::InvalidArgument(format!(
+            "the receive buffer has {recv} bytes, this rank's block {}",
+            parts[me].len()
+        )));
+    }
+    Ok(())
+}

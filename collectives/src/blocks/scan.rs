@@ -1,0 +1,138 @@
+//! Inclusive and exclusive prefix reductions by recursive doubling (MPICH's algorithm): in
+//! step `s` each rank swaps the combination of its current window of `2^s` ranks with rank
+//! `me ^ 2^s`, and folds what came from below into its result. `ceil(log2 n)` steps; the
+//! bracketing depends only on the ranks' ids, so the result is the same in every run, and a
+//! non-commutative operation sees its operands in rank order. A rank whose part fails (bad
+//! arguments, a partner's wrong length) still takes every later step, with empty messages,
+//! so that no partner waits for it.
+
+use rdcoll_transport::Rank;
+
+use super::{refuse, tag, Batch};
+use crate::error::{CollError, Result};
+use crate::reduce::op::Reducer;
+use crate::Collectives;
+
+/// `len` bytes aligned for any element type (16 bytes).
+struct Aligned(Vec<u128>, usize);
+
+impl Aligned {
+    fn from(bytes: &[u8]) -> Aligned {
+        let mut a = Aligned(vec![0u128; bytes.len().div_ceil(16)], bytes.len());
+        a.bytes_mut().copy_from_slice(bytes);
+        a
+    }
+    fn bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice(&self.0)[..self.1]
+    }
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut bytemuck::cast_slice_mut(&mut self.0)[..self.1]
+    }
+}
+
+/// The partners of rank `me` of `n`, step by step.
+fn partners(me: usize, n: usize) -> impl Iterator<Item = usize> {
+    (0..usize::BITS)
+        .map(|s| 1usize << s)
+        .take_while(move |&mask| mask < n)
+        .map(move |mask| me ^ mask)
+        .filter(move |&p| p < n)
+}
+
+impl Collectives {
+    /// Rank `r`'s `recv` becomes `send(0) op send(1) op ... op send(r)`, element-wise.
+    /// `recv` is aligned for the element type and as long as `send`.
+    pub fn scan(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        self.prefix(send, recv, elem, reduce, true)
+    }
+
+    /// Rank `r > 0`'s `recv` becomes `send(0) op ... op send(r - 1)`; rank 0's is left as
+    /// it was.
+    pub fn exscan(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        self.prefix(send, recv, elem, reduce, false)
+    }
+
+    fn prefix(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+        inclusive: bool,
+    ) -> Result<()> {
+        let w = &self.waiter;
+        let (me, n) = (w.rank() as usize, w.size());
+        let checked = self.usable().and_then(|()| {
+            if send.len() != recv.len() || elem == 0 || !send.len().is_multiple_of(elem) {
+                return Err(CollError::InvalidArgument(format!(
+                    "send ({} bytes) and receive ({} bytes) must be the same whole number \
+                     of {elem}-byte elements",
+                    send.len(),
+                    recv.len()
+                )));
+            }
+            Ok(())
+        });
+        if let Err(e) = checked {
+            let steps = || partners(me, n).map(|p| p as Rank);
+            return Err(refuse(w, self.context, tag::SCAN, steps(), steps(), e));
+        }
+        // The combination of this rank's window so far, and what came from a partner.
+        let mut window = Aligned::from(send);
+        let mut theirs = Aligned::from(send);
+        let mut scratch = Aligned::from(send);
+        // Whether `recv` holds anything yet (from the start, for the inclusive scan).
+        let mut have = inclusive;
+        if inclusive {
+            recv.copy_from_slice(send);
+        }
+        let mut failed: Option<CollError> = None;
+        for partner in partners(me, n) {
+            if let Some(e) = failed.take() {
+                let p = std::iter::once(partner as Rank);
+                failed = Some(refuse(w, self.context, tag::SCAN, p.clone(), p, e));
+                continue;
+            }
+            let mut batch = Batch::new(w, self.context);
+            batch.recv(theirs.bytes_mut(), partner as Rank, tag::SCAN);
+            batch.send(window.bytes(), partner as Rank, tag::SCAN);
+            if let Err(e) = batch.finish() {
+                failed = Some(e);
+                continue;
+            }
+            if partner > me {
+                // Theirs covers ranks above this window: it goes after.
+                reduce(window.bytes_mut(), theirs.bytes());
+                continue;
+            }
+            // Theirs covers the ranks just below this window: it goes first.
+            scratch.bytes_mut().copy_from_slice(theirs.bytes());
+            reduce(scratch.bytes_mut(), window.bytes());
+            std::mem::swap(&mut window, &mut scratch);
+            if have {
+                scratch.bytes_mut().copy_from_slice(theirs.bytes());
+                reduce(scratch.bytes_mut(), recv);
+                recv.copy_from_slice(scratch.bytes());
+            } else {
+                recv.copy_from_slice(theirs.bytes());
+                have = true;
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
