@@ -35,6 +35,9 @@
  */
 #define RDC_PROC_NULL (-2)
 
+/** The colour of a rank that joins no communicator of `rdc_comm_split`. */
+#define RDC_UNDEFINED (-1)
+
 /**
  * As the send buffer of `rdc_allreduce` or `rdc_reduce`: the receive buffer holds this
  * rank's contribution and is replaced by the result.
@@ -300,6 +303,163 @@ int rdc_abort(const struct rdc_comm *comm, int code);
  * Seconds on a clock that only moves forward (wall-clock time, for timing).
  */
 double rdc_wtime(void);
+
+/**
+ * Splits `comm`: ranks that pass the same `color` (>= 0) form a new communicator, ranked by
+ * `key` (ties by their rank in `comm`), returned in `*newcomm`; a rank that passes
+ * `RDC_UNDEFINED` gets NULL. Collective over `comm`. Free the result with `rdc_comm_free`.
+ */
+int rdc_comm_split(const struct rdc_comm *comm, int color, int key, struct rdc_comm **newcomm);
+
+/**
+ * The communicator of the `n` ranks of `comm` listed in `ranks` (in the new communicator's
+ * order) in `*newcomm`; NULL on ranks not listed. Collective over `comm`: every rank passes
+ * the same list (`RDC_ERR_MISMATCH` otherwise).
+ */
+int rdc_comm_create_from_ranks(const struct rdc_comm *comm,
+                               int n,
+                               const int *ranks,
+                               struct rdc_comm **newcomm);
+
+/**
+ * Gathers `sendcount` elements of `dt` from every rank into `root`'s `recvbuf`, rank `r`'s
+ * at element `r * sendcount` (`recvbuf` is used at the root only).
+ */
+int rdc_gather(const void *sendbuf,
+               int64_t sendcount,
+               void *recvbuf,
+               int dt,
+               int root,
+               const struct rdc_comm *comm);
+
+/**
+ * Gathers `sendcount` elements from every rank into `root`'s `recvbuf`: rank `r`'s
+ * `recvcounts[r]` elements at element `displs[r]` (NULL `displs`: one after another).
+ * `recvcounts`, `displs` and `recvbuf` are used at the root only.
+ */
+int rdc_gatherv(const void *sendbuf,
+                int64_t sendcount,
+                void *recvbuf,
+                const int64_t *recvcounts,
+                const int64_t *displs,
+                int dt,
+                int root,
+                const struct rdc_comm *comm);
+
+/**
+ * Scatters `root`'s `sendbuf` (`size * recvcount` elements) to every rank's `recvbuf`
+ * (`recvcount` elements), block `r` to rank `r`.
+ */
+int rdc_scatter(const void *sendbuf,
+                void *recvbuf,
+                int64_t recvcount,
+                int dt,
+                int root,
+                const struct rdc_comm *comm);
+
+/**
+ * Scatters `root`'s `sendbuf`: `sendcounts[r]` elements at element `displs[r]` (NULL:
+ * one after another) to rank `r`'s `recvbuf`, which holds `recvcount` elements.
+ */
+int rdc_scatterv(const void *sendbuf,
+                 const int64_t *sendcounts,
+                 const int64_t *displs,
+                 void *recvbuf,
+                 int64_t recvcount,
+                 int dt,
+                 int root,
+                 const struct rdc_comm *comm);
+
+/**
+ * Gathers `count` elements from every rank into every rank's `recvbuf`, rank `r`'s at
+ * element `r * count`.
+ */
+int rdc_allgather(const void *sendbuf,
+                  int64_t count,
+                  void *recvbuf,
+                  int dt,
+                  const struct rdc_comm *comm);
+
+/**
+ * Gathers rank `r`'s `sendcount` elements into every rank's `recvbuf` at element
+ * `displs[r]` (NULL: one after another); `recvcounts[r]` must be rank `r`'s `sendcount`.
+ */
+int rdc_allgatherv(const void *sendbuf,
+                   int64_t sendcount,
+                   void *recvbuf,
+                   const int64_t *recvcounts,
+                   const int64_t *displs,
+                   int dt,
+                   const struct rdc_comm *comm);
+
+/**
+ * Sends block `j` (`count` elements at element `j * count`) of `sendbuf` to rank `j`, and
+ * receives rank `i`'s block for this rank at element `i * count` of `recvbuf`.
+ */
+int rdc_alltoall(const void *sendbuf,
+                 int64_t count,
+                 void *recvbuf,
+                 int dt,
+                 const struct rdc_comm *comm);
+
+/**
+ * Sends `sendcounts[j]` elements at element `sdispls[j]` of `sendbuf` to rank `j` and
+ * receives `recvcounts[i]` elements from rank `i` at element `rdispls[i]` of `recvbuf`
+ * (NULL displacements: blocks one after another).
+ */
+int rdc_alltoallv(const void *sendbuf,
+                  const int64_t *sendcounts,
+                  const int64_t *sdispls,
+                  void *recvbuf,
+                  const int64_t *recvcounts,
+                  const int64_t *rdispls,
+                  int dt,
+                  const struct rdc_comm *comm);
+
+/**
+ * Combines every rank's `sendbuf` (`size * recvcount` elements) element-wise with `op` and
+ * leaves block `r` of the result (`recvcount` elements) in rank `r`'s `recvbuf`, combined in
+ * rank order.
+ */
+int rdc_reduce_scatter_block(const void *sendbuf,
+                             void *recvbuf,
+                             int64_t recvcount,
+                             int dt,
+                             int op,
+                             const struct rdc_comm *comm);
+
+/**
+ * As `rdc_reduce_scatter_block` with block `r` of `recvcounts[r]` elements (one after
+ * another; the same `recvcounts` on every rank).
+ */
+int rdc_reduce_scatter(const void *sendbuf,
+                       void *recvbuf,
+                       const int64_t *recvcounts,
+                       int dt,
+                       int op,
+                       const struct rdc_comm *comm);
+
+/**
+ * Rank `r`'s `recvbuf` becomes the element-wise combination with `op` of ranks `0..=r`'s
+ * `sendbuf` (`count` elements), in rank order.
+ */
+int rdc_scan(const void *sendbuf,
+             void *recvbuf,
+             int64_t count,
+             int dt,
+             int op,
+             const struct rdc_comm *comm);
+
+/**
+ * Rank `r > 0`'s `recvbuf` becomes the combination of ranks `0..r`'s `sendbuf`; rank 0's
+ * is not touched.
+ */
+int rdc_exscan(const void *sendbuf,
+               void *recvbuf,
+               int64_t count,
+               int dt,
+               int op,
+               const struct rdc_comm *comm);
 
 /**
  * Broadcasts `count` elements of `dt` at `buf` from `root`: afterwards every rank's `buf`

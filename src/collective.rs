@@ -11,6 +11,15 @@ impl Comm {
     /// The collectives of this communicator, created on first use.
     #[inline]
     pub(crate) fn collectives(&self) -> Result<&Collectives> {
+        if let Some(w) = self.worker.get() {
+            // Collectives run in the order they were called: nonblocking ones first.
+            w.wait_idle();
+        }
+        Ok(self.collectives_arc()?)
+    }
+
+    /// The collectives, shared with the collective thread.
+    pub(crate) fn collectives_arc(&self) -> Result<&std::sync::Arc<Collectives>> {
         match self.collectives.get() {
             Some(c) => Ok(c),
             None => self.start_collectives(),
@@ -21,9 +30,9 @@ impl Comm {
     /// engine: every later call is then a load and a branch).
     #[cold]
     #[inline(never)]
-    fn start_collectives(&self) -> Result<&Collectives> {
+    fn start_collectives(&self) -> Result<&std::sync::Arc<Collectives>> {
         let c = self.new_collectives(rdcoll_collectives::CollConfig::from_env()?)?;
-        Ok(self.collectives.get_or_init(|| c))
+        Ok(self.collectives.get_or_init(|| std::sync::Arc::new(c)))
     }
 
     /// This communicator's collectives with settings `cfg`.
@@ -37,9 +46,16 @@ impl Comm {
         )?)
     }
 
+    /// This communicator's collectives at the level of bytes (blocks as byte ranges,
+    /// reductions as byte-level functions), for bindings to other languages such as the C
+    /// API; Rust programs use the typed methods of `Comm`. Set up on first use.
+    pub fn byte_collectives(&self) -> Result<&Collectives> {
+        self.collectives()
+    }
+
     /// The collectives' settings in use on this communicator.
     pub fn collectives_config(&self) -> &rdcoll_collectives::CollConfig {
-        match self.collectives() {
+        match self.collectives_arc() {
             Ok(c) => c.config(),
             Err(_) => &DEFAULT_CONFIG,
         }
@@ -51,7 +67,7 @@ impl Comm {
     pub fn with_collectives_config(&self, cfg: rdcoll_collectives::CollConfig) -> Result<Comm> {
         let comm = self.dup()?;
         let c = comm.new_collectives(cfg)?;
-        let _ = comm.collectives.set(c);
+        let _ = comm.collectives.set(std::sync::Arc::new(c));
         Ok(comm)
     }
 

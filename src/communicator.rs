@@ -185,6 +185,7 @@ impl Comm {
             engine: std::sync::OnceLock::from(engine),
             context,
             collectives: std::sync::OnceLock::new(),
+            worker: std::sync::OnceLock::new(),
             members,
         }
     }

@@ -56,18 +56,20 @@ mod blocks;
 mod collective;
 mod communicator;
 pub mod local;
+mod nonblocking;
 mod p2p;
 mod raw;
 mod request;
 
 use std::sync::{Arc, OnceLock};
 
+pub use nonblocking::CollRequest;
 pub use raw::RawRequest;
 pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
 pub use rdcoll_collectives::{
-    BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Element, Model, Op,
-    ReduceDegree,
+    BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Collectives, Element,
+    Model, Op, ReduceDegree,
 };
 pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag, NULL_TAG, PROC_NULL};
 pub use rdcoll_offload::OffloadError;
@@ -164,7 +166,9 @@ pub struct Comm {
     engine: OnceLock<Arc<Engine>>,
     context: Context,
     /// This communicator's collectives, set up on first use.
-    collectives: OnceLock<rdcoll_collectives::Collectives>,
+    collectives: OnceLock<Arc<rdcoll_collectives::Collectives>>,
+    /// The thread that runs its nonblocking collectives, started by the first one.
+    worker: OnceLock<Arc<nonblocking::Worker>>,
     /// The ranks of a communicator over part of the job ([`Comm::split`]); `None` for the
     /// whole job in the fabric's order, whose ranks need no translation.
     members: Option<Arc<Members>>,
@@ -173,6 +177,9 @@ pub struct Comm {
 impl Drop for Comm {
     /// Gives a duplicated communicator's context id back (see [`Comm::dup`]).
     fn drop(&mut self) {
+        if let Some(w) = self.worker.get() {
+            w.stop();
+        }
         if let (Some(engine), true) = (self.engine.get(), self.context != 0) {
             engine.release_context(self.context);
         }
@@ -187,6 +194,7 @@ impl Comm {
             engine: OnceLock::new(),
             context: 0,
             collectives: OnceLock::new(),
+            worker: OnceLock::new(),
             members: None,
         }
     }

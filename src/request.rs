@@ -41,6 +41,8 @@ pub struct Scope<'scope, 'env: 'scope> {
     /// The engine records this scope's requests in flight under it (no lock of our own on the
     /// message path).
     group: Group,
+    /// Its nonblocking collectives (waited for when it ends, as its requests are).
+    collectives: std::sync::Mutex<Vec<std::sync::Arc<crate::nonblocking::Pending>>>,
     _scope: PhantomData<&'scope mut &'scope ()>,
 }
 
@@ -85,6 +87,7 @@ impl Comm {
         let scope = Scope {
             comm: self,
             group: Group::new(),
+            collectives: std::sync::Mutex::new(Vec::new()),
             _scope: PhantomData,
         };
         struct WaitOnExit<'a, 'b>(&'a Scope<'a, 'b>);
@@ -101,6 +104,18 @@ impl Comm {
 }
 
 impl<'scope, 'env> Scope<'scope, 'env> {
+    /// The communicator this scope's requests use.
+    pub(crate) fn comm(&self) -> &'env Comm {
+        self.comm
+    }
+
+    /// Records a nonblocking collective, to wait for it when the scope ends.
+    pub(crate) fn note_collective(&self, pending: std::sync::Arc<crate::nonblocking::Pending>) {
+        let mut c = self.collectives.lock().unwrap_or_else(|p| p.into_inner());
+        c.retain(|p| std::sync::Arc::strong_count(p) > 1);
+        c.push(pending);
+    }
+
     /// Starts sending `data` to `dest` with `tag`; `data` stays borrowed until the scope ends.
     pub fn isend<T: Pod>(
         &'scope self,
@@ -165,6 +180,13 @@ impl<'scope, 'env> Scope<'scope, 'env> {
     /// Waits for requests that were never waited for (leaked or dropped). Their errors can
     /// no longer reach anyone, so they are logged.
     fn wait_leftovers(&self) {
+        let collectives =
+            std::mem::take(&mut *self.collectives.lock().unwrap_or_else(|p| p.into_inner()));
+        for pending in collectives {
+            if let Err(e) = pending.wait() {
+                tracing::warn!("a collective that was never waited for failed: {e}");
+            }
+        }
         let Ok(engine) = self.comm.engine() else {
             return;
         };

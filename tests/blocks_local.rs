@@ -33,3 +33,10 @@ fn split_communicators() {
         local_ranks::run(n, blocks_cases::splits);
     }
 }
+
+#[test]
+fn nonblocking_collectives() {
+    for n in [1, 2, 3, 5] {
+        local_ranks::run(n, blocks_cases::nonblocking);
+    }
+}

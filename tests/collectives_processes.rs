@@ -59,6 +59,7 @@ fn rank_entry() {
             "blocks_large" => blocks_cases::large(&world, 16 << 20),
             "blocks_wrong" => blocks_cases::wrong_arguments(&world),
             "splits" => blocks_cases::splits(&world),
+            "nonblocking" => blocks_cases::nonblocking(&world),
             "progress" => progress_cases::library_waits(&world),
             "progress_computing" => progress_cases::while_computing(&world),
             other => Err(format!("no case {other:?}")),
@@ -281,10 +282,15 @@ fn reductions_over_shm_for_2_to_8_processes() {
 #[test]
 fn block_collectives_and_splits_across_processes() {
     for n in [2, 5] {
-        job(n, "shm", "blocks,blocks_wrong,splits");
+        job(n, "shm", "blocks,blocks_wrong,splits,nonblocking");
     }
+    job_with(3, "shm", "nonblocking", &[("RDCOLL_OFFLOAD", "thread")]);
     job(3, "shm", "blocks_large");
-    job(3, "tcp", "blocks,blocks_wrong,splits,blocks_large");
+    job(
+        3,
+        "tcp",
+        "blocks,blocks_wrong,splits,blocks_large,nonblocking",
+    );
 }
 
 #[test]

@@ -13,12 +13,14 @@
 // (valid for the counts given) is stated in the header, and they check what can be checked.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod blocks;
 mod coll;
 mod p2p;
 mod state;
 
 use std::ffi::{c_char, c_int};
 
+pub use blocks::*;
 pub use coll::*;
 pub use p2p::*;
 pub use state::*;

@@ -421,3 +421,96 @@ pub fn splits(world: &Comm) -> Result<(), String> {
     }
     Ok(())
 }
+
+/// Nonblocking collectives: several in flight at once, interleaved with point-to-point
+/// messages and with blocking collectives, waited for in another order than started, and on
+/// a split communicator.
+pub fn nonblocking(world: &Comm) -> Result<(), String> {
+    let (me, n) = (world.rank() as usize, world.size());
+    let right = ((me + 1) % n) as Rank;
+    let left = ((me + n - 1) % n) as Rank;
+    for round in 0..20u64 {
+        let k = [1usize, 100, 30_000][round as usize % 3];
+        let mine: Vec<u64> = (0..k)
+            .map(|i| (me as u64 + 1) * (i as u64 + round))
+            .collect();
+        let mut sum = vec![0u64; k];
+        let mut bytes = if me == 0 {
+            vec![round as u8; k]
+        } else {
+            vec![0u8; k]
+        };
+        let gathered_in = [me as u32 * 3 + round as u32];
+        let mut gathered = vec![0u32; n];
+        let spread: Vec<u32> = (0..n).map(|j| (me * 100 + j) as u32).collect();
+        let mut swapped = vec![0u32; n];
+        let mut ring = [0u64];
+        let out = [me as u64 + round];
+        world.scope(|s| -> Result<(), String> {
+            let a = s
+                .iallreduce(&mine, &mut sum, Op::Sum)
+                .map_err(e("iallreduce"))?;
+            let recv = s.irecv(&mut ring, left, 9).map_err(e("irecv"))?;
+            let b = s.ibcast(&mut bytes, 0).map_err(e("ibcast"))?;
+            s.isend(&out, right, 9)
+                .map_err(e("isend"))?
+                .wait()
+                .map_err(e("isend wait"))?;
+            let g = s
+                .iallgather(&gathered_in, &mut gathered)
+                .map_err(e("iallgather"))?;
+            let t = s.ialltoall(&spread, &mut swapped).map_err(e("ialltoall"))?;
+            let bar = s.ibarrier().map_err(e("ibarrier"))?;
+            // Waited for in another order than started.
+            bar.wait().map_err(e("ibarrier wait"))?;
+            t.wait().map_err(e("ialltoall wait"))?;
+            recv.wait().map_err(e("irecv wait"))?;
+            g.wait().map_err(e("iallgather wait"))?;
+            let mut b = b;
+            while !b.test().map_err(e("ibcast test"))? {
+                std::thread::yield_now();
+            }
+            a.wait().map_err(e("iallreduce wait"))
+        })?;
+        let total = (n * (n + 1) / 2) as u64;
+        let want: Vec<u64> = (0..k).map(|i| total * (i as u64 + round)).collect();
+        same(&format!("iallreduce of {k}, round {round}"), &sum, &want)?;
+        same("ibcast", &bytes, &vec![round as u8; k])?;
+        let want: Vec<u32> = (0..n).map(|r| r as u32 * 3 + round as u32).collect();
+        same("iallgather", &gathered, &want)?;
+        let want: Vec<u32> = (0..n).map(|i| (i * 100 + me) as u32).collect();
+        same("ialltoall", &swapped, &want)?;
+        if ring[0] != left as u64 + round {
+            return Err(format!("ring got {ring:?}"));
+        }
+    }
+    // A blocking collective called while a nonblocking one is still in flight runs after it.
+    let mut first = [0u32];
+    let mut second = [0u32];
+    world.scope(|s| -> Result<(), String> {
+        let r = s
+            .iallreduce(&[1u32], &mut first, Op::Sum)
+            .map_err(e("iallreduce"))?;
+        world
+            .allreduce(&[2u32], &mut second, Op::Sum)
+            .map_err(e("blocking allreduce"))?;
+        r.wait().map_err(e("iallreduce wait"))
+    })?;
+    if first[0] as usize != n || second[0] as usize != 2 * n {
+        return Err(format!("ordered collectives: {first:?} {second:?}"));
+    }
+    // On a split communicator, and left for the scope's end to wait for.
+    let half = world
+        .split(Some((me % 2) as u32), 0)
+        .map_err(e("split"))?
+        .ok_or("split gave none")?;
+    let (mut x, mine) = ([0u32], [me as u32]);
+    half.scope(|s| {
+        let _ = s.iallreduce(&mine, &mut x, Op::Max);
+    });
+    let want = (0..n).filter(|r| r % 2 == me % 2).max().unwrap_or(0) as u32;
+    if x[0] != want {
+        return Err(format!("split iallreduce {x:?}, expected {want}"));
+    }
+    Ok(())
+}

@@ -272,6 +272,53 @@ static void collectives(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_COMM, rdc_barrier(BOGUS_COMM));
 }
 
+static void block_collectives(rdc_comm *world, int rank, int size) {
+    int32_t a[64] = {0}, b[64] = {0};
+    int64_t counts[64], displs[64], bad[64];
+    char raw[64];
+    rdc_comm *c = NULL;
+    for (int i = 0; i < 64; i++) counts[i] = 1, displs[i] = i, bad[i] = -1;
+    RC(RDC_ERR_NULL, rdc_comm_split(world, 0, 0, NULL));
+    RC(RDC_ERR_ARG, rdc_comm_split(world, -5, 0, &c));
+    RC(RDC_ERR_COMM, rdc_comm_split(BOGUS_COMM, 0, 0, &c));
+    int list[2] = {0, 0}, out_of_range[1] = {size}, negative[1] = {-3};
+    RC(RDC_ERR_ARG, rdc_comm_create_from_ranks(world, 2, list, &c)); /* rank 0 twice */
+    RC(RDC_ERR_RANK, rdc_comm_create_from_ranks(world, 1, out_of_range, &c));
+    RC(RDC_ERR_RANK, rdc_comm_create_from_ranks(world, 1, negative, &c));
+    RC(RDC_ERR_COUNT, rdc_comm_create_from_ranks(world, -1, list, &c));
+    RC(RDC_ERR_NULL, rdc_comm_create_from_ranks(world, 1, NULL, &c));
+    RC(RDC_ERR_NULL, rdc_comm_create_from_ranks(world, 1, list, NULL));
+
+    RC(RDC_ERR_NULL, rdc_gather(NULL, 1, b, RDC_INT32, 0, world));
+    RC(RDC_ERR_COUNT, rdc_gather(a, -1, b, RDC_INT32, 0, world));
+    RC(RDC_ERR_DATATYPE, rdc_gather(a, 1, b, 99, 0, world));
+    RC(RDC_ERR_RANK, rdc_gather(a, 1, b, RDC_INT32, size, world));
+    RC(RDC_ERR_COMM, rdc_gather(a, 1, b, RDC_INT32, 0, NULL));
+    /* Arguments only the root reads: it fails, the others get a mismatch, nobody hangs. */
+    RC(rank == 0 ? RDC_ERR_COUNT : RDC_SUCCESS,
+       rdc_gatherv(a, 1, b, bad, displs, RDC_INT32, 0, world));
+    RC(rank == 0 ? RDC_ERR_NULL : (size > 1 ? RDC_ERR_MISMATCH : RDC_SUCCESS),
+       rdc_scatter(NULL, b, 1, RDC_INT32, 0, world));
+    RC(RDC_ERR_NULL, rdc_scatter(a, NULL, 1, RDC_INT32, 0, world));
+    RC(RDC_ERR_RANK, rdc_scatter(a, b, 1, RDC_INT32, -1, world));
+    RC(RDC_ERR_RANK, rdc_scatterv(a, counts, displs, b, 1, RDC_INT32, size, world));
+    RC(RDC_ERR_NULL, rdc_allgather(NULL, 1, b, RDC_INT32, world));
+    RC(RDC_ERR_NULL, rdc_allgather(a, 1, NULL, RDC_INT32, world));
+    RC(RDC_ERR_COUNT, rdc_allgatherv(a, 1, b, bad, NULL, RDC_INT32, world));
+    RC(RDC_ERR_NULL, rdc_allgatherv(a, 1, b, NULL, NULL, RDC_INT32, world));
+    RC(RDC_ERR_ARG, rdc_alltoall(a, 1, a, RDC_INT32, world)); /* overlap */
+    RC(RDC_ERR_DATATYPE, rdc_alltoall(a, 1, b, 12, world));
+    RC(RDC_ERR_COUNT, rdc_alltoallv(a, bad, NULL, b, counts, NULL, RDC_INT32, world));
+    RC(RDC_ERR_COUNT, rdc_alltoallv(a, counts, bad, b, counts, NULL, RDC_INT32, world));
+    RC(RDC_ERR_OP, rdc_reduce_scatter_block(a, b, 1, RDC_FLOAT, RDC_BAND, world));
+    RC(RDC_ERR_OP, rdc_reduce_scatter(a, b, counts, RDC_INT32, 17, world));
+    RC(RDC_ERR_ARG, rdc_reduce_scatter_block(a, raw + 1, 1, RDC_INT32, RDC_SUM, world));
+    RC(RDC_ERR_NULL, rdc_scan(NULL, b, 1, RDC_INT32, RDC_SUM, world));
+    RC(RDC_ERR_ARG, rdc_scan(a, a, 1, RDC_INT32, RDC_SUM, world)); /* overlap */
+    RC(RDC_ERR_ARG, rdc_exscan(a, raw + 3, 1, RDC_INT32, RDC_SUM, world)); /* unaligned */
+    RC(RDC_ERR_COMM, rdc_exscan(a, b, 1, RDC_INT32, RDC_SUM, BOGUS_COMM));
+}
+
 /* After all the refusals: everything still works. */
 static void still_works(rdc_comm *world, int rank, int size) {
     rdc_comm *dup;
@@ -322,6 +369,7 @@ int main(void) {
     communicators(world, size);
     point_to_point(world, rank, size);
     collectives(world, rank, size);
+    block_collectives(world, rank, size);
     still_works(world, rank, size);
     CHECK(rdc_finalize());
     after_finalize(world);

@@ -1,0 +1,327 @@
+//! Nonblocking collectives: started inside a [`Scope`], they run on the communicator's
+//! collective thread while the caller computes, and complete whether or not the caller calls
+//! the library meanwhile (MPI's progress rule for `MPI_Iallreduce` and friends). Every rank
+//! starts them in the same order, as for the blocking ones; a communicator's collectives, its
+//! blocking ones included, run in the order they were called: a blocking collective waits for
+//! the nonblocking ones started before it.
+//!
+//! The thread is started by the communicator's first nonblocking collective and sleeps while
+//! it has nothing to do; it runs the same algorithms as the blocking calls.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex};
+
+use bytemuck::Pod;
+use rdcoll_collectives::blocks::even_parts;
+use rdcoll_collectives::reduce::op::{check, op_reducer};
+use rdcoll_collectives::{Collectives, Element, Op};
+
+use crate::{Comm, Error, Rank, Result, Scope};
+
+/// A collective's outcome, once its thread has run it.
+pub(crate) struct Pending {
+    result: Mutex<Option<Result<()>>>,
+    done: Condvar,
+}
+
+impl Pending {
+    fn new() -> Arc<Pending> {
+        Arc::new(Pending {
+            result: Mutex::new(None),
+            done: Condvar::new(),
+        })
+    }
+
+    fn finish(&self, r: Result<()>) {
+        *lock(&self.result) = Some(r);
+        self.done.notify_all();
+    }
+
+    fn is_done(&self) -> bool {
+        lock(&self.result).is_some()
+    }
+
+    /// Waits until the collective has run; its result (the first call only: later calls get
+    /// `Ok`).
+    pub(crate) fn wait(&self) -> Result<()> {
+        let mut r = lock(&self.result);
+        while r.is_none() {
+            r = self.done.wait(r).unwrap_or_else(|p| p.into_inner());
+        }
+        r.replace(Ok(())).unwrap_or(Ok(()))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+type Job = Box<dyn FnOnce(&Collectives) -> Result<()> + Send>;
+
+struct Queue {
+    jobs: VecDeque<(Job, Arc<Pending>)>,
+    /// A job is running.
+    busy: bool,
+    stop: bool,
+}
+
+/// A communicator's collective thread and its queue.
+pub(crate) struct Worker {
+    queue: Mutex<Queue>,
+    changed: Condvar,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Worker {
+    fn start(coll: Arc<Collectives>) -> Result<Arc<Worker>> {
+        let w = Arc::new(Worker {
+            queue: Mutex::new(Queue {
+                jobs: VecDeque::new(),
+                busy: false,
+                stop: false,
+            }),
+            changed: Condvar::new(),
+            thread: Mutex::new(None),
+        });
+        let me = w.clone();
+        let handle = std::thread::Builder::new()
+            .name("rdcoll-collectives".into())
+            .spawn(move || me.serve(&coll))
+            .map_err(|e| {
+                Error::InvalidArgument(format!("cannot start the collective thread: {e}"))
+            })?;
+        *lock(&w.thread) = Some(handle);
+        Ok(w)
+    }
+
+    fn serve(&self, coll: &Collectives) {
+        loop {
+            let (job, pending) = {
+                let mut q = lock(&self.queue);
+                q.busy = false;
+                self.changed.notify_all();
+                loop {
+                    if let Some(j) = q.jobs.pop_front() {
+                        q.busy = true;
+                        break j;
+                    }
+                    if q.stop {
+                        return;
+                    }
+                    q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(coll)))
+                .unwrap_or_else(|_| Err(Error::InvalidArgument("a collective panicked".into())));
+            pending.finish(r);
+        }
+    }
+
+    fn submit(&self, job: Job) -> Arc<Pending> {
+        let pending = Pending::new();
+        lock(&self.queue).jobs.push_back((job, pending.clone()));
+        self.changed.notify_all();
+        pending
+    }
+
+    /// Waits until every collective submitted so far has run.
+    pub(crate) fn wait_idle(&self) {
+        let mut q = lock(&self.queue);
+        while q.busy || !q.jobs.is_empty() {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Stops the thread once its queue is empty.
+    pub(crate) fn stop(&self) {
+        lock(&self.queue).stop = true;
+        self.changed.notify_all();
+        if let Some(h) = lock(&self.thread).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// A nonblocking collective in flight, borrowing its buffers for the scope it was started in.
+#[must_use = "a collective request must be waited for (or it is waited for when its scope ends)"]
+pub struct CollRequest<'scope> {
+    pending: Arc<Pending>,
+    _bufs: std::marker::PhantomData<&'scope mut ()>,
+}
+
+impl CollRequest<'_> {
+    /// Waits for the collective to complete on this rank.
+    pub fn wait(self) -> Result<()> {
+        self.pending.wait()
+    }
+
+    /// Whether the collective has completed on this rank (its error, if it failed, is
+    /// returned by this call once, or by [`wait`](CollRequest::wait)).
+    pub fn test(&mut self) -> Result<bool> {
+        if !self.pending.is_done() {
+            return Ok(false);
+        }
+        self.pending.wait().map(|()| true)
+    }
+}
+
+/// A pointer to a caller's buffer that may go to the collective thread.
+#[derive(Clone, Copy)]
+struct Buf(*mut u8, usize);
+// SAFETY: the buffer is the caller's, borrowed for the scope, which waits for the collective
+// before the borrow ends; only the collective thread touches it meanwhile.
+unsafe impl Send for Buf {}
+
+impl Buf {
+    fn of(b: &[u8]) -> Buf {
+        Buf(b.as_ptr() as *mut u8, b.len())
+    }
+    fn of_mut(b: &mut [u8]) -> Buf {
+        Buf(b.as_mut_ptr(), b.len())
+    }
+    /// A buffer lent for reading.
+    ///
+    /// # Safety
+    /// The buffer must be alive and not written for `'a` (see `Buf`'s `Send`).
+    unsafe fn get_ref<'a>(self) -> &'a [u8] {
+        if self.1 == 0 {
+            return &[];
+        }
+        // SAFETY: as the function's contract says.
+        unsafe { std::slice::from_raw_parts(self.0, self.1) }
+    }
+
+    /// # Safety
+    /// The buffer must be alive and unaliased for `'a` (see `Buf`'s `Send`).
+    unsafe fn get<'a>(self) -> &'a mut [u8] {
+        if self.1 == 0 {
+            return &mut [];
+        }
+        // SAFETY: as the function's contract says.
+        unsafe { std::slice::from_raw_parts_mut(self.0, self.1) }
+    }
+}
+
+impl Comm {
+    /// This communicator's collective thread, started on first use.
+    fn worker(&self) -> Result<&Arc<Worker>> {
+        if let Some(w) = self.worker.get() {
+            return Ok(w);
+        }
+        let coll = self.collectives_arc()?.clone();
+        let w = Worker::start(coll)?;
+        if let Err(w) = self.worker.set(w) {
+            w.stop();
+        }
+        Ok(self.worker.get().expect("set just above"))
+    }
+}
+
+impl<'scope> Scope<'scope, '_> {
+    fn start(&'scope self, job: Job) -> Result<CollRequest<'scope>> {
+        let pending = self.comm().worker()?.submit(job);
+        self.note_collective(pending.clone());
+        Ok(CollRequest {
+            pending,
+            _bufs: std::marker::PhantomData,
+        })
+    }
+
+    /// Starts a barrier ([`Comm::barrier`]).
+    pub fn ibarrier(&'scope self) -> Result<CollRequest<'scope>> {
+        self.start(Box::new(|c| Ok(c.barrier()?)))
+    }
+
+    /// Starts a broadcast of `buf` from `root` ([`Comm::bcast`]).
+    pub fn ibcast<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        let b = Buf::of_mut(bytemuck::cast_slice_mut(buf));
+        // SAFETY (the job): `buf` is borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| Ok(c.bcast(unsafe { b.get() }, root)?)))
+    }
+
+    /// Starts an allreduce of `send` into `recv` with `op` ([`Comm::allreduce`]).
+    ///
+    /// ```
+    /// let sums = rdcoll::local::run(3, |comm| {
+    ///     let mine = vec![comm.rank() as u64; 1000];
+    ///     let mut total = vec![0u64; 1000];
+    ///     comm.scope(|s| {
+    ///         let r = s.iallreduce(&mine, &mut total, rdcoll::Op::Sum).unwrap();
+    ///         // ... compute here; the reduction goes on meanwhile ...
+    ///         r.wait().unwrap();
+    ///     });
+    ///     total[999]
+    /// })
+    /// .unwrap();
+    /// assert_eq!(sums, [3, 3, 3]);
+    /// ```
+    pub fn iallreduce<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+    ) -> Result<CollRequest<'scope>> {
+        check::<T>(op)?;
+        if send.len() != recv.len() {
+            return Err(Error::InvalidArgument(format!(
+                "send has {} elements, recv {}",
+                send.len(),
+                recv.len()
+            )));
+        }
+        recv.copy_from_slice(send);
+        let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        let elem = std::mem::size_of::<T>();
+        self.start(Box::new(move |c| {
+            // SAFETY: `recv` is borrowed for 'scope, which waits for the job.
+            Ok(c.allreduce(unsafe { b.get() }, elem, &op_reducer::<T>(op))?)
+        }))
+    }
+
+    /// Starts an allgather ([`Comm::allgather`]).
+    pub fn iallgather<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+    ) -> Result<CollRequest<'scope>> {
+        let (s, r) = (
+            Buf::of(bytemuck::cast_slice(send)),
+            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
+        );
+        let parts = even_parts(self.comm().size(), s.1);
+        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| {
+            Ok(c.allgatherv(unsafe { s.get_ref() }, unsafe { r.get() }, &parts)?)
+        }))
+    }
+
+    /// Starts an alltoall ([`Comm::alltoall`]).
+    pub fn ialltoall<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+    ) -> Result<CollRequest<'scope>> {
+        let n = self.comm().size();
+        if send.len() != recv.len() || send.len() % n != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "alltoall needs send and receive buffers of the same whole number of blocks for \
+                 {n} ranks ({} and {} elements)",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let (s, r) = (
+            Buf::of(bytemuck::cast_slice(send)),
+            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
+        );
+        let parts = even_parts(n, s.1 / n);
+        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| {
+            Ok(c.alltoallv(unsafe { s.get_ref() }, &parts, unsafe { r.get() }, &parts)?)
+        }))
+    }
+}
