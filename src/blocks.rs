@@ -58,15 +58,9 @@ impl Comm {
     /// assert_eq!(got[1], [0, 0, 1, 1, 2, 2]);
     /// ```
     pub fn gather<T: Pod>(&self, send: &[T], recv: &mut [T], root: Rank) -> Result<()> {
-        let parts = even_parts(self.size(), std::mem::size_of_val(send));
-        let parts = if self.rank() == root {
-            parts
-        } else {
-            Vec::new()
-        };
         Ok(self
             .collectives()?
-            .gatherv(bytes(send), bytes_mut(recv), &parts, root)?)
+            .gather(bytes(send), bytes_mut(recv), root)?)
     }
 
     /// Gathers rank `r`'s `send` (`counts[r]` elements) into `root`'s `recv`, one block after
@@ -87,10 +81,9 @@ impl Comm {
     /// Scatters `root`'s `send` (`size()` blocks of `recv.len()` elements) to every rank's
     /// `recv`, block `r` to rank `r`. `send` matters at the root only.
     pub fn scatter<T: Pod>(&self, send: &[T], recv: &mut [T], root: Rank) -> Result<()> {
-        let parts = even_parts(self.size(), std::mem::size_of_val(recv));
         Ok(self
             .collectives()?
-            .scatterv(bytes(send), &parts, bytes_mut(recv), root)?)
+            .scatter(bytes(send), bytes_mut(recv), root)?)
     }
 
     /// Scatters `root`'s `send`, block `r` of `counts[r]` elements (one after another in rank
@@ -160,10 +153,10 @@ impl Comm {
                 send.len()
             )));
         }
-        let parts = even_parts(n, block * std::mem::size_of::<T>());
+        let block = block * std::mem::size_of::<T>();
         Ok(self
             .collectives()?
-            .alltoallv(bytes(send), &parts, bytes_mut(recv), &parts)?)
+            .alltoall(bytes(send), bytes_mut(recv), block)?)
     }
 
     /// `send_counts[j]` elements of `send` (blocks one after another) to rank `j`, and
@@ -193,8 +186,13 @@ impl Comm {
         op: Op,
     ) -> Result<()> {
         check::<T>(op)?;
-        let parts = even_parts(self.size(), std::mem::size_of_val(recv));
-        self.reduce_scatter_parts(send, &parts, recv, &op_reducer::<T>(op))
+        let elem = std::mem::size_of::<T>();
+        Ok(self.collectives()?.reduce_scatter_block(
+            bytes(send),
+            bytes_mut(recv),
+            elem,
+            &op_reducer::<T>(op),
+        )?)
     }
 
     /// [`reduce_scatter_block`](Comm::reduce_scatter_block) with blocks of `counts[r]`

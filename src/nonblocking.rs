@@ -95,6 +95,7 @@ impl Worker {
     }
 
     fn serve(&self, coll: &Collectives) {
+        rdcoll_collectives::run_in_background();
         loop {
             let (job, pending) = {
                 let mut q = lock(&self.queue);
@@ -273,12 +274,15 @@ impl<'scope> Scope<'scope, '_> {
                 recv.len()
             )));
         }
-        recv.copy_from_slice(send);
+        let s = Buf::of(bytemuck::cast_slice(send));
         let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
         let elem = std::mem::size_of::<T>();
         self.start(Box::new(move |c| {
-            // SAFETY: `recv` is borrowed for 'scope, which waits for the job.
-            Ok(c.allreduce(unsafe { b.get() }, elem, &op_reducer::<T>(op))?)
+            // SAFETY: both buffers are borrowed for 'scope, which waits for the job. The copy
+            // is the job's too: a long vector's copy is time the caller would not compute.
+            let acc = unsafe { b.get() };
+            acc.copy_from_slice(unsafe { s.get_ref() });
+            Ok(c.allreduce(acc, elem, &op_reducer::<T>(op))?)
         }))
     }
 
@@ -318,10 +322,10 @@ impl<'scope> Scope<'scope, '_> {
             Buf::of(bytemuck::cast_slice(send)),
             Buf::of_mut(bytemuck::cast_slice_mut(recv)),
         );
-        let parts = even_parts(n, s.1 / n);
+        let block = s.1 / n;
         // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
         self.start(Box::new(move |c| {
-            Ok(c.alltoallv(unsafe { s.get_ref() }, &parts, unsafe { r.get() }, &parts)?)
+            Ok(c.alltoall(unsafe { s.get_ref() }, unsafe { r.get() }, block)?)
         }))
     }
 }

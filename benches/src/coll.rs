@@ -27,6 +27,31 @@ pub trait Collective {
         let _ = bytes;
         None
     }
+    /// Every rank's `send` into every rank's `recv`, in rank order.
+    fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<(), String>;
+    /// [`allgather`](Collective::allgather) with rank `r`'s block `counts[r]` bytes.
+    fn allgatherv(&self, send: &[u8], recv: &mut [u8], counts: &[usize]) -> Result<(), String>;
+    /// Every rank's `send` into `root`'s `recv`, in rank order.
+    fn gather(&self, send: &[u8], recv: &mut [u8], root: u32) -> Result<(), String>;
+    /// `root`'s `send`, block `r` to rank `r`'s `recv`.
+    fn scatter(&self, send: &[u8], recv: &mut [u8], root: u32) -> Result<(), String>;
+    /// Block `j` of `send` to rank `j`, rank `i`'s block for this rank into block `i`.
+    fn alltoall(&self, send: &[u8], recv: &mut [u8]) -> Result<(), String>;
+    /// [`alltoall`](Collective::alltoall) with blocks of `counts[r]` bytes both ways.
+    fn alltoallv(&self, send: &[u8], recv: &mut [u8], counts: &[usize]) -> Result<(), String>;
+    /// Float sums of every rank's `send`, block `r` (`recv.len()` floats) to rank `r`.
+    fn reduce_scatter_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), String>;
+    /// Inclusive prefix float sums.
+    fn scan_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), String>;
+    /// Starts a float-sum allreduce, runs `during`, waits for it.
+    fn iallreduce_f32(
+        &self,
+        send: &[f32],
+        recv: &mut [f32],
+        during: &mut dyn FnMut(),
+    ) -> Result<(), String>;
+    /// Starts a broadcast from `root`, runs `during`, waits for it.
+    fn ibcast(&self, buf: &mut [u8], root: u32, during: &mut dyn FnMut()) -> Result<(), String>;
     /// Blocking send (for collecting timings).
     fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String>;
     /// Blocking receive (for collecting timings).
@@ -46,18 +71,50 @@ pub enum CollKind {
     Allreduce,
     /// osu_reduce (float sums to rank 0).
     Reduce,
+    /// osu_allgather (bytes per rank).
+    Allgather,
+    /// osu_allgatherv (bytes per rank, counts given).
+    Allgatherv,
+    /// osu_gather (bytes per rank, to rank 0).
+    Gather,
+    /// osu_scatter (bytes per rank, from rank 0).
+    Scatter,
+    /// osu_alltoall (bytes per pair of ranks).
+    Alltoall,
+    /// osu_alltoallv (bytes per pair of ranks, counts given).
+    Alltoallv,
+    /// osu_reduce_scatter (float sums; the size is the whole vector).
+    ReduceScatter,
+    /// Inclusive prefix float sums (the size is each rank's vector).
+    Scan,
+    /// osu_iallreduce: float sums started, computed over, waited for.
+    Iallreduce,
+    /// osu_ibcast.
+    Ibcast,
 }
+
+/// Every collective benchmark, by name.
+pub const ALL: [CollKind; 14] = [
+    CollKind::Bcast,
+    CollKind::Barrier,
+    CollKind::Allreduce,
+    CollKind::Reduce,
+    CollKind::Allgather,
+    CollKind::Allgatherv,
+    CollKind::Gather,
+    CollKind::Scatter,
+    CollKind::Alltoall,
+    CollKind::Alltoallv,
+    CollKind::ReduceScatter,
+    CollKind::Scan,
+    CollKind::Iallreduce,
+    CollKind::Ibcast,
+];
 
 impl CollKind {
     /// From the subcommand name.
     pub fn from_name(s: &str) -> Option<CollKind> {
-        Some(match s {
-            "bcast" => CollKind::Bcast,
-            "barrier" => CollKind::Barrier,
-            "allreduce" => CollKind::Allreduce,
-            "reduce" => CollKind::Reduce,
-            _ => return None,
-        })
+        ALL.into_iter().find(|k| k.name() == s)
     }
 
     /// The subcommand name.
@@ -67,6 +124,16 @@ impl CollKind {
             CollKind::Barrier => "barrier",
             CollKind::Allreduce => "allreduce",
             CollKind::Reduce => "reduce",
+            CollKind::Allgather => "allgather",
+            CollKind::Allgatherv => "allgatherv",
+            CollKind::Gather => "gather",
+            CollKind::Scatter => "scatter",
+            CollKind::Alltoall => "alltoall",
+            CollKind::Alltoallv => "alltoallv",
+            CollKind::ReduceScatter => "reduce_scatter",
+            CollKind::Scan => "scan",
+            CollKind::Iallreduce => "iallreduce",
+            CollKind::Ibcast => "ibcast",
         }
     }
 
@@ -77,7 +144,30 @@ impl CollKind {
             CollKind::Barrier => "Barrier Latency Test",
             CollKind::Allreduce => "Allreduce Latency Test",
             CollKind::Reduce => "Reduce Latency Test",
+            CollKind::Allgather => "Allgather Latency Test",
+            CollKind::Allgatherv => "Allgatherv Latency Test",
+            CollKind::Gather => "Gather Latency Test",
+            CollKind::Scatter => "Scatter Latency Test",
+            CollKind::Alltoall => "All-to-All Personalized Exchange Latency Test",
+            CollKind::Alltoallv => "All-to-Allv Personalized Exchange Latency Test",
+            CollKind::ReduceScatter => "Reduce_scatter Latency Test",
+            CollKind::Scan => "Scan Latency Test",
+            CollKind::Iallreduce => "Allreduce Latency Test",
+            CollKind::Ibcast => "Broadcast Latency Test",
         }
+    }
+
+    /// A nonblocking collective (its loop is `overlap::run`).
+    pub fn nonblocking(self) -> bool {
+        matches!(self, CollKind::Iallreduce | CollKind::Ibcast)
+    }
+
+    /// Sums of floats: sizes are whole floats (4 B and up).
+    fn floats(self) -> bool {
+        matches!(
+            self,
+            CollKind::Allreduce | CollKind::Reduce | CollKind::ReduceScatter | CollKind::Scan
+        )
     }
 }
 
@@ -112,7 +202,7 @@ pub fn notes(c: &dyn Collective, kind: CollKind, o: &Options) -> Vec<String> {
 }
 
 /// OSU's iteration counts for a collective of `size` bytes, fewer for the very large sizes.
-fn counts(o: &Options, size: usize) -> (usize, usize) {
+pub(crate) fn counts(o: &Options, size: usize) -> (usize, usize) {
     let (iters, skip) = match size {
         s if s <= 8192 => (1000, 200),
         s if s <= 1 << 20 => (100, 10),
@@ -125,7 +215,7 @@ fn counts(o: &Options, size: usize) -> (usize, usize) {
 const TAG_TIMES: u32 = 0x7117;
 
 /// Every rank's `value` at rank 0: (average, min, max); meaningless elsewhere.
-fn over_ranks(c: &dyn Collective, value: f64) -> Result<(f64, f64, f64), String> {
+pub(crate) fn over_ranks(c: &dyn Collective, value: f64) -> Result<(f64, f64, f64), String> {
     if c.rank() != 0 {
         c.send(&value.to_le_bytes(), 0, TAG_TIMES)?;
         return Ok((value, value, value));
@@ -150,18 +240,19 @@ pub fn run(
     o: &Options,
     rdmc: bool,
 ) -> Result<Vec<CollRow>, String> {
+    let n = c.size();
     let sizes = match kind {
-        CollKind::Bcast => o.sizes(),
         CollKind::Barrier => vec![0],
-        // Whole floats, as osu_allreduce: 4 B and up.
-        CollKind::Allreduce | CollKind::Reduce => {
-            o.sizes().into_iter().filter(|&s| s >= 4).collect()
-        }
+        // Whole floats, as osu_allreduce: 4 B and up; osu_reduce_scatter: a float per rank.
+        CollKind::ReduceScatter => o.sizes().into_iter().filter(|&s| s >= 4 * n).collect(),
+        k if k.floats() => o.sizes().into_iter().filter(|&s| s >= 4).collect(),
+        _ => o.sizes(),
     };
     let mut buf = vec![0u8; o.max.max(1)];
     let floats = o.max / 4;
     let send: Vec<f32> = (0..floats).map(|i| (i % 100) as f32 * 0.5).collect();
     let mut recv = vec![0f32; floats];
+    let mut blocks = crate::coll_blocks::Buffers::new(kind, n, o.max);
     let mut rows = Vec::new();
     for size in sizes {
         let (iters, skip) = counts(o, size);
@@ -174,6 +265,12 @@ pub fn run(
                 CollKind::Barrier => c.barrier()?,
                 CollKind::Allreduce => c.allreduce_f32(&send[..size / 4], &mut recv[..size / 4])?,
                 CollKind::Reduce => c.reduce_f32(&send[..size / 4], &mut recv[..size / 4], 0)?,
+                CollKind::ReduceScatter => {
+                    let block = size / 4 / n;
+                    c.reduce_scatter_f32(&send[..block * n], &mut recv[..block])?
+                }
+                CollKind::Scan => c.scan_f32(&send[..size / 4], &mut recv[..size / 4])?,
+                _ => blocks.step(c, kind, size)?,
             }
             if i >= skip {
                 timer += c.wtime() - t0;

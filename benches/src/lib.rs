@@ -3,5 +3,7 @@
 //! options, and their output in the osu_latency / osu_bw / osu_bibw 6.x layout.
 
 pub mod coll;
+pub mod coll_blocks;
 pub mod depth;
 pub mod osu;
+pub mod overlap;

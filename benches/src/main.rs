@@ -13,7 +13,7 @@ mod paired;
 mod transport;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|transport|match|offload|faults> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults> [options]");
     std::process::exit(2);
 }
 
@@ -30,15 +30,13 @@ fn main() {
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
-        "bcast" | "barrier" | "allreduce" | "reduce" => {
-            match rdcoll_bench::coll::CollKind::from_name(cmd) {
-                Some(kind) => bcast::run(kind, rest),
-                None => usage(),
-            }
-        }
-        _ => match rdcoll_bench::osu::Kind::from_name(cmd) {
-            Some(kind) => p2p::run(kind, rest),
-            None => usage(),
+        _ => match (
+            rdcoll_bench::coll::CollKind::from_name(cmd),
+            rdcoll_bench::osu::Kind::from_name(cmd),
+        ) {
+            (Some(kind), _) => bcast::run(kind, rest),
+            (None, Some(kind)) => p2p::run(kind, rest),
+            (None, None) => usage(),
         },
     };
     std::process::exit(code);

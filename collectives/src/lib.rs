@@ -30,6 +30,7 @@ use rdcoll_transport::{Rank, SpinLock, TransportError};
 
 pub use config::{BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, ReduceDegree};
 pub use error::{CollError, Result};
+pub use progress::run_in_background;
 pub use reduce::model::Model;
 pub use reduce::op::{Element, Op};
 

@@ -30,6 +30,20 @@ const LIVENESS_EVERY: u32 = 256;
 /// the agent reads.
 const NOTE_EVERY: u32 = 32;
 
+thread_local! {
+    /// This thread runs collectives in the background (a communicator's collective thread)
+    /// while the program computes on its own threads: its waits sleep after spinning, rather
+    /// than yield, so that a peer's write wakes it at once instead of after the computing
+    /// thread's time slice.
+    static BACKGROUND: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks the calling thread as one that runs collectives in the background (see
+/// `BACKGROUND`).
+pub fn run_in_background() {
+    BACKGROUND.with(|b| b.set(true));
+}
+
 /// Waits on behalf of one communicator's collectives.
 pub(crate) struct Waiter {
     engine: Arc<Engine>,
@@ -132,6 +146,11 @@ impl Waiter {
         let mut since: Option<Duration> = None;
         // Past `POLL`: sleeping between looks, no longer polling for the agent.
         let mut sleeping = false;
+        let poll_for = if BACKGROUND.with(|b| b.get()) {
+            SPIN
+        } else {
+            POLL
+        };
         loop {
             if ready() {
                 return Ok(());
@@ -160,7 +179,7 @@ impl Waiter {
             let waited = now.saturating_sub(*since.get_or_insert(now));
             if waited < SPIN && !self.crowded {
                 std::hint::spin_loop();
-            } else if waited < POLL {
+            } else if waited < poll_for {
                 std::thread::yield_now();
             } else {
                 sleeping = true;

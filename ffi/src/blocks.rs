@@ -399,8 +399,15 @@ pub extern "C" fn rdc_reduce_scatter_block(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let (parts, span) = even(c, recvcount, dt)?;
-        reduce_scatter_parts(c, sendbuf, span, &parts, recvbuf, dt, op)
+        let (_, span) = even(c, recvcount, dt)?;
+        let (elem, f) = reducer_for(dt, op)?;
+        // SAFETY: the send buffer of `size * recvcount` elements (the contract).
+        let send = unsafe { bytes(sendbuf, span)? };
+        let recv = aligned_recv(recvbuf, byte_len(recvcount, dt)?, elem)?;
+        refuse_overlap(send, recv)?;
+        Ok(bytes_level(c)?
+            .reduce_scatter_block(send, recv, elem, &*f)
+            .map_err(Into::into))
     })
 }
 

@@ -237,8 +237,22 @@ pub fn wrong_arguments(c: &Comm) -> Result<(), String> {
     let mine = data(me, 4, 1);
     let mut all = vec![0u32; if me == last { 4 * (n - 1) } else { 4 * n }];
     let r = c.allgather(&mine, &mut all);
-    if r.is_ok() {
+    if me == last && r.is_ok() {
         return Err("an allgather with a short buffer on the last rank succeeded".into());
+    }
+    // The same with blocks too long for the small allgather's slots (point-to-point: the
+    // others get a Mismatch from the last rank's empty blocks).
+    let mine = data(me, 40_000, 1);
+    let mut all = vec![
+        0u32;
+        if me == last {
+            40_000 * (n - 1)
+        } else {
+            40_000 * n
+        }
+    ];
+    if c.allgather(&mine, &mut all).is_ok() {
+        return Err("a large allgather with a short buffer on the last rank succeeded".into());
     }
     // Gather at 0 where rank 1 sends a longer block than the others.
     let mine = data(me, if me == 1 { 5 } else { 4 }, 2);
@@ -247,8 +261,17 @@ pub fn wrong_arguments(c: &Comm) -> Result<(), String> {
     match (me, r) {
         (0, Err(Error::Mismatch(_))) => {}
         (0, other) => return Err(format!("gather with rank 1's long block: {other:?}")),
+        // Small blocks travel to every rank (the exchange): the others may see it too.
+        (_, Err(Error::Mismatch(_))) => {}
         (_, Err(err)) => return Err(format!("gather, sending: {err}")),
         _ => {}
+    }
+    // The same with blocks past the small path's slots (point-to-point: only the root sees it).
+    let mine = data(me, if me == 1 { 6000 } else { 5000 }, 2);
+    let mut got = vec![0u32; if me == 0 { 5000 * n } else { 0 }];
+    match (me, c.gather(&mine, &mut got, 0)) {
+        (0, Err(Error::Mismatch(_))) | (1.., Ok(())) => {}
+        (_, other) => return Err(format!("large gather with rank 1's long block: {other:?}")),
     }
     // Scatter from 0 with a send buffer one block short: every rank fails.
     let src = if me == 0 {

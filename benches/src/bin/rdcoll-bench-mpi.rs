@@ -3,6 +3,7 @@
 //! against each installed MPI with `scripts/build-mpi-bench`; start it with `mpirun -n 2`.
 
 use mpi::collective::{CommunicatorCollectives, Root};
+use mpi::datatype::{Partition, PartitionMut};
 use mpi::point_to_point::{Destination, Source};
 use mpi::topology::Communicator;
 use rdcoll_bench::coll::{self, CollKind, Collective};
@@ -114,6 +115,84 @@ impl Collective for MpiMessenger {
         }
         Ok(())
     }
+    fn allgather(&self, send: &[u8], recv: &mut [u8]) -> Result<(), String> {
+        self.world.all_gather_into(send, recv);
+        Ok(())
+    }
+    fn allgatherv(&self, send: &[u8], recv: &mut [u8], counts: &[usize]) -> Result<(), String> {
+        let (counts, displs) = counts_and_displs(counts);
+        let mut part = PartitionMut::new(recv, &counts[..], &displs[..]);
+        self.world.all_gather_varcount_into(send, &mut part);
+        Ok(())
+    }
+    fn gather(&self, send: &[u8], recv: &mut [u8], root: u32) -> Result<(), String> {
+        let p = self.world.process_at_rank(root as i32);
+        if Collective::rank(self) == root {
+            p.gather_into_root(send, recv);
+        } else {
+            p.gather_into(send);
+        }
+        Ok(())
+    }
+    fn scatter(&self, send: &[u8], recv: &mut [u8], root: u32) -> Result<(), String> {
+        let p = self.world.process_at_rank(root as i32);
+        if Collective::rank(self) == root {
+            p.scatter_into_root(send, recv);
+        } else {
+            p.scatter_into(recv);
+        }
+        Ok(())
+    }
+    fn alltoall(&self, send: &[u8], recv: &mut [u8]) -> Result<(), String> {
+        self.world.all_to_all_into(send, recv);
+        Ok(())
+    }
+    fn alltoallv(&self, send: &[u8], recv: &mut [u8], counts: &[usize]) -> Result<(), String> {
+        let (counts, displs) = counts_and_displs(counts);
+        let send = Partition::new(send, &counts[..], &displs[..]);
+        let mut recv = PartitionMut::new(recv, &counts[..], &displs[..]);
+        self.world.all_to_all_varcount_into(&send, &mut recv);
+        Ok(())
+    }
+    fn reduce_scatter_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), String> {
+        self.world
+            .reduce_scatter_block_into(send, recv, mpi::collective::SystemOperation::sum());
+        Ok(())
+    }
+    fn scan_f32(&self, send: &[f32], recv: &mut [f32]) -> Result<(), String> {
+        self.world
+            .scan_into(send, recv, mpi::collective::SystemOperation::sum());
+        Ok(())
+    }
+    fn iallreduce_f32(
+        &self,
+        send: &[f32],
+        recv: &mut [f32],
+        during: &mut dyn FnMut(),
+    ) -> Result<(), String> {
+        mpi::request::scope(|scope| {
+            let r = self.world.immediate_all_reduce_into(
+                scope,
+                send,
+                recv,
+                mpi::collective::SystemOperation::sum(),
+            );
+            during();
+            r.wait();
+        });
+        Ok(())
+    }
+    fn ibcast(&self, buf: &mut [u8], root: u32, during: &mut dyn FnMut()) -> Result<(), String> {
+        mpi::request::scope(|scope| {
+            let r = self
+                .world
+                .process_at_rank(root as i32)
+                .immediate_broadcast_into(scope, buf);
+            during();
+            r.wait();
+        });
+        Ok(())
+    }
     fn send(&self, buf: &[u8], peer: u32, tag: u32) -> Result<(), String> {
         Messenger::send(self, buf, peer, tag)
     }
@@ -123,6 +202,20 @@ impl Collective for MpiMessenger {
     fn wtime(&self) -> f64 {
         mpi::time()
     }
+}
+
+/// MPI's counts and displacements (packed) for blocks of `counts` bytes.
+fn counts_and_displs(counts: &[usize]) -> (Vec<i32>, Vec<i32>) {
+    let c: Vec<i32> = counts.iter().map(|&x| x as i32).collect();
+    let d: Vec<i32> = c
+        .iter()
+        .scan(0i32, |at, &x| {
+            let here = *at;
+            *at += x;
+            Some(here)
+        })
+        .collect();
+    (c, d)
 }
 
 impl DepthComm for MpiMessenger {
@@ -229,7 +322,15 @@ fn collective(kind: CollKind, args: &[String]) {
         }
     };
     let rdmc = rest.iter().any(|a| a == "--rdmc");
-    if let Some(bad) = rest.iter().find(|a| *a != "--rdmc") {
+    let compute_ms = rest
+        .iter()
+        .position(|a| a == "--compute-ms")
+        .and_then(|i| rest.get(i + 1))
+        .and_then(|v| v.parse::<f64>().ok());
+    let known = |i: usize, a: &String| {
+        a == "--rdmc" || a == "--compute-ms" || (i > 0 && rest[i - 1] == "--compute-ms")
+    };
+    if let Some((_, bad)) = rest.iter().enumerate().find(|(i, a)| !known(*i, a)) {
         eprintln!("rdcoll-bench-mpi: unknown option {bad}");
         std::process::exit(2);
     }
@@ -237,6 +338,19 @@ fn collective(kind: CollKind, args: &[String]) {
     let m = MpiMessenger {
         world: universe.world(),
     };
+    if kind.nonblocking() {
+        match rdcoll_bench::overlap::run(&m, kind, &opts, compute_ms) {
+            Ok(rows) if Collective::rank(&m) == 0 => {
+                print!("{}", rdcoll_bench::overlap::format(kind, &what, &rows))
+            }
+            Ok(_) => {}
+            Err(e) => {
+                eprintln!("rdcoll-bench-mpi: {e}");
+                std::process::exit(1);
+            }
+        }
+        return;
+    }
     match coll::run(&m, kind, &opts, rdmc) {
         Ok(rows) => {
             if Collective::rank(&m) == 0 {
@@ -262,7 +376,7 @@ fn main() {
     }
     let Some(kind) = args.first().and_then(|a| Kind::from_name(a)) else {
         eprintln!(
-            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|allreduce|reduce|barrier> [-m [MIN:]MAX] [-i N] [-x N] [-W N] [-f]"
+            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan> [-m [MIN:]MAX] [-i N] [-x N] [-W N] [-f]"
         );
         std::process::exit(2);
     };

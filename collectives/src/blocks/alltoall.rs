@@ -9,9 +9,35 @@ use rdcoll_transport::Rank;
 use super::gather::copy_own;
 use super::{block, carve, one_per_rank, others, refuse, tag, Batch};
 use crate::error::Result;
+use crate::reduce::exchange::Kind;
 use crate::Collectives;
 
 impl Collectives {
+    /// Alltoall with blocks of `block` bytes (`send` and `recv` hold `size` of them, the same
+    /// everywhere). Where a whole send buffer fits the exchange slots, every rank writes it to
+    /// every other rank (one RDMA write each), which takes its block; larger ones as
+    /// [`alltoallv`](Collectives::alltoallv).
+    pub fn alltoall(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
+        let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
+        let whole = n.saturating_mul(block);
+        if self.usable().is_ok() && self.exchange_fits(std::iter::once(whole)) {
+            let lens = vec![whole; n];
+            if recv.len() != whole {
+                let _ = self.exchange_blocks(Kind::Alltoall, send, &lens, &mut |_, _| {});
+                return Err(crate::CollError::InvalidArgument(format!(
+                    "the receive buffer has {} bytes, not {n} blocks of {block}",
+                    recv.len()
+                )));
+            }
+            let at = me * block;
+            return self.exchange_blocks(Kind::Alltoall, send, &lens, &mut |r, b| {
+                recv[r * block..(r + 1) * block].copy_from_slice(&b[at..at + block])
+            });
+        }
+        let parts = super::even_parts(n, block);
+        self.alltoallv(send, &parts, recv, &parts)
+    }
+
     /// Sends `send[send_parts[r]]` to every rank `r` and receives rank `r`'s block for this
     /// rank into `recv[recv_parts[r]]` (send blocks may overlap, receive blocks may not). A
     /// block that arrives with another length than its receive block is a `Mismatch`.

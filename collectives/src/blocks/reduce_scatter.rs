@@ -10,10 +10,44 @@ use rdcoll_transport::Rank;
 
 use super::{block, carve, even_parts, one_per_rank, others, refuse, tag, Batch};
 use crate::error::{CollError, Result};
+use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
 use crate::Collectives;
 
 impl Collectives {
+    /// [`reduce_scatter`](Collectives::reduce_scatter) with blocks of `recv.len()` bytes (the
+    /// same everywhere). Where a whole vector fits the exchange slots, every rank writes it to
+    /// every other rank (one RDMA write each), and each folds block `me` of all of them in rank
+    /// order; larger ones by the alltoall of blocks.
+    pub fn reduce_scatter_block(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
+        let block = recv.len();
+        let whole = n.saturating_mul(block);
+        let whole_elems = elem > 0 && block.is_multiple_of(elem);
+        if whole_elems && self.usable().is_ok() && self.exchange_fits(std::iter::once(whole)) {
+            let at = me * block;
+            return self.exchange_blocks(
+                Kind::ReduceScatter,
+                send,
+                &vec![whole; n],
+                &mut |r, b| {
+                    if r == 0 {
+                        recv.copy_from_slice(&b[at..at + block]);
+                    } else {
+                        reduce(recv, &b[at..at + block]);
+                    }
+                },
+            );
+        }
+        self.reduce_scatter(send, &even_parts(n, block), recv, elem, reduce)
+    }
+
     /// Combines every rank's `send` element-wise with `reduce` and leaves block `r`
     /// (`send[parts[r]]`, the same `parts` on every rank) of the result in rank `r`'s `recv`,
     /// which must be as long as its block and aligned for the element type.

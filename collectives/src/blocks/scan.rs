@@ -1,4 +1,6 @@
-//! Inclusive and exclusive prefix reductions by recursive doubling (MPICH's algorithm): in
+//! Inclusive and exclusive prefix reductions. Small vectors: every rank's to every rank
+//! through the exchange slots, folded in rank order (`x0 op x1 op ... op x(me)`). Larger ones
+//! by recursive doubling (MPICH's algorithm): in
 //! step `s` each rank swaps the combination of its current window of `2^s` ranks with rank
 //! `me ^ 2^s`, and folds what came from below into its result. `ceil(log2 n)` steps; the
 //! bracketing depends only on the ranks' ids, so the result is the same in every run, and a
@@ -10,6 +12,7 @@ use rdcoll_transport::Rank;
 
 use super::{refuse, tag, Batch};
 use crate::error::{CollError, Result};
+use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
 use crate::Collectives;
 
@@ -74,6 +77,32 @@ impl Collectives {
     ) -> Result<()> {
         let w = &self.waiter;
         let (me, n) = (w.rank() as usize, w.size());
+        let m = send.len();
+        let valid = send.len() == recv.len() && elem > 0 && m.is_multiple_of(elem);
+        if self.usable().is_ok() && self.exchange_fits(std::iter::once(m)) {
+            // Small vectors: every rank's to every rank (one RDMA write each), folded in rank
+            // order up to this rank. A rank with a wrong buffer takes part and then fails.
+            if !valid {
+                let _ = self.exchange_blocks(Kind::Scan, send, &vec![m; n], &mut |_, _| {});
+                return Err(CollError::InvalidArgument(format!(
+                    "send ({m} bytes) and receive ({} bytes) must be the same whole number \
+                     of {elem}-byte elements",
+                    recv.len()
+                )));
+            }
+            let upto = if inclusive { me + 1 } else { me };
+            let mut first = true;
+            return self.exchange_blocks(Kind::Scan, send, &vec![m; n], &mut |r, b| {
+                if r < upto {
+                    if first {
+                        recv.copy_from_slice(b);
+                        first = false;
+                    } else {
+                        reduce(recv, b);
+                    }
+                }
+            });
+        }
         let checked = self.usable().and_then(|()| {
             if send.len() != recv.len() || elem == 0 || !send.len().is_multiple_of(elem) {
                 return Err(CollError::InvalidArgument(format!(

@@ -21,8 +21,23 @@ use crate::progress::Waiter;
 use crate::reduce::op::Reducer;
 use crate::Puts;
 
-/// Bytes after a slot's data: its length (4), padding (3), the counter byte (1).
+/// Bytes after a slot's data: its length (4), the operation's kind (1), padding (2), the
+/// counter byte (1).
 const TRAILER: usize = 8;
+
+/// What an exchange is for, carried beside each contribution: ranks that run different
+/// collectives through the slots get an error instead of each other's data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Kind {
+    Allreduce = 1,
+    Allgather,
+    Gather,
+    Scatter,
+    Alltoall,
+    ReduceScatter,
+    Scan,
+}
 
 /// One communicator's exchange slots.
 pub(crate) struct Exchange {
@@ -68,11 +83,52 @@ impl Exchange {
         acc: &mut [u8],
         reduce: &Reducer<'_>,
     ) -> Result<()> {
-        let me = w.rank() as usize;
         let m = acc.len();
-        if m > self.capacity() {
+        let op = self.publish(w, puts, Kind::Allreduce, acc, &|_| m)?;
+        // Ranks that disagree on the length break the communicator, as for the other paths.
+        self.collect(w, op, &|_| m, &mut |r, part| {
+            if r == 0 {
+                acc.copy_from_slice(part);
+            } else {
+                reduce(acc, part);
+            }
+        })?
+    }
+
+    /// Every rank's `mine` (rank `r`'s `lens(r)` bytes, each within the slots' capacity)
+    /// handed to `take(r, bytes)` in ascending rank order, on every rank (an allgather). A
+    /// rank whose data is not as long as expected is skipped and reported as the inner
+    /// `Mismatch` once every other rank's data has been taken: the slots stay in step, so the
+    /// communicator stays usable; the outer error is one that leaves them out of step.
+    pub(crate) fn exchange(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        kind: Kind,
+        mine: &[u8],
+        lens: &dyn Fn(usize) -> usize,
+        take: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<Result<()>> {
+        let op = self.publish(w, puts, kind, mine, lens)?;
+        self.collect(w, op, lens, take)
+    }
+
+    /// Writes `mine` into every other rank's slot for this rank; the operation's slot set,
+    /// counter and this rank's length.
+    fn publish(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        kind: Kind,
+        mine: &[u8],
+        lens: &dyn Fn(usize) -> usize,
+    ) -> Result<(usize, u8, usize, Kind)> {
+        let me = w.rank() as usize;
+        let m = mine.len();
+        if let Some(r) = (0..self.n).find(|&r| lens(r) > self.capacity()) {
             return Err(CollError::InvalidArgument(format!(
-                "{m} bytes exceed the {}-byte exchange slots",
+                "rank {r}'s {} bytes exceed the {}-byte exchange slots",
+                lens(r),
                 self.capacity()
             )));
         }
@@ -90,8 +146,9 @@ impl Exchange {
         // in flight (the last one of this set is complete, just above).
         unsafe {
             local.with_bytes_mut(data, m + TRAILER - 1, |out| {
-                out[..m].copy_from_slice(acc);
+                out[..m].copy_from_slice(mine);
                 out[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
+                out[m + 4] = kind as u8;
             })
         }?;
         for r in (0..self.n).filter(|&r| r != me) {
@@ -105,41 +162,59 @@ impl Exchange {
             )?;
         }
         self.issued[set] = puts.issued;
+        Ok((set, counter, m, kind))
+    }
+
+    /// Hands every rank's data of operation `(set, counter)` to `take`, in rank order, as it
+    /// arrives.
+    fn collect(
+        &self,
+        w: &Waiter,
+        (set, counter, m, kind): (usize, u8, usize, Kind),
+        lens: &dyn Fn(usize) -> usize,
+        take: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<Result<()>> {
+        let me = w.rank() as usize;
+        let local = self.area.local();
+        let mut mismatch = None;
         for r in 0..self.n {
-            let (at, trailer) = self.place(set, r, m);
-            if r != me {
-                self.arrived(w, r, trailer, counter, m)?;
+            let (at, trailer) = self.place(set, r, lens(r));
+            // This rank's own data was published with its true length: the others see a
+            // mismatch too.
+            let got = if r == me {
+                m
+            } else {
+                self.arrived(w, r, trailer, counter, kind)?
+            };
+            if got == lens(r) {
+                // SAFETY: slot `r` of this set is not written again before this rank has
+                // finished this operation (see the module's comment), and this rank's own slot
+                // is written only by this rank.
+                unsafe { local.with_bytes(at, lens(r), |part| take(r, part)) }?;
+            } else if mismatch.is_none() {
+                mismatch = Some(CollError::Mismatch(format!(
+                    "rank {r} contributed {got} bytes where {} were expected",
+                    lens(r)
+                )));
             }
-            // SAFETY: slot `r` of this set is not written again before this rank has finished
-            // this operation (see the module's comment), and this rank's own slot is written
-            // only by this rank.
-            unsafe {
-                local.with_bytes(at, m, |part| {
-                    if r == 0 {
-                        acc.copy_from_slice(part);
-                    } else {
-                        reduce(acc, part);
-                    }
-                })
-            }?;
             if r != me {
                 self.area
                     .flag(trailer + TRAILER - 1)
                     .store(0, Ordering::Release);
             }
         }
-        Ok(())
+        Ok(mismatch.map_or(Ok(()), Err))
     }
 
-    /// Waits for rank `from`'s contribution (operation `counter`) and checks its length.
+    /// Waits for rank `from`'s contribution (operation `counter`); its length.
     fn arrived(
         &self,
         w: &Waiter,
         from: usize,
         trailer: usize,
         counter: u8,
-        m: usize,
-    ) -> Result<()> {
+        kind: Kind,
+    ) -> Result<usize> {
         let flag = self.area.flag(trailer + TRAILER - 1);
         w.until(from as Rank, &|| flag.load(Ordering::Acquire) != 0)?;
         let got = flag.load(Ordering::Acquire);
@@ -149,20 +224,21 @@ impl Exchange {
                  ranks' allreduces are out of step"
             )));
         }
-        let mut len = [0u8; 4];
+        let mut head = [0u8; 5];
         // SAFETY: `from` wrote the trailer before the flag and writes it again only in the
         // operation after next.
         unsafe {
             self.area
                 .local()
-                .with_bytes(trailer, 4, |b| len.copy_from_slice(b))
+                .with_bytes(trailer, 5, |b| head.copy_from_slice(b))
         }?;
-        let len = u32::from_le_bytes(len) as usize;
-        if len != m {
+        if head[4] != kind as u8 {
             return Err(CollError::Mismatch(format!(
-                "rank {from} contributed {len} bytes, this rank {m}"
+                "rank {from} ran another collective ({}) where this rank runs {kind:?}: the \
+                 ranks' collectives are out of step",
+                head[4]
             )));
         }
-        Ok(())
+        Ok(u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize)
     }
 }

@@ -4,7 +4,7 @@
 //! in an order fixed by the ranks' ids, never by arrival: results are bitwise reproducible.
 
 pub mod degree_k;
-mod exchange;
+pub(crate) mod exchange;
 pub mod model;
 pub mod op;
 mod scatter_gather;
@@ -127,6 +127,36 @@ impl Collectives {
                 self.small(inner, acc, tree_root)?;
             }
             Ok(Ok(()))
+        })
+    }
+
+    /// Whether blocks of `lens` bytes fit the exchange slots (the same answer on every rank
+    /// when every rank passes the same lengths).
+    pub(crate) fn exchange_fits(&self, lens: impl Iterator<Item = usize>) -> bool {
+        let cap = self.cfg.allreduce_small_max;
+        lens.into_iter().all(|l| l <= cap)
+    }
+
+    /// An allgather through the exchange slots of the small allreduce: rank `r`'s block of
+    /// `lens[r]` bytes (this rank's is `mine`) handed to `take(r, block)` in rank order. One
+    /// RDMA write per peer; collective, and it breaks the communicator on failure as the other
+    /// RDMA-write collectives do.
+    pub(crate) fn exchange_blocks(
+        &self,
+        kind: exchange::Kind,
+        mine: &[u8],
+        lens: &[usize],
+        take: &mut dyn FnMut(usize, &[u8]),
+    ) -> Result<()> {
+        self.guarded(|inner| {
+            self.reduce_state(inner)?;
+            let Inner {
+                reduction, puts, ..
+            } = inner;
+            let state = reduction.as_mut().expect("set up by reduce_state");
+            state
+                .exchange
+                .exchange(&self.waiter, puts, kind, mine, &|r| lens[r], take)
         })
     }
 
