@@ -258,6 +258,13 @@ typedef struct rdc_comm rdc_comm;
 typedef struct rdc_request rdc_request;
 
 /**
+ * A reduction of the caller's: for each of the `count` elements of `datatype`,
+ * `inoutvec[i] = invec[i] op inoutvec[i]`, where `invec` holds the combination of lower ranks'
+ * contributions than `inoutvec` (as `MPI_User_function`).
+ */
+typedef void (*rdc_user_function)(const void *invec, void *inoutvec, int64_t count, int datatype);
+
+/**
  * What a receive, probe or completed request tells.
  */
 typedef struct rdc_status {
@@ -500,6 +507,19 @@ int rdc_reduce(const void *sendbuf,
  * Returns once every rank of `comm` has called it.
  */
 int rdc_barrier(const struct rdc_comm *comm);
+
+/**
+ * Makes `function` a reduction operation and sets `*op` to its handle, for any call that
+ * takes an `rdc_op`. `commute` says whether the operation is commutative; rdcoll combines in
+ * rank order either way. Free it with `rdc_op_free`.
+ */
+int rdc_op_create(rdc_user_function function, int commute, int *op);
+
+/**
+ * Frees an operation made by `rdc_op_create` and sets `*op` to -1; a predefined or freed one
+ * is `RDC_ERR_OP`.
+ */
+int rdc_op_free(int *op);
 
 /**
  * Sends `count` elements of `dt` at `buf` to `dest` with `tag` (>= 0); returns when `buf`

@@ -55,6 +55,7 @@ mod bind;
 mod blocks;
 mod collective;
 mod communicator;
+mod icollectives;
 pub mod local;
 mod nonblocking;
 mod p2p;

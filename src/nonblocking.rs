@@ -11,12 +11,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
-use bytemuck::Pod;
-use rdcoll_collectives::blocks::even_parts;
-use rdcoll_collectives::reduce::op::{check, op_reducer};
-use rdcoll_collectives::{Collectives, Element, Op};
+use rdcoll_collectives::Collectives;
 
-use crate::{Comm, Error, Rank, Result, Scope};
+use crate::{Comm, Error, Result};
 
 /// A collective's outcome, once its thread has run it.
 pub(crate) struct Pending {
@@ -56,7 +53,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-type Job = Box<dyn FnOnce(&Collectives) -> Result<()> + Send>;
+pub(crate) type Job = Box<dyn FnOnce(&Collectives) -> Result<()> + Send>;
 
 struct Queue {
     jobs: VecDeque<(Job, Arc<Pending>)>,
@@ -118,7 +115,7 @@ impl Worker {
         }
     }
 
-    fn submit(&self, job: Job) -> Arc<Pending> {
+    pub(crate) fn submit(&self, job: Job) -> Arc<Pending> {
         let pending = Pending::new();
         lock(&self.queue).jobs.push_back((job, pending.clone()));
         self.changed.notify_all();
@@ -146,8 +143,8 @@ impl Worker {
 /// A nonblocking collective in flight, borrowing its buffers for the scope it was started in.
 #[must_use = "a collective request must be waited for (or it is waited for when its scope ends)"]
 pub struct CollRequest<'scope> {
-    pending: Arc<Pending>,
-    _bufs: std::marker::PhantomData<&'scope mut ()>,
+    pub(crate) pending: Arc<Pending>,
+    pub(crate) _bufs: std::marker::PhantomData<&'scope mut ()>,
 }
 
 impl CollRequest<'_> {
@@ -168,23 +165,23 @@ impl CollRequest<'_> {
 
 /// A pointer to a caller's buffer that may go to the collective thread.
 #[derive(Clone, Copy)]
-struct Buf(*mut u8, usize);
+pub(crate) struct Buf(*mut u8, pub(crate) usize);
 // SAFETY: the buffer is the caller's, borrowed for the scope, which waits for the collective
 // before the borrow ends; only the collective thread touches it meanwhile.
 unsafe impl Send for Buf {}
 
 impl Buf {
-    fn of(b: &[u8]) -> Buf {
+    pub(crate) fn of(b: &[u8]) -> Buf {
         Buf(b.as_ptr() as *mut u8, b.len())
     }
-    fn of_mut(b: &mut [u8]) -> Buf {
+    pub(crate) fn of_mut(b: &mut [u8]) -> Buf {
         Buf(b.as_mut_ptr(), b.len())
     }
     /// A buffer lent for reading.
     ///
     /// # Safety
     /// The buffer must be alive and not written for `'a` (see `Buf`'s `Send`).
-    unsafe fn get_ref<'a>(self) -> &'a [u8] {
+    pub(crate) unsafe fn get_ref<'a>(self) -> &'a [u8] {
         if self.1 == 0 {
             return &[];
         }
@@ -194,7 +191,7 @@ impl Buf {
 
     /// # Safety
     /// The buffer must be alive and unaliased for `'a` (see `Buf`'s `Send`).
-    unsafe fn get<'a>(self) -> &'a mut [u8] {
+    pub(crate) unsafe fn get<'a>(self) -> &'a mut [u8] {
         if self.1 == 0 {
             return &mut [];
         }
@@ -205,7 +202,7 @@ impl Buf {
 
 impl Comm {
     /// This communicator's collective thread, started on first use.
-    fn worker(&self) -> Result<&Arc<Worker>> {
+    pub(crate) fn worker(&self) -> Result<&Arc<Worker>> {
         if let Some(w) = self.worker.get() {
             return Ok(w);
         }
@@ -215,117 +212,5 @@ impl Comm {
             w.stop();
         }
         Ok(self.worker.get().expect("set just above"))
-    }
-}
-
-impl<'scope> Scope<'scope, '_> {
-    fn start(&'scope self, job: Job) -> Result<CollRequest<'scope>> {
-        let pending = self.comm().worker()?.submit(job);
-        self.note_collective(pending.clone());
-        Ok(CollRequest {
-            pending,
-            _bufs: std::marker::PhantomData,
-        })
-    }
-
-    /// Starts a barrier ([`Comm::barrier`]).
-    pub fn ibarrier(&'scope self) -> Result<CollRequest<'scope>> {
-        self.start(Box::new(|c| Ok(c.barrier()?)))
-    }
-
-    /// Starts a broadcast of `buf` from `root` ([`Comm::bcast`]).
-    pub fn ibcast<T: Pod>(
-        &'scope self,
-        buf: &'scope mut [T],
-        root: Rank,
-    ) -> Result<CollRequest<'scope>> {
-        let b = Buf::of_mut(bytemuck::cast_slice_mut(buf));
-        // SAFETY (the job): `buf` is borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| Ok(c.bcast(unsafe { b.get() }, root)?)))
-    }
-
-    /// Starts an allreduce of `send` into `recv` with `op` ([`Comm::allreduce`]).
-    ///
-    /// ```
-    /// let sums = rdcoll::local::run(3, |comm| {
-    ///     let mine = vec![comm.rank() as u64; 1000];
-    ///     let mut total = vec![0u64; 1000];
-    ///     comm.scope(|s| {
-    ///         let r = s.iallreduce(&mine, &mut total, rdcoll::Op::Sum).unwrap();
-    ///         // ... compute here; the reduction goes on meanwhile ...
-    ///         r.wait().unwrap();
-    ///     });
-    ///     total[999]
-    /// })
-    /// .unwrap();
-    /// assert_eq!(sums, [3, 3, 3]);
-    /// ```
-    pub fn iallreduce<T: Element>(
-        &'scope self,
-        send: &'scope [T],
-        recv: &'scope mut [T],
-        op: Op,
-    ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
-        if send.len() != recv.len() {
-            return Err(Error::InvalidArgument(format!(
-                "send has {} elements, recv {}",
-                send.len(),
-                recv.len()
-            )));
-        }
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
-        let elem = std::mem::size_of::<T>();
-        self.start(Box::new(move |c| {
-            // SAFETY: both buffers are borrowed for 'scope, which waits for the job. The copy
-            // is the job's too: a long vector's copy is time the caller would not compute.
-            let acc = unsafe { b.get() };
-            acc.copy_from_slice(unsafe { s.get_ref() });
-            Ok(c.allreduce(acc, elem, &op_reducer::<T>(op))?)
-        }))
-    }
-
-    /// Starts an allgather ([`Comm::allgather`]).
-    pub fn iallgather<T: Pod>(
-        &'scope self,
-        send: &'scope [T],
-        recv: &'scope mut [T],
-    ) -> Result<CollRequest<'scope>> {
-        let (s, r) = (
-            Buf::of(bytemuck::cast_slice(send)),
-            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
-        );
-        let parts = even_parts(self.comm().size(), s.1);
-        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| {
-            Ok(c.allgatherv(unsafe { s.get_ref() }, unsafe { r.get() }, &parts)?)
-        }))
-    }
-
-    /// Starts an alltoall ([`Comm::alltoall`]).
-    pub fn ialltoall<T: Pod>(
-        &'scope self,
-        send: &'scope [T],
-        recv: &'scope mut [T],
-    ) -> Result<CollRequest<'scope>> {
-        let n = self.comm().size();
-        if send.len() != recv.len() || send.len() % n != 0 {
-            return Err(Error::InvalidArgument(format!(
-                "alltoall needs send and receive buffers of the same whole number of blocks for \
-                 {n} ranks ({} and {} elements)",
-                send.len(),
-                recv.len()
-            )));
-        }
-        let (s, r) = (
-            Buf::of(bytemuck::cast_slice(send)),
-            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
-        );
-        let block = s.1 / n;
-        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| {
-            Ok(c.alltoall(unsafe { s.get_ref() }, unsafe { r.get() }, block)?)
-        }))
     }
 }

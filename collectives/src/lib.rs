@@ -97,6 +97,8 @@ pub struct Collectives {
     /// Every rank on this host, and more of them than its cores (`placement::crowded_host`):
     /// the same on every rank, so it may choose what the ranks must agree on.
     crowded_host: bool,
+    /// Scratch buffers of the block collectives, kept between calls.
+    scratch: blocks::scratch::Pool,
     /// Released with a plain store, not a `Mutex`'s locked instruction, which would wait for
     /// the collective's last store into a peer's memory to land (see `SpinLock`).
     inner: SpinLock<Inner>,
@@ -161,6 +163,7 @@ impl Collectives {
             one_host,
             crowded_host,
             waiter: Waiter::new(engine, members),
+            scratch: Default::default(),
             context: context | COLLECTIVE_CONTEXT_BIT,
             cfg,
             inner: SpinLock::new(Inner {

@@ -9,6 +9,15 @@
 
 #include "check.h"
 
+/* A reduction of our own, not commutative: the first non-zero value in rank order. */
+static void first_nonzero(const void *in, void *inout, int64_t count, int dt) {
+    const int64_t *a = in;
+    int64_t *b = inout;
+    (void)dt;
+    for (int64_t i = 0; i < count; i++)
+        if (a[i] != 0) b[i] = a[i];
+}
+
 int main(void) {
     rdc_comm *world;
     int rank, size;
@@ -61,6 +70,18 @@ int main(void) {
         if (rank == root)
             EXPECT(bits == (uint8_t)((1u << (size < 8 ? size : 8)) - 1), "bitwise or %u", bits);
     }
+    /* A user-defined operation combines in rank order: rank 0 contributes 0, rank r > 0 r, so
+     * the first non-zero is rank 1's (size - 1 if the order were reversed). */
+    int op;
+    CHECK(rdc_op_create(first_nonzero, 0, &op));
+    int64_t mine64[4], out64[4];
+    for (int i = 0; i < 4; i++) mine64[i] = rank;
+    CHECK(rdc_allreduce(mine64, out64, 4, RDC_INT64, op, world));
+    for (int i = 0; i < 4; i++)
+        EXPECT(out64[i] == (size > 1 ? 1 : 0), "first non-zero %lld", (long long)out64[i]);
+    CHECK(rdc_scan(mine64, out64, 4, RDC_INT64, op, world));
+    EXPECT(out64[0] == (rank >= 1 ? 1 : 0), "scan with a user op: %lld", (long long)out64[0]);
+    CHECK(rdc_op_free(&op));
     CHECK(rdc_barrier(world));
     free(a);
     free(b);

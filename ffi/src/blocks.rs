@@ -539,6 +539,9 @@ fn refuse_overlap(send: &[u8], recv: &[u8]) -> Result<(), c_int> {
 
 /// The element size and byte-level reducer of predefined `op` on datatype `dt`.
 fn reducer_for(dt: c_int, op: c_int) -> Result<(usize, Box<Reducer<'static>>), c_int> {
+    if let Some(f) = crate::ops::user_reducer(op, dt) {
+        return Ok((dt_size(dt)?, f?));
+    }
     let op = Op::ALL
         .get(usize::try_from(op).map_err(|_| RDC_ERR_OP)?)
         .copied()

@@ -186,6 +186,16 @@ fn reduction(
     guard(|| {
         finish((|| {
             let len = byte_len(count, dt)?;
+            if let Some(f) = crate::ops::user_reducer(op, dt) {
+                let r = UserReduction {
+                    send: sendbuf,
+                    recv: recvbuf,
+                    len,
+                    elem: crate::p2p::dt_size(dt)?,
+                    root,
+                };
+                return r.run(comm_of(comm)?.as_ref(), &*f?);
+            }
             let op = op_of(op)?;
             let c = comm_of(comm)?;
             let root = root.map(|r| root_rank(&c, r)).transpose()?;
@@ -268,4 +278,54 @@ pub extern "C" fn rdc_reduce(
 #[no_mangle]
 pub extern "C" fn rdc_barrier(comm: *const rdc_comm) -> c_int {
     guard(|| finish(comm_of(comm).and_then(|c| c.barrier().map_err(|e| code_of(&e)))))
+}
+
+/// A reduction with an operation of the caller's (`rdc_op_create`), run on bytes.
+struct UserReduction {
+    send: *const c_void,
+    recv: *mut c_void,
+    len: usize,
+    elem: usize,
+    /// `None` for an allreduce.
+    root: Option<c_int>,
+}
+
+impl UserReduction {
+    fn run(self, c: &Comm, f: &rdcoll::reduce::op::Reducer<'_>) -> Result<(), c_int> {
+        let root = self.root.map(|r| root_rank(c, r)).transpose()?;
+        let at_root = root.is_none_or(|r| r == c.rank());
+        let send = contribution(self.send, self.recv, self.len, at_root)?;
+        if at_root && self.recv.is_null() && self.len > 0 {
+            return Err(RDC_ERR_NULL);
+        }
+        let code = |e: rdcoll::Error| code_of(&e);
+        let coll = c.byte_collectives().map_err(code)?;
+        // This rank's contribution: in the receive buffer where the result goes, else in an
+        // aligned copy.
+        let mut scratch = Vec::new();
+        let acc: &mut [u8] = match (send, at_root) {
+            (Contribution::InPlace, _) | (_, true) => {
+                // SAFETY: the caller's receive buffer of `len` bytes (the contract).
+                let acc = unsafe { crate::p2p::bytes_mut(self.recv, self.len)? };
+                if let Contribution::Separate(s) = send {
+                    // SAFETY: the caller's send buffer, checked not to overlap the receive one.
+                    acc.copy_from_slice(unsafe { crate::p2p::bytes(s, self.len)? });
+                }
+                acc
+            }
+            (Contribution::Separate(s), false) => {
+                scratch = vec![0u128; self.len.div_ceil(16)];
+                let acc = &mut bytemuck::cast_slice_mut::<u128, u8>(&mut scratch)[..self.len];
+                // SAFETY: the caller's send buffer of `len` bytes.
+                acc.copy_from_slice(unsafe { crate::p2p::bytes(s, self.len)? });
+                acc
+            }
+        };
+        let r = match root {
+            None => coll.allreduce(acc, self.elem, f),
+            Some(root) => coll.reduce(acc, self.elem, f, root),
+        };
+        drop(scratch);
+        r.map_err(|e| code(e.into()))
+    }
 }

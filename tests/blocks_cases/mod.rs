@@ -507,6 +507,66 @@ pub fn nonblocking(world: &Comm) -> Result<(), String> {
             return Err(format!("ring got {ring:?}"));
         }
     }
+    // The other nonblocking collectives, all in flight at once, checked against the blocking
+    // ones' results.
+    for root in 0..n as Rank {
+        let k = 5;
+        let mine: Vec<u64> = (0..n * k)
+            .map(|i| value(me, i, root as u64) as u64)
+            .collect();
+        let (mut red, mut gat, mut sca) = (vec![0u64; n * k], vec![0u64; n * n * k], vec![0u64; k]);
+        let (mut rsb, mut sc, mut ex) = (vec![0u64; k], vec![0u64; n * k], vec![0u64; n * k]);
+        world.scope(|s| -> Result<(), String> {
+            let reqs = [
+                s.ireduce(&mine, &mut red, Op::Sum, root)
+                    .map_err(e("ireduce"))?,
+                s.igather(&mine, &mut gat, root).map_err(e("igather"))?,
+                s.iscatter(&mine, &mut sca, root).map_err(e("iscatter"))?,
+                s.ireduce_scatter_block(&mine, &mut rsb, Op::Max)
+                    .map_err(e("ireduce_scatter_block"))?,
+                s.iscan(&mine, &mut sc, Op::Sum).map_err(e("iscan"))?,
+                s.iexscan(&mine, &mut ex, Op::Sum).map_err(e("iexscan"))?,
+            ];
+            for r in reqs.into_iter().rev() {
+                r.wait().map_err(e("wait"))?;
+            }
+            Ok(())
+        })?;
+        let mut want = vec![0u64; n * k];
+        if me == root as usize {
+            world
+                .reduce(&mine, &mut want, Op::Sum, root)
+                .map_err(e("reduce"))?;
+            same("ireduce", &red, &want)?;
+        } else {
+            world
+                .reduce(&mine, &mut [], Op::Sum, root)
+                .map_err(e("reduce"))?;
+        }
+        let mut want = vec![0u64; n * n * k];
+        world.gather(&mine, &mut want, root).map_err(e("gather"))?;
+        if me == root as usize {
+            same("igather", &gat, &want)?;
+        }
+        let mut want = vec![0u64; k];
+        world
+            .scatter(&mine, &mut want, root)
+            .map_err(e("scatter"))?;
+        same("iscatter", &sca, &want)?;
+        world
+            .reduce_scatter_block(&mine, &mut want, Op::Max)
+            .map_err(e("rsb"))?;
+        same("ireduce_scatter_block", &rsb, &want)?;
+        let mut want = vec![0u64; n * k];
+        world.scan(&mine, &mut want, Op::Sum).map_err(e("scan"))?;
+        same("iscan", &sc, &want)?;
+        world
+            .exscan(&mine, &mut want, Op::Sum)
+            .map_err(e("exscan"))?;
+        if me > 0 {
+            same("iexscan", &ex, &want)?;
+        }
+    }
     // A blocking collective called while a nonblocking one is still in flight runs after it.
     let mut first = [0u32];
     let mut second = [0u32];

@@ -8,33 +8,31 @@ use rdcoll_transport::Rank;
 
 use super::{block, carve, one_per_rank, others, refuse, tag, Batch};
 use crate::error::{CollError, Result};
-use crate::reduce::exchange::Kind;
 use crate::Collectives;
 
 impl Collectives {
     /// Gathers every rank's `send` (the same length everywhere) into the root's `recv`, rank
-    /// by rank. Small blocks go through the exchange slots (one RDMA write per rank to every
-    /// other: every rank sees every block, and the root keeps them); larger ones as
-    /// [`gatherv`](Collectives::gatherv).
+    /// by rank. Small blocks go through the reduction slots: every other rank writes its block
+    /// into its slot at the root (once the root has taken its previous one) and returns;
+    /// larger ones as [`gatherv`](Collectives::gatherv).
     pub fn gather(&self, send: &[u8], recv: &mut [u8], root: Rank) -> Result<()> {
         self.check_root(root)?;
         let (me, n) = (self.waiter.rank(), self.waiter.size());
         let block = send.len();
         if self.usable().is_ok() && self.exchange_fits(std::iter::once(block)) {
-            let lens = vec![block; n];
             if me != root {
-                return self.exchange_blocks(Kind::Gather, send, &lens, &mut |_, _| {});
+                return self.slots_gather(send, None, root);
             }
             if recv.len() != n * block {
-                let _ = self.exchange_blocks(Kind::Gather, send, &lens, &mut |_, _| {});
+                // Taken part in anyway, so that nobody waits and the slots stay in step.
+                let mut scratch = vec![0u8; n * block];
+                let _ = self.slots_gather(send, Some(&mut scratch), root);
                 return Err(CollError::InvalidArgument(format!(
                     "the root's receive buffer has {} bytes, not {n} blocks of {block}",
                     recv.len()
                 )));
             }
-            return self.exchange_blocks(Kind::Gather, send, &lens, &mut |r, b| {
-                recv[r * block..(r + 1) * block].copy_from_slice(b)
-            });
+            return self.slots_gather(send, Some(recv), root);
         }
         let parts = if me == root {
             super::even_parts(n, block)
@@ -45,25 +43,19 @@ impl Collectives {
     }
 
     /// Scatters the root's `send` (`size` blocks of `recv.len()` bytes, the same length
-    /// everywhere) to every rank's `recv`. Small blocks go through the exchange slots (the
-    /// root writes its whole buffer to every rank, which takes its block); larger ones as
-    /// [`scatterv`](Collectives::scatterv).
+    /// everywhere) to every rank's `recv`. Small blocks go through the reduction slots (the
+    /// root writes each rank's block into its slot there, once it has taken the previous
+    /// one); larger ones as [`scatterv`](Collectives::scatterv).
     pub fn scatter(&self, send: &[u8], recv: &mut [u8], root: Rank) -> Result<()> {
         self.check_root(root)?;
         let (me, n) = (self.waiter.rank(), self.waiter.size());
         let block = recv.len();
-        let whole = n.saturating_mul(block);
-        if self.usable().is_ok() && self.exchange_fits(std::iter::once(whole)) {
-            let lens: Vec<usize> = (0..n)
-                .map(|r| if r as Rank == root { whole } else { 0 })
-                .collect();
-            let mine: &[u8] = if me == root { send } else { &[] };
-            let at = me as usize * block;
-            return self.exchange_blocks(Kind::Scatter, mine, &lens, &mut |r, b| {
-                if r as Rank == root {
-                    recv.copy_from_slice(&b[at..at + block]);
-                }
-            });
+        if self.usable().is_ok() && self.exchange_fits(std::iter::once(block)) {
+            if me != root {
+                return self.slots_scatter(None, recv, root);
+            }
+            // A send buffer of another length still takes part (see DegreeKSlots::scatter).
+            return self.slots_scatter(Some(send), recv, root);
         }
         self.scatterv(send, &super::even_parts(n, block), recv, root)
     }

@@ -11,6 +11,7 @@ mod gather;
 mod messages;
 mod reduce_scatter;
 mod scan;
+pub(crate) mod scratch;
 
 use messages::{block, carve, one_per_rank, refuse, tag, Batch};
 

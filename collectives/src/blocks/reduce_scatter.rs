@@ -75,9 +75,9 @@ impl Collectives {
         };
         let (me, mine) = (me as usize, recv.len());
         // Every rank's contribution to this rank's block (this rank's own stays unused).
-        let mut incoming = vec![0u8; mine * n];
+        let mut incoming = self.scratch.take(mine * n);
         {
-            let blocks = carve(&mut incoming, &even_parts(n, mine))?;
+            let blocks = carve(incoming.bytes_mut(), &even_parts(n, mine))?;
             let mut batch = Batch::new(w, self.context);
             for (r, b) in blocks.into_iter().enumerate() {
                 if r != me {
@@ -93,7 +93,7 @@ impl Collectives {
             if r == me {
                 outgoing[me]
             } else {
-                &incoming[r * mine..(r + 1) * mine]
+                &incoming.bytes()[r * mine..(r + 1) * mine]
             }
         };
         recv.copy_from_slice(contribution(0));

@@ -16,23 +16,6 @@ use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
 use crate::Collectives;
 
-/// `len` bytes aligned for any element type (16 bytes).
-struct Aligned(Vec<u128>, usize);
-
-impl Aligned {
-    fn from(bytes: &[u8]) -> Aligned {
-        let mut a = Aligned(vec![0u128; bytes.len().div_ceil(16)], bytes.len());
-        a.bytes_mut().copy_from_slice(bytes);
-        a
-    }
-    fn bytes(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.0)[..self.1]
-    }
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.0)[..self.1]
-    }
-}
-
 /// The partners of rank `me` of `n`, step by step.
 fn partners(me: usize, n: usize) -> impl Iterator<Item = usize> {
     (0..usize::BITS)
@@ -119,9 +102,10 @@ impl Collectives {
             return Err(refuse(w, self.context, tag::SCAN, steps(), steps(), e));
         }
         // The combination of this rank's window so far, and what came from a partner.
-        let mut window = Aligned::from(send);
-        let mut theirs = Aligned::from(send);
-        let mut scratch = Aligned::from(send);
+        let mut window = self.scratch.take(m);
+        window.bytes_mut().copy_from_slice(send);
+        let mut theirs = self.scratch.take(m);
+        let mut scratch = self.scratch.take(m);
         // Whether `recv` holds anything yet (from the start, for the inclusive scan).
         let mut have = inclusive;
         if inclusive {

@@ -158,8 +158,7 @@ impl DegreeKSlots {
                 self.capacity()
             )));
         }
-        self.count += 1;
-        let counter = ((self.count - 1) % 255) as u8 + 1;
+        let counter = self.next_counter();
         let tree = DegreeK::new(n, k);
         let rel = tree::relative(me, root as usize, n);
         let abs = |r: usize| tree::absolute(r, root as usize, n) as Rank;
@@ -168,7 +167,14 @@ impl DegreeKSlots {
                 None => {}
                 Some(Role::Receive(from)) => {
                     for f in from {
-                        let data = self.take(w, abs(f), counter, m)?;
+                        let len = self.take(w, abs(f), counter)?;
+                        if len != m {
+                            return Err(CollError::Mismatch(format!(
+                                "rank {} contributed {len} bytes, this rank {m}",
+                                abs(f)
+                            )));
+                        }
+                        let (data, _) = self.place(abs(f), m);
                         // SAFETY: the sender writes this slot again only after the
                         // acknowledgement `release` sends once the data has been used.
                         unsafe {
@@ -180,12 +186,98 @@ impl DegreeKSlots {
                     }
                 }
                 Some(Role::Send(to)) => {
-                    self.give(w, puts, abs(to), counter, acc)?;
+                    self.give(w, puts, abs(to), counter, acc, w.rank())?;
                     break;
                 }
             }
         }
         Ok(())
+    }
+
+    /// A gather of blocks of `m` bytes through the slots (the degree-(n-1) tree's shape):
+    /// every other rank writes `mine` into its slot at `root`, once `root` has acknowledged
+    /// its previous write, and returns; `root` copies rank `r`'s block into `out[r]` in rank
+    /// order (its own from `mine`). Collective.
+    pub(crate) fn gather(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        mine: &[u8],
+        out: Option<&mut [u8]>,
+        root: Rank,
+    ) -> Result<Result<()>> {
+        let (me, n, m) = (w.rank(), w.size(), mine.len());
+        self.check_fits(m)?;
+        let counter = self.next_counter();
+        let Some(out) = out else {
+            return self.give(w, puts, root, counter, mine, me).map(Ok);
+        };
+        let mut result = Ok(());
+        for r in 0..n as Rank {
+            let block = &mut out[r as usize * m..(r as usize + 1) * m];
+            if r == me {
+                block.copy_from_slice(mine);
+                continue;
+            }
+            let got = self.take_into(w, puts, r, counter, block)?;
+            result = result.and(got);
+        }
+        Ok(result)
+    }
+
+    /// A scatter of blocks of `m` bytes through the slots: `root` writes block `r` of `send`
+    /// into its slot at every rank `r` (staged in its own slot `r`, which nobody writes while
+    /// this operation lasts), each once that rank has acknowledged the previous write; every
+    /// other rank copies its block into `recv` and acknowledges it. Collective.
+    pub(crate) fn scatter(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        root: Rank,
+    ) -> Result<Result<()>> {
+        let (me, n, m) = (w.rank(), w.size(), recv.len());
+        self.check_fits(m)?;
+        let counter = self.next_counter();
+        let Some(send) = send else {
+            return self.take_into(w, puts, root, counter, recv);
+        };
+        // A send buffer of another length than `n` blocks: every rank gets an empty block
+        // (and a `Mismatch`), the root an error.
+        let whole = send.len() == n * m;
+        for i in 1..n {
+            let r = ((me as usize + i) % n) as Rank;
+            let block = match whole {
+                true => &send[r as usize * m..(r as usize + 1) * m],
+                false => &[],
+            };
+            self.give(w, puts, r, counter, block, r)?;
+        }
+        if !whole {
+            return Ok(Err(CollError::InvalidArgument(format!(
+                "the root's send buffer has {} bytes, not {n} blocks of {m}",
+                send.len()
+            ))));
+        }
+        recv.copy_from_slice(&send[me as usize * m..(me as usize + 1) * m]);
+        Ok(Ok(()))
+    }
+
+    fn check_fits(&self, m: usize) -> Result<()> {
+        if m > self.capacity() {
+            return Err(CollError::InvalidArgument(format!(
+                "{m} bytes exceed the {}-byte reduction slots",
+                self.capacity()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The next operation's counter byte (every rank counts every operation).
+    fn next_counter(&mut self) -> u8 {
+        self.count += 1;
+        ((self.count - 1) % 255) as u8 + 1
     }
 
     /// Where `sender`'s data of `m` bytes sits in a slot, and where its trailer starts.
@@ -194,10 +286,10 @@ impl DegreeKSlots {
         (trailer - m, trailer)
     }
 
-    /// Waits for `from`'s partial result (operation `counter`) of `m` bytes; returns where
-    /// its data starts. [`release`](DegreeKSlots::release) the slot once it has been used.
-    fn take(&self, w: &Waiter, from: Rank, counter: u8, m: usize) -> Result<usize> {
-        let (data, trailer) = self.place(from, m);
+    /// Waits for `from`'s data of operation `counter`; returns its length (it sits at
+    /// `place(from, len)`). [`release`](DegreeKSlots::release) the slot once it has been used.
+    fn take(&self, w: &Waiter, from: Rank, counter: u8) -> Result<usize> {
+        let (_, trailer) = self.place(from, 0);
         let flag = self.area.flag(trailer + TRAILER - 1);
         w.until(from, &|| flag.load(Ordering::Acquire) != 0)?;
         let got = flag.load(Ordering::Acquire);
@@ -209,13 +301,37 @@ impl DegreeKSlots {
         }
         let mut len = [0u8; 4];
         self.area.local().read(trailer, &mut len)?;
-        let len = u32::from_le_bytes(len) as usize;
-        if len != m {
-            return Err(CollError::Mismatch(format!(
-                "rank {from} contributed {len} bytes, this rank {m}"
-            )));
-        }
-        Ok(data)
+        Ok(u32::from_le_bytes(len) as usize)
+    }
+
+    /// Copies `from`'s data of operation `counter` into `into` if it is as long, and releases
+    /// the slot either way: another length is the inner `Mismatch` (the slots stay in step).
+    fn take_into(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        from: Rank,
+        counter: u8,
+        into: &mut [u8],
+    ) -> Result<Result<()>> {
+        let m = into.len();
+        let len = self.take(w, from, counter)?;
+        let got = if len == m {
+            let (data, _) = self.place(from, m);
+            // SAFETY: `from` writes this slot again only after `release` acknowledges it.
+            unsafe {
+                self.area
+                    .local()
+                    .with_bytes(data, m, |part| into.copy_from_slice(part))
+            }?;
+            Ok(())
+        } else {
+            Err(CollError::Mismatch(format!(
+                "rank {from} sent {len} bytes where {m} were expected"
+            )))
+        };
+        self.release(w, puts, from, len);
+        Ok(got)
     }
 
     /// Empties `from`'s slot and tells `from` it may write there again.
@@ -232,8 +348,9 @@ impl DegreeKSlots {
         puts.notify(w, self.area.local(), at, *c);
     }
 
-    /// Writes this rank's partial result to `to` (operation `counter`), once `to` has
-    /// consumed the previous one.
+    /// Writes `acc` into `to`'s slot for this rank (operation `counter`), once `to` has
+    /// consumed the previous one, staged in this rank's own slot `stage` (its own, which
+    /// nobody else writes, or one whose writer writes nothing while this operation lasts).
     fn give(
         &mut self,
         w: &Waiter,
@@ -241,19 +358,28 @@ impl DegreeKSlots {
         to: Rank,
         counter: u8,
         acc: &[u8],
+        stage: Rank,
     ) -> Result<()> {
         let before = self.written[to as usize];
         let ack = self.area.flag(self.acks + to as usize);
         // At most one write is ever unacknowledged, so the byte comparison is exact.
         w.until(to, &|| ack.load(Ordering::Acquire) == before)?;
         let me = w.rank();
-        // The source: this rank's own slot (nobody else writes it), laid out as the target's.
-        let (data, trailer) = self.place(me, acc.len());
+        // Laid out as the target's slot for this rank.
+        let (source, trailer) = self.place(stage, acc.len());
+        let (data, _) = self.place(me, acc.len());
         let local = self.area.local();
-        local.write(data, acc)?;
+        local.write(source, acc)?;
         local.write(trailer, &(acc.len() as u32).to_le_bytes())?;
         let span = acc.len() + TRAILER - 1;
-        puts.put(w, local, data, span, self.area.at(to, data), Some(counter))?;
+        puts.put(
+            w,
+            local,
+            source,
+            span,
+            self.area.at(to, data),
+            Some(counter),
+        )?;
         self.written[to as usize] = before.wrapping_add(1);
         Ok(())
     }

@@ -32,8 +32,6 @@ const TRAILER: usize = 8;
 pub(crate) enum Kind {
     Allreduce = 1,
     Allgather,
-    Gather,
-    Scatter,
     Alltoall,
     ReduceScatter,
     Scan,

@@ -160,6 +160,42 @@ impl Collectives {
         })
     }
 
+    /// A gather of small blocks through the reduction slots (`out`: the root's receive buffer,
+    /// `None` elsewhere): the other ranks write and return; see `DegreeKSlots::gather`.
+    pub(crate) fn slots_gather(
+        &self,
+        mine: &[u8],
+        out: Option<&mut [u8]>,
+        root: Rank,
+    ) -> Result<()> {
+        self.guarded(|inner| {
+            self.reduce_state(inner)?;
+            let Inner {
+                reduction, puts, ..
+            } = inner;
+            let state = reduction.as_mut().expect("set up by reduce_state");
+            state.slots.gather(&self.waiter, puts, mine, out, root)
+        })
+    }
+
+    /// A scatter of small blocks through the reduction slots (`send`: the root's buffer,
+    /// `None` elsewhere); see `DegreeKSlots::scatter`.
+    pub(crate) fn slots_scatter(
+        &self,
+        send: Option<&[u8]>,
+        recv: &mut [u8],
+        root: Rank,
+    ) -> Result<()> {
+        self.guarded(|inner| {
+            self.reduce_state(inner)?;
+            let Inner {
+                reduction, puts, ..
+            } = inner;
+            let state = reduction.as_mut().expect("set up by reduce_state");
+            state.slots.scatter(&self.waiter, puts, send, recv, root)
+        })
+    }
+
     /// Sets up the slots and agrees on rank 0's model (collective, once).
     fn reduce_state<'a>(&self, inner: &'a mut Inner) -> Result<&'a mut ReduceState> {
         if inner.reduction.is_none() {

@@ -272,6 +272,31 @@ static void collectives(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_COMM, rdc_barrier(BOGUS_COMM));
 }
 
+static void keep_first(const void *in, void *inout, int64_t count, int dt) {
+    (void)in;
+    (void)inout;
+    (void)count;
+    (void)dt;
+}
+
+static void user_ops(rdc_comm *world) {
+    int op = -7, freed;
+    int32_t a = 1, b = 0;
+    RC(RDC_ERR_NULL, rdc_op_create(NULL, 1, &op));
+    RC(RDC_ERR_NULL, rdc_op_create(keep_first, 1, NULL));
+    RC(RDC_SUCCESS, rdc_op_create(keep_first, 0, &op));
+    freed = op;
+    RC(RDC_ERR_DATATYPE, rdc_allreduce(&a, &b, 1, 99, op, world));
+    RC(RDC_SUCCESS, rdc_op_free(&op));
+    EXPECT(op == -1, "a freed op is reset");
+    RC(RDC_ERR_OP, rdc_op_free(&freed));
+    RC(RDC_ERR_OP, rdc_allreduce(&a, &b, 1, RDC_INT32, freed, world));
+    RC(RDC_ERR_OP, rdc_scan(&a, &b, 1, RDC_INT32, freed, world));
+    int builtin = RDC_SUM;
+    RC(RDC_ERR_OP, rdc_op_free(&builtin));
+    RC(RDC_ERR_NULL, rdc_op_free(NULL));
+}
+
 static void block_collectives(rdc_comm *world, int rank, int size) {
     int32_t a[64] = {0}, b[64] = {0};
     int64_t counts[64], displs[64], bad[64];
@@ -370,6 +395,7 @@ int main(void) {
     point_to_point(world, rank, size);
     collectives(world, rank, size);
     block_collectives(world, rank, size);
+    user_ops(world);
     still_works(world, rank, size);
     CHECK(rdc_finalize());
     after_finalize(world);

@@ -1,0 +1,251 @@
+//! The nonblocking collectives a [`Scope`] starts: each returns a [`CollRequest`] that
+//! borrows its buffers until the scope ends, and runs on the communicator's collective thread
+//! (`nonblocking.rs`).
+
+use bytemuck::Pod;
+use rdcoll_collectives::blocks::even_parts;
+use rdcoll_collectives::reduce::op::{check, op_reducer};
+use rdcoll_collectives::{Element, Op};
+
+use crate::nonblocking::{Buf, CollRequest, Job};
+use crate::{Error, Rank, Result, Scope};
+
+impl<'scope> Scope<'scope, '_> {
+    fn start(&'scope self, job: Job) -> Result<CollRequest<'scope>> {
+        let pending = self.comm().worker()?.submit(job);
+        self.note_collective(pending.clone());
+        Ok(CollRequest {
+            pending,
+            _bufs: std::marker::PhantomData,
+        })
+    }
+
+    /// Starts a barrier ([`Comm::barrier`]).
+    pub fn ibarrier(&'scope self) -> Result<CollRequest<'scope>> {
+        self.start(Box::new(|c| Ok(c.barrier()?)))
+    }
+
+    /// Starts a broadcast of `buf` from `root` ([`Comm::bcast`]).
+    pub fn ibcast<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        let b = Buf::of_mut(bytemuck::cast_slice_mut(buf));
+        // SAFETY (the job): `buf` is borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| Ok(c.bcast(unsafe { b.get() }, root)?)))
+    }
+
+    /// Starts an allreduce of `send` into `recv` with `op` ([`Comm::allreduce`]).
+    ///
+    /// ```
+    /// let sums = rdcoll::local::run(3, |comm| {
+    ///     let mine = vec![comm.rank() as u64; 1000];
+    ///     let mut total = vec![0u64; 1000];
+    ///     comm.scope(|s| {
+    ///         let r = s.iallreduce(&mine, &mut total, rdcoll::Op::Sum).unwrap();
+    ///         // ... compute here; the reduction goes on meanwhile ...
+    ///         r.wait().unwrap();
+    ///     });
+    ///     total[999]
+    /// })
+    /// .unwrap();
+    /// assert_eq!(sums, [3, 3, 3]);
+    /// ```
+    pub fn iallreduce<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+    ) -> Result<CollRequest<'scope>> {
+        check::<T>(op)?;
+        if send.len() != recv.len() {
+            return Err(Error::InvalidArgument(format!(
+                "send has {} elements, recv {}",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        let elem = std::mem::size_of::<T>();
+        self.start(Box::new(move |c| {
+            // SAFETY: both buffers are borrowed for 'scope, which waits for the job. The copy
+            // is the job's too: a long vector's copy is time the caller would not compute.
+            let acc = unsafe { b.get() };
+            acc.copy_from_slice(unsafe { s.get_ref() });
+            Ok(c.allreduce(acc, elem, &op_reducer::<T>(op))?)
+        }))
+    }
+
+    /// Starts an allgather ([`Comm::allgather`]).
+    pub fn iallgather<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+    ) -> Result<CollRequest<'scope>> {
+        let (s, r) = (
+            Buf::of(bytemuck::cast_slice(send)),
+            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
+        );
+        let parts = even_parts(self.comm().size(), s.1);
+        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| {
+            Ok(c.allgatherv(unsafe { s.get_ref() }, unsafe { r.get() }, &parts)?)
+        }))
+    }
+
+    /// Starts an alltoall ([`Comm::alltoall`]).
+    pub fn ialltoall<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+    ) -> Result<CollRequest<'scope>> {
+        let n = self.comm().size();
+        if send.len() != recv.len() || send.len() % n != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "alltoall needs send and receive buffers of the same whole number of blocks for \
+                 {n} ranks ({} and {} elements)",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let (s, r) = (
+            Buf::of(bytemuck::cast_slice(send)),
+            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
+        );
+        let block = s.1 / n;
+        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| {
+            Ok(c.alltoall(unsafe { s.get_ref() }, unsafe { r.get() }, block)?)
+        }))
+    }
+
+    /// Starts a reduce of `send` into `root`'s `recv` with `op` ([`Comm::reduce`]; `recv`
+    /// matters at the root only).
+    pub fn ireduce<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        check::<T>(op)?;
+        let at_root = self.comm().rank() == root;
+        if at_root && send.len() != recv.len() {
+            return Err(Error::InvalidArgument(format!(
+                "send has {} elements, recv {}",
+                send.len(),
+                recv.len()
+            )));
+        }
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        let elem = std::mem::size_of::<T>();
+        self.start(Box::new(move |c| {
+            // SAFETY: both buffers are borrowed for 'scope, which waits for the job.
+            let send = unsafe { s.get_ref() };
+            let f = op_reducer::<T>(op);
+            if at_root {
+                let acc = unsafe { b.get() };
+                acc.copy_from_slice(send);
+                return Ok(c.reduce(acc, elem, &f, root)?);
+            }
+            // Elsewhere the tree combines into a copy of this rank's contribution, aligned
+            // for `T`.
+            let mut scratch: Vec<T> = bytemuck::cast_slice::<u8, T>(send).to_vec();
+            Ok(c.reduce(bytemuck::cast_slice_mut(&mut scratch), elem, &f, root)?)
+        }))
+    }
+
+    /// Starts a gather ([`Comm::gather`]; `recv` matters at the root only).
+    pub fn igather<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| {
+            Ok(c.gather(unsafe { s.get_ref() }, unsafe { r.get() }, root)?)
+        }))
+    }
+
+    /// Starts a scatter ([`Comm::scatter`]; `send` matters at the root only).
+    pub fn iscatter<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
+        self.start(Box::new(move |c| {
+            Ok(c.scatter(unsafe { s.get_ref() }, unsafe { r.get() }, root)?)
+        }))
+    }
+
+    /// Starts a reduce_scatter_block ([`Comm::reduce_scatter_block`]).
+    pub fn ireduce_scatter_block<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+    ) -> Result<CollRequest<'scope>> {
+        check::<T>(op)?;
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        let elem = std::mem::size_of::<T>();
+        self.start(Box::new(move |c| {
+            // SAFETY: both buffers are borrowed for 'scope, which waits for the job.
+            let (send, recv) = unsafe { (s.get_ref(), r.get()) };
+            Ok(c.reduce_scatter_block(send, recv, elem, &op_reducer::<T>(op))?)
+        }))
+    }
+
+    /// Starts an inclusive scan ([`Comm::scan`]).
+    pub fn iscan<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+    ) -> Result<CollRequest<'scope>> {
+        self.prefix(send, recv, op, true)
+    }
+
+    /// Starts an exclusive scan ([`Comm::exscan`]).
+    pub fn iexscan<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+    ) -> Result<CollRequest<'scope>> {
+        self.prefix(send, recv, op, false)
+    }
+
+    fn prefix<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        op: Op,
+        inclusive: bool,
+    ) -> Result<CollRequest<'scope>> {
+        check::<T>(op)?;
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        let elem = std::mem::size_of::<T>();
+        self.start(Box::new(move |c| {
+            // SAFETY: both buffers are borrowed for 'scope, which waits for the job.
+            let (send, recv) = unsafe { (s.get_ref(), r.get()) };
+            let f = op_reducer::<T>(op);
+            match inclusive {
+                true => c.scan(send, recv, elem, &f)?,
+                false => c.exscan(send, recv, elem, &f)?,
+            }
+            Ok(())
+        }))
+    }
+}
