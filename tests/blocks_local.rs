@@ -17,6 +17,8 @@ fn long_blocks_go_by_rendezvous() {
     for n in [2, 3, 5] {
         local_ranks::run(n, |c| blocks_cases::every_collective(c, &[20_000]));
     }
+    // Past the chain's eight ranks: the recursive-doubling scan.
+    local_ranks::run(9, |c| blocks_cases::every_collective(c, &[5_000]));
     local_ranks::run(4, |c| blocks_cases::large(c, 16 << 20));
 }
 

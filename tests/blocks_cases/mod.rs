@@ -289,6 +289,16 @@ pub fn wrong_arguments(c: &Comm) -> Result<(), String> {
     if me == last && r.is_ok() {
         return Err("a scan into a short buffer succeeded".into());
     }
+    // A long scan where rank 1's receive buffer is short: it fails, the ranks after it get a
+    // Mismatch, the ranks before it their results.
+    let mine = vec![1u64; 10_000];
+    let mut out = vec![0u64; if me == 1 { 9_999 } else { 10_000 }];
+    match (me, c.scan(&mine, &mut out, Op::Sum)) {
+        (0, Ok(())) if out[0] == 1 => {}
+        (1.., Err(_)) if n <= 8 => {}
+        (_, _) if n > 8 => {}
+        (_, other) => return Err(format!("long scan with rank 1's short buffer: {other:?}")),
+    }
     // Afterwards everything is in step again.
     every_collective(c, &[3])
 }

@@ -1,6 +1,7 @@
 //! Inclusive and exclusive prefix reductions. Small vectors: every rank's to every rank
 //! through the exchange slots, folded in rank order (`x0 op x1 op ... op x(me)`). Larger ones
-//! by recursive doubling (MPICH's algorithm): in
+//! along the chain of ranks up to `CHAIN_MAX` ranks, beyond by recursive doubling (MPICH's
+//! algorithm): in
 //! step `s` each rank swaps the combination of its current window of `2^s` ranks with rank
 //! `me ^ 2^s`, and folds what came from below into its result. `ceil(log2 n)` steps; the
 //! bracketing depends only on the ranks' ids, so the result is the same in every run, and a
@@ -25,7 +26,70 @@ fn partners(me: usize, n: usize) -> impl Iterator<Item = usize> {
         .filter(move |&p| p < n)
 }
 
+/// Up to this many ranks, large scans go along the chain of ranks (`n - 1` transfers one
+/// after another, one combination each, no copies); beyond, by recursive doubling
+/// (`log2 n` steps, each moving the whole vector both ways and combining twice).
+const CHAIN_MAX: usize = 8;
+
 impl Collectives {
+    /// The chain: rank `r` receives the combination of ranks `0..r` from rank `r - 1` straight
+    /// into `recv`, folds its own vector in (the received one on the left: rank order) and
+    /// passes it on. A rank whose part failed (`checked`, or what came from the left) passes an
+    /// empty message on, so the ranks after it fail too instead of waiting.
+    fn chain(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        reduce: &Reducer<'_>,
+        inclusive: bool,
+        checked: Result<()>,
+    ) -> Result<()> {
+        let w = &self.waiter;
+        let (me, n) = (w.rank() as usize, w.size());
+        let mut result = checked;
+        if me > 0 {
+            // Received even by a rank whose own part failed: nothing stays queued.
+            let mut scratch;
+            let into: &mut [u8] = if result.is_ok() {
+                recv
+            } else {
+                scratch = self.scratch.take(send.len());
+                scratch.bytes_mut()
+            };
+            let mut batch = Batch::new(w, self.context);
+            batch.recv(into, (me - 1) as Rank, tag::SCAN);
+            result = result.and(batch.finish());
+        }
+        // What goes to the right: the combination of ranks `0..=me`.
+        let mut staged = None;
+        let onward: &[u8] = match (&result, inclusive, me) {
+            (Err(_), _, _) => &[],
+            (Ok(()), true, 0) => {
+                recv.copy_from_slice(send);
+                recv
+            }
+            (Ok(()), true, _) => {
+                reduce(recv, send);
+                recv
+            }
+            (Ok(()), false, 0) => send,
+            (Ok(()), false, _) if me + 1 < n => {
+                let mut t = self.scratch.take(send.len());
+                t.bytes_mut().copy_from_slice(recv);
+                reduce(t.bytes_mut(), send);
+                staged.insert(t).bytes()
+            }
+            (Ok(()), false, _) => &[],
+        };
+        if me + 1 < n {
+            let mut batch = Batch::new(w, self.context);
+            batch.send(onward, (me + 1) as Rank, tag::SCAN);
+            let sent = batch.finish();
+            result = result.and(sent);
+        }
+        result
+    }
+
     /// Rank `r`'s `recv` becomes `send(0) op send(1) op ... op send(r)`, element-wise.
     /// `recv` is aligned for the element type and as long as `send`.
     pub fn scan(
@@ -97,6 +161,9 @@ impl Collectives {
             }
             Ok(())
         });
+        if n <= CHAIN_MAX {
+            return self.chain(send, recv, reduce, inclusive, checked);
+        }
         if let Err(e) = checked {
             let steps = || partners(me, n).map(|p| p as Rank);
             return Err(refuse(w, self.context, tag::SCAN, steps(), steps(), e));
