@@ -73,7 +73,8 @@ impl Exchange {
         (trailer - m, trailer)
     }
 
-    /// Every rank's `acc` combined in ascending rank order, into every rank's `acc`.
+    /// Every rank's `acc` combined in ascending rank order, into every rank's `acc`. Written
+    /// out rather than through `exchange`: this is the small allreduce's latency path.
     pub(crate) fn allreduce(
         &mut self,
         w: &Waiter,
@@ -81,16 +82,68 @@ impl Exchange {
         acc: &mut [u8],
         reduce: &Reducer<'_>,
     ) -> Result<()> {
+        let me = w.rank() as usize;
         let m = acc.len();
-        let op = self.publish(w, puts, Kind::Allreduce, acc, &|_| m)?;
-        // Ranks that disagree on the length break the communicator, as for the other paths.
-        self.collect(w, op, &|_| m, &mut |r, part| {
-            if r == 0 {
-                acc.copy_from_slice(part);
-            } else {
-                reduce(acc, part);
+        if m > self.capacity() {
+            return Err(CollError::InvalidArgument(format!(
+                "{m} bytes exceed the {}-byte exchange slots",
+                self.capacity()
+            )));
+        }
+        let set = (self.count % 2) as usize;
+        self.count += 1;
+        let counter = ((self.count - 1) % 255) as u8 + 1;
+        // This rank's contribution, laid out in its own slot (nobody else writes it): the
+        // source of its writes, and its operand at its own place in the order.
+        let (data, _) = self.place(set, me, m);
+        let local = self.area.local();
+        if puts.issued > 0 {
+            w.puts_done(puts.ct, self.issued[set])?;
+        }
+        // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
+        // in flight (the last one of this set is complete, just above).
+        unsafe {
+            local.with_bytes_mut(data, m + TRAILER - 1, |out| {
+                out[..m].copy_from_slice(acc);
+                out[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
+                out[m + 4] = Kind::Allreduce as u8;
+            })
+        }?;
+        for r in (0..self.n).filter(|&r| r != me) {
+            puts.put(
+                w,
+                local,
+                data,
+                m + TRAILER - 1,
+                self.area.at(r as Rank, data),
+                Some(counter),
+            )?;
+        }
+        self.issued[set] = puts.issued;
+        for r in 0..self.n {
+            let (at, trailer) = self.place(set, r, m);
+            if r != me {
+                self.arrived_exact(w, r, trailer, counter, m)?;
             }
-        })?
+            // SAFETY: slot `r` of this set is not written again before this rank has finished
+            // this operation (see the module's comment), and this rank's own slot is written
+            // only by this rank.
+            unsafe {
+                local.with_bytes(at, m, |part| {
+                    if r == 0 {
+                        acc.copy_from_slice(part);
+                    } else {
+                        reduce(acc, part);
+                    }
+                })
+            }?;
+            if r != me {
+                self.area
+                    .flag(trailer + TRAILER - 1)
+                    .store(0, Ordering::Release);
+            }
+        }
+        Ok(())
     }
 
     /// Every rank's `mine` (rank `r`'s `lens(r)` bytes, each within the slots' capacity)
@@ -113,13 +166,14 @@ impl Exchange {
 
     /// Writes `mine` into every other rank's slot for this rank; the operation's slot set,
     /// counter and this rank's length.
+    #[inline]
     fn publish(
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
         kind: Kind,
         mine: &[u8],
-        lens: &dyn Fn(usize) -> usize,
+        lens: impl Fn(usize) -> usize,
     ) -> Result<(usize, u8, usize, Kind)> {
         let me = w.rank() as usize;
         let m = mine.len();
@@ -165,12 +219,13 @@ impl Exchange {
 
     /// Hands every rank's data of operation `(set, counter)` to `take`, in rank order, as it
     /// arrives.
+    #[inline]
     fn collect(
         &self,
         w: &Waiter,
         (set, counter, m, kind): (usize, u8, usize, Kind),
-        lens: &dyn Fn(usize) -> usize,
-        take: &mut dyn FnMut(usize, &[u8]),
+        lens: impl Fn(usize) -> usize,
+        mut take: impl FnMut(usize, &[u8]),
     ) -> Result<Result<()>> {
         let me = w.rank() as usize;
         let local = self.area.local();
@@ -238,5 +293,40 @@ impl Exchange {
             )));
         }
         Ok(u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize)
+    }
+
+    /// Waits for rank `from`'s contribution (operation `counter`) and checks its length.
+    fn arrived_exact(
+        &self,
+        w: &Waiter,
+        from: usize,
+        trailer: usize,
+        counter: u8,
+        m: usize,
+    ) -> Result<()> {
+        let flag = self.area.flag(trailer + TRAILER - 1);
+        w.until(from as Rank, &|| flag.load(Ordering::Acquire) != 0)?;
+        let got = flag.load(Ordering::Acquire);
+        if got != counter {
+            return Err(CollError::Mismatch(format!(
+                "rank {from}'s contribution carries operation {got}, expected {counter}: the \
+                 ranks' allreduces are out of step"
+            )));
+        }
+        let mut len = [0u8; 4];
+        // SAFETY: `from` wrote the trailer before the flag and writes it again only in the
+        // operation after next.
+        unsafe {
+            self.area
+                .local()
+                .with_bytes(trailer, 4, |b| len.copy_from_slice(b))
+        }?;
+        let len = u32::from_le_bytes(len) as usize;
+        if len != m {
+            return Err(CollError::Mismatch(format!(
+                "rank {from} contributed {len} bytes, this rank {m}"
+            )));
+        }
+        Ok(())
     }
 }
