@@ -137,10 +137,24 @@ impl Collectives {
         lens.into_iter().all(|l| l <= cap)
     }
 
+    /// Runs `f` on the reduction state (set up if need be) and the communicator's puts, as a
+    /// guarded collective step: its outer error breaks the communicator, its inner one not.
+    fn with_reduction<T>(
+        &self,
+        f: impl FnOnce(&mut ReduceState, &mut crate::Puts) -> Result<Result<T>>,
+    ) -> Result<T> {
+        self.guarded(|inner| {
+            self.reduce_state(inner)?;
+            let Inner {
+                reduction, puts, ..
+            } = inner;
+            f(reduction.as_mut().expect("set up by reduce_state"), puts)
+        })
+    }
+
     /// An allgather through the exchange slots of the small allreduce: rank `r`'s block of
     /// `lens[r]` bytes (this rank's is `mine`) handed to `take(r, block)` in rank order. One
-    /// RDMA write per peer; collective, and it breaks the communicator on failure as the other
-    /// RDMA-write collectives do.
+    /// RDMA write per peer; collective.
     pub(crate) fn exchange_blocks(
         &self,
         kind: exchange::Kind,
@@ -148,12 +162,7 @@ impl Collectives {
         lens: &[usize],
         take: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<()> {
-        self.guarded(|inner| {
-            self.reduce_state(inner)?;
-            let Inner {
-                reduction, puts, ..
-            } = inner;
-            let state = reduction.as_mut().expect("set up by reduce_state");
+        self.with_reduction(|state, puts| {
             state
                 .exchange
                 .exchange(&self.waiter, puts, kind, mine, &|r| lens[r], take)
@@ -168,14 +177,7 @@ impl Collectives {
         out: Option<&mut [u8]>,
         root: Rank,
     ) -> Result<()> {
-        self.guarded(|inner| {
-            self.reduce_state(inner)?;
-            let Inner {
-                reduction, puts, ..
-            } = inner;
-            let state = reduction.as_mut().expect("set up by reduce_state");
-            state.slots.gather(&self.waiter, puts, mine, out, root)
-        })
+        self.with_reduction(|state, puts| state.slots.gather(&self.waiter, puts, mine, out, root))
     }
 
     /// A scatter of small blocks through the reduction slots (`send`: the root's buffer,
@@ -186,14 +188,7 @@ impl Collectives {
         recv: &mut [u8],
         root: Rank,
     ) -> Result<()> {
-        self.guarded(|inner| {
-            self.reduce_state(inner)?;
-            let Inner {
-                reduction, puts, ..
-            } = inner;
-            let state = reduction.as_mut().expect("set up by reduce_state");
-            state.slots.scatter(&self.waiter, puts, send, recv, root)
-        })
+        self.with_reduction(|state, puts| state.slots.scatter(&self.waiter, puts, send, recv, root))
     }
 
     /// Sets up the slots and agrees on rank 0's model (collective, once).
