@@ -62,6 +62,27 @@ pub fn splits(world: &Comm) -> Result<(), String> {
         return Err(format!("split bcast: {v:?}"));
     }
     a.barrier().map_err(e("split barrier"))?;
+    // The large paths on the split: a 1 MiB broadcast (shared staging on one host, RDMC
+    // elsewhere) and a 64 Ki-element allreduce (reduce-scatter + allgather).
+    let mut big = if ar == 0 {
+        vec![7u8; 1 << 20]
+    } else {
+        vec![0u8; 1 << 20]
+    };
+    a.bcast(&mut big, 0).map_err(e("split large bcast"))?;
+    if big.iter().any(|&b| b != 7) {
+        return Err("split large bcast: wrong bytes".into());
+    }
+    let mut total = vec![0u64; 1 << 16];
+    a.allreduce(&vec![me as u64; 1 << 16], &mut total, Op::Sum)
+        .map_err(e("split large allreduce"))?;
+    let want: u64 = members.iter().map(|&r| r as u64).sum();
+    if total.iter().any(|&t| t != want) {
+        return Err(format!(
+            "split large allreduce: {} expected {want}",
+            total[0]
+        ));
+    }
     every_collective(&a, &[0, 5])?;
     // A second split at once: halves. Collectives on both interleave.
     let b = world
