@@ -1,5 +1,5 @@
 //! Resource limits that must recycle or fail cleanly, never wedge a rank: communicator
-//! context ids (dup / drop far past the 32,767 ids).
+//! context ids (dup / drop far past the 16,383 ids of whole-job duplicates).
 
 use rdcoll::{Comm, Error};
 
