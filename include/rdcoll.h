@@ -509,6 +509,35 @@ int rdc_reduce(const void *sendbuf,
 int rdc_barrier(const struct rdc_comm *comm);
 
 /**
+ * Starts a barrier on `comm`; `*req` names it.
+ */
+int rdc_ibarrier(const struct rdc_comm *comm, struct rdc_request **req);
+
+/**
+ * Starts a broadcast of `count` elements of `dt` at `buf` from `root`; `buf` must stay valid
+ * and untouched until the request completes.
+ */
+int rdc_ibcast(void *buf,
+               int64_t count,
+               int dt,
+               int root,
+               const struct rdc_comm *comm,
+               struct rdc_request **req);
+
+/**
+ * Starts an allreduce of `count` elements of `dt` with `op` (a predefined one) from
+ * `sendbuf` (or `RDC_IN_PLACE`) into `recvbuf`; both must stay valid (and `recvbuf`
+ * untouched) until the request completes, and be aligned for `dt`.
+ */
+int rdc_iallreduce(const void *sendbuf,
+                   void *recvbuf,
+                   int64_t count,
+                   int dt,
+                   int op,
+                   const struct rdc_comm *comm,
+                   struct rdc_request **req);
+
+/**
  * Makes `function` a reduction operation and sets `*op` to its handle, for any call that
  * takes an `rdc_op`. `commute` says whether the operation is commutative; rdcoll combines in
  * rank order either way. Free it with `rdc_op_free`.

@@ -60,6 +60,7 @@ pub mod local;
 mod nonblocking;
 mod p2p;
 mod raw;
+mod raw_collectives;
 mod request;
 
 use std::sync::{Arc, OnceLock};

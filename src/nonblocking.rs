@@ -34,7 +34,7 @@ impl Pending {
         self.done.notify_all();
     }
 
-    fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         lock(&self.result).is_some()
     }
 

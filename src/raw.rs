@@ -26,6 +26,8 @@ enum RawState {
     Complete(Status),
     /// Its result was delivered.
     Delivered,
+    /// A nonblocking collective on the communicator's collective thread.
+    Collective(Arc<crate::nonblocking::Pending>),
 }
 
 impl Comm {
@@ -92,6 +94,7 @@ impl RawRequest {
             },
             RawState::Complete(status) => Ok(status),
             RawState::Delivered => Err(already_completed()),
+            RawState::Collective(p) => p.wait().map(|()| Status::from_proc_null()),
         }
     }
 
@@ -102,6 +105,13 @@ impl RawRequest {
             RawState::InFlight(id) => id,
             RawState::Complete(status) => return Ok(Some(status)),
             RawState::Delivered => return Err(already_completed()),
+            RawState::Collective(p) if p.is_done() => {
+                return p.wait().map(|()| Some(Status::from_proc_null()))
+            }
+            RawState::Collective(p) => {
+                self.state = RawState::Collective(p);
+                return Ok(None);
+            }
         };
         match self.engine.test(id) {
             Ok(None) => {
@@ -137,7 +147,7 @@ impl RawRequest {
     pub fn cancel(&mut self) -> Result<bool> {
         match self.state {
             RawState::InFlight(id) => Ok(self.engine.cancel(id)?),
-            RawState::Complete(_) | RawState::Delivered => Ok(false),
+            RawState::Complete(_) | RawState::Delivered | RawState::Collective(_) => Ok(false),
         }
     }
 
@@ -153,10 +163,27 @@ fn already_completed() -> crate::Error {
 
 impl Drop for RawRequest {
     fn drop(&mut self) {
-        if let RawState::InFlight(id) = self.state {
-            if let Err(e) = self.engine.wait(id) {
-                tracing::warn!("a request dropped unfinished failed: {e}");
-            }
+        let result = match &self.state {
+            RawState::InFlight(id) => self.engine.wait(*id).map(drop).map_err(Into::into),
+            RawState::Collective(p) => p.wait(),
+            _ => Ok(()),
+        };
+        if let Err(e) = result {
+            tracing::warn!("a request dropped unfinished failed: {e}");
+        }
+    }
+}
+
+impl RawRequest {
+    /// A request for a nonblocking collective already handed to the collective thread.
+    pub(crate) fn collective(
+        engine: Arc<Engine>,
+        pending: Arc<crate::nonblocking::Pending>,
+    ) -> RawRequest {
+        RawRequest {
+            state: RawState::Collective(pending),
+            engine,
+            members: None,
         }
     }
 }

@@ -82,6 +82,37 @@ int main(void) {
     CHECK(rdc_scan(mine64, out64, 4, RDC_INT64, op, world));
     EXPECT(out64[0] == (rank >= 1 ? 1 : 0), "scan with a user op: %lld", (long long)out64[0]);
     CHECK(rdc_op_free(&op));
+
+    /* Nonblocking: an allreduce, a broadcast and a barrier in flight at once, with a
+     * message around the ring meanwhile; completed in another order than started. */
+    {
+        int64_t big[4096], sum[4096], bc[16], ring_out = rank, ring_in = -1;
+        for (int i = 0; i < 4096; i++) big[i] = rank + i;
+        for (int i = 0; i < 16; i++) bc[i] = rank == size - 1 ? 1000 + i : 0;
+        rdc_request *reqs[5];
+        rdc_status sts[5];
+        CHECK(rdc_iallreduce(big, sum, 4096, RDC_INT64, RDC_SUM, world, &reqs[0]));
+        CHECK(rdc_ibcast(bc, 16, RDC_INT64, size - 1, world, &reqs[1]));
+        CHECK(rdc_ibarrier(world, &reqs[2]));
+        CHECK(rdc_irecv(&ring_in, 1, RDC_INT64, (rank + size - 1) % size, 5, world, &reqs[3]));
+        CHECK(rdc_isend(&ring_out, 1, RDC_INT64, (rank + 1) % size, 5, world, &reqs[4]));
+        int flag = 0;
+        CHECK(rdc_test(&reqs[2], &flag, &sts[2]));
+        if (!flag) CHECK(rdc_wait(&reqs[2], &sts[2]));
+        EXPECT(sts[2].source == RDC_PROC_NULL && sts[2].count == 0, "a collective's status");
+        CHECK(rdc_waitall(5, reqs, sts));
+        for (int i = 0; i < 4096; i++)
+            EXPECT(sum[i] == (int64_t)size * (size - 1) / 2 + (int64_t)size * i,
+                   "iallreduce element %d: %lld", i, (long long)sum[i]);
+        for (int i = 0; i < 16; i++) EXPECT(bc[i] == 1000 + i, "ibcast element %d", i);
+        EXPECT(ring_in == (rank + size - 1) % size, "ring %lld", (long long)ring_in);
+        /* In place. */
+        int32_t inplace[3] = {1, rank, 2};
+        rdc_request *r;
+        CHECK(rdc_iallreduce(RDC_IN_PLACE, inplace, 3, RDC_INT32, RDC_MAX, world, &r));
+        CHECK(rdc_wait(&r, NULL));
+        EXPECT(inplace[0] == 1 && inplace[1] == size - 1 && inplace[2] == 2, "in place");
+    }
     CHECK(rdc_barrier(world));
     free(a);
     free(b);

@@ -15,6 +15,7 @@
 
 mod blocks;
 mod coll;
+mod icoll;
 mod ops;
 mod p2p;
 mod state;
@@ -23,6 +24,7 @@ use std::ffi::{c_char, c_int};
 
 pub use blocks::*;
 pub use coll::*;
+pub use icoll::*;
 pub use ops::*;
 pub use p2p::*;
 pub use state::*;

@@ -252,7 +252,7 @@ pub extern "C" fn rdc_irecv(
     })
 }
 
-fn store(req: *mut *mut rdc_request, r: rdcoll::RawRequest) -> Result<(), c_int> {
+pub(crate) fn store(req: *mut *mut rdc_request, r: rdcoll::RawRequest) -> Result<(), c_int> {
     let h = running(|_, requests, _| Ok(requests.insert(r)))?;
     // SAFETY: `req` is non-NULL (checked by the callers) and points to a writable handle.
     unsafe { *req = h as *mut rdc_request };

@@ -279,6 +279,23 @@ static void keep_first(const void *in, void *inout, int64_t count, int dt) {
     (void)dt;
 }
 
+static void nonblocking_collectives(rdc_comm *world, int size) {
+    int64_t a[4] = {0}, b[4];
+    char raw[64];
+    rdc_request *req = NULL;
+    RC(RDC_ERR_NULL, rdc_ibarrier(world, NULL));
+    RC(RDC_ERR_COMM, rdc_ibarrier(BOGUS_COMM, &req));
+    RC(RDC_ERR_NULL, rdc_ibcast(NULL, 4, RDC_INT64, 0, world, &req));
+    RC(RDC_ERR_RANK, rdc_ibcast(a, 4, RDC_INT64, size, world, &req));
+    RC(RDC_ERR_DATATYPE, rdc_ibcast(a, 4, 55, 0, world, &req));
+    RC(RDC_ERR_COUNT, rdc_iallreduce(a, b, -1, RDC_INT64, RDC_SUM, world, &req));
+    RC(RDC_ERR_OP, rdc_iallreduce(a, b, 4, RDC_DOUBLE, RDC_BOR, world, &req));
+    RC(RDC_ERR_ARG, rdc_iallreduce(&a[0], &a[1], 2, RDC_INT64, RDC_SUM, world, &req));
+    RC(RDC_ERR_ARG, rdc_iallreduce(raw + 1, raw + 24, 2, RDC_INT64, RDC_SUM, world, &req));
+    RC(RDC_ERR_NULL, rdc_iallreduce(a, NULL, 4, RDC_INT64, RDC_SUM, world, &req));
+    EXPECT(req == NULL, "a refused start names no request");
+}
+
 static void user_ops(rdc_comm *world) {
     int op = -7, freed;
     int32_t a = 1, b = 0;
@@ -396,6 +413,7 @@ int main(void) {
     collectives(world, rank, size);
     block_collectives(world, rank, size);
     user_ops(world);
+    nonblocking_collectives(world, size);
     still_works(world, rank, size);
     CHECK(rdc_finalize());
     after_finalize(world);
