@@ -5,7 +5,7 @@
 use bytemuck::Pod;
 use rdcoll_collectives::blocks::even_parts;
 use rdcoll_collectives::reduce::op::{check, op_reducer};
-use rdcoll_collectives::{Element, Op};
+use rdcoll_collectives::{Collectives, Element, Op};
 
 use crate::nonblocking::{Buf, CollRequest, Job};
 use crate::{Error, Rank, Result, Scope};
@@ -20,6 +20,23 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
+    /// Starts `job` on `send` and `recv` (as bytes), which stay borrowed for the scope.
+    fn start_on<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        job: impl FnOnce(&Collectives, &[u8], &mut [u8]) -> Result<()> + Send + 'static,
+    ) -> Result<CollRequest<'scope>> {
+        let s = Buf::of(bytemuck::cast_slice(send));
+        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
+        self.start(Box::new(move |c| {
+            // SAFETY: both buffers are borrowed for 'scope, which waits for the job before
+            // the borrows end; only the job touches them meanwhile.
+            let (send, recv) = unsafe { (s.get_ref(), r.get()) };
+            job(c, send, recv)
+        }))
+    }
+
     /// Starts a barrier ([`Comm::barrier`]).
     pub fn ibarrier(&'scope self) -> Result<CollRequest<'scope>> {
         self.start(Box::new(|c| Ok(c.barrier()?)))
@@ -32,8 +49,12 @@ impl<'scope> Scope<'scope, '_> {
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
         let b = Buf::of_mut(bytemuck::cast_slice_mut(buf));
-        // SAFETY (the job): `buf` is borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| Ok(c.bcast(unsafe { b.get() }, root)?)))
+        self.start(Box::new(move |c| {
+            // SAFETY: `buf` is borrowed for 'scope, which waits for the job before the borrow
+            // ends; only the job touches it meanwhile.
+            let buf = unsafe { b.get() };
+            Ok(c.bcast(buf, root)?)
+        }))
     }
 
     /// Starts an allreduce of `send` into `recv` with `op` ([`Comm::allreduce`]).
@@ -66,16 +87,13 @@ impl<'scope> Scope<'scope, '_> {
                 recv.len()
             )));
         }
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
         let elem = std::mem::size_of::<T>();
-        self.start(Box::new(move |c| {
-            // SAFETY: both buffers are borrowed for 'scope, which waits for the job. The copy
-            // is the job's too: a long vector's copy is time the caller would not compute.
-            let acc = unsafe { b.get() };
-            acc.copy_from_slice(unsafe { s.get_ref() });
+        self.start_on(send, recv, move |c, send, acc| {
+            // The copy is the job's too: a long vector's copy is time the caller would not
+            // compute.
+            acc.copy_from_slice(send);
             Ok(c.allreduce(acc, elem, &op_reducer::<T>(op))?)
-        }))
+        })
     }
 
     /// Starts an allgather ([`Comm::allgather`]).
@@ -84,15 +102,10 @@ impl<'scope> Scope<'scope, '_> {
         send: &'scope [T],
         recv: &'scope mut [T],
     ) -> Result<CollRequest<'scope>> {
-        let (s, r) = (
-            Buf::of(bytemuck::cast_slice(send)),
-            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
-        );
-        let parts = even_parts(self.comm().size(), s.1);
-        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| {
-            Ok(c.allgatherv(unsafe { s.get_ref() }, unsafe { r.get() }, &parts)?)
-        }))
+        let parts = even_parts(self.comm().size(), std::mem::size_of_val(send));
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.allgatherv(send, recv, &parts)?)
+        })
     }
 
     /// Starts an alltoall ([`Comm::alltoall`]).
@@ -110,15 +123,10 @@ impl<'scope> Scope<'scope, '_> {
                 recv.len()
             )));
         }
-        let (s, r) = (
-            Buf::of(bytemuck::cast_slice(send)),
-            Buf::of_mut(bytemuck::cast_slice_mut(recv)),
-        );
-        let block = s.1 / n;
-        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| {
-            Ok(c.alltoall(unsafe { s.get_ref() }, unsafe { r.get() }, block)?)
-        }))
+        let block = std::mem::size_of_val(send) / n;
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.alltoall(send, recv, block)?)
+        })
     }
 
     /// Starts a reduce of `send` into `root`'s `recv` with `op` ([`Comm::reduce`]; `recv`
@@ -139,15 +147,10 @@ impl<'scope> Scope<'scope, '_> {
                 recv.len()
             )));
         }
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let b = Buf::of_mut(bytemuck::cast_slice_mut(recv));
         let elem = std::mem::size_of::<T>();
-        self.start(Box::new(move |c| {
-            // SAFETY: both buffers are borrowed for 'scope, which waits for the job.
-            let send = unsafe { s.get_ref() };
+        self.start_on(send, recv, move |c, send, acc| {
             let f = op_reducer::<T>(op);
             if at_root {
-                let acc = unsafe { b.get() };
                 acc.copy_from_slice(send);
                 return Ok(c.reduce(acc, elem, &f, root)?);
             }
@@ -155,7 +158,7 @@ impl<'scope> Scope<'scope, '_> {
             // for `T`.
             let mut scratch: Vec<T> = bytemuck::cast_slice::<u8, T>(send).to_vec();
             Ok(c.reduce(bytemuck::cast_slice_mut(&mut scratch), elem, &f, root)?)
-        }))
+        })
     }
 
     /// Starts a gather ([`Comm::gather`]; `recv` matters at the root only).
@@ -165,12 +168,9 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
-        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| {
-            Ok(c.gather(unsafe { s.get_ref() }, unsafe { r.get() }, root)?)
-        }))
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.gather(send, recv, root)?)
+        })
     }
 
     /// Starts a scatter ([`Comm::scatter`]; `send` matters at the root only).
@@ -180,12 +180,9 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
-        // SAFETY (the job): both buffers are borrowed for 'scope, which waits for the job.
-        self.start(Box::new(move |c| {
-            Ok(c.scatter(unsafe { s.get_ref() }, unsafe { r.get() }, root)?)
-        }))
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.scatter(send, recv, root)?)
+        })
     }
 
     /// Starts a reduce_scatter_block ([`Comm::reduce_scatter_block`]).
@@ -196,14 +193,10 @@ impl<'scope> Scope<'scope, '_> {
         op: Op,
     ) -> Result<CollRequest<'scope>> {
         check::<T>(op)?;
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
         let elem = std::mem::size_of::<T>();
-        self.start(Box::new(move |c| {
-            // SAFETY: both buffers are borrowed for 'scope, which waits for the job.
-            let (send, recv) = unsafe { (s.get_ref(), r.get()) };
+        self.start_on(send, recv, move |c, send, recv| {
             Ok(c.reduce_scatter_block(send, recv, elem, &op_reducer::<T>(op))?)
-        }))
+        })
     }
 
     /// Starts an inclusive scan ([`Comm::scan`]).
@@ -234,18 +227,14 @@ impl<'scope> Scope<'scope, '_> {
         inclusive: bool,
     ) -> Result<CollRequest<'scope>> {
         check::<T>(op)?;
-        let s = Buf::of(bytemuck::cast_slice(send));
-        let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
         let elem = std::mem::size_of::<T>();
-        self.start(Box::new(move |c| {
-            // SAFETY: both buffers are borrowed for 'scope, which waits for the job.
-            let (send, recv) = unsafe { (s.get_ref(), r.get()) };
+        self.start_on(send, recv, move |c, send, recv| {
             let f = op_reducer::<T>(op);
             match inclusive {
                 true => c.scan(send, recv, elem, &f)?,
                 false => c.exscan(send, recv, elem, &f)?,
             }
             Ok(())
-        }))
+        })
     }
 }

@@ -57,7 +57,9 @@ impl Comm {
             // SAFETY: the caller keeps both buffers as the contract says.
             let acc = unsafe { r.get() };
             if !in_place {
-                acc.copy_from_slice(unsafe { s.get_ref() });
+                // SAFETY: `send` is the caller's, valid and unwritten until the request ends.
+                let send = unsafe { s.get_ref() };
+                acc.copy_from_slice(send);
             }
             Ok(c.allreduce(acc, elem, &op_reducer::<T>(op))?)
         }))

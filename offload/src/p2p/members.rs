@@ -97,11 +97,6 @@ impl Members {
             _ => PROC_NULL,
         }
     }
-
-    /// The fabric ranks, in communicator order.
-    pub fn fabric_ranks(&self) -> &[Rank] {
-        &self.ranks
-    }
 }
 
 #[cfg(test)]
