@@ -40,40 +40,13 @@ use crate::progress::Waiter;
 use crate::Puts;
 use crate::{placement, tree};
 
-/// Bytes per block (the last is the counter byte): an 8 KiB message fits one block. With
-/// 4 KiB blocks, 4 KiB and 8 KiB broadcasts took two and three blocks and were 1.2x and 1.9x
-/// slower than MPICH at 2 ranks; with these, 1.1x and 1.1-1.3x (docs/PERFORMANCE.md,
-/// "Broadcast").
-pub(crate) const BLOCK: usize = 8192 + 64;
-/// Blocks in the broadcast buffer.
-pub(crate) const BLOCKS: usize = 32;
-/// Epochs the buffer is split into.
-const WINDOWS: usize = 2;
-/// Blocks per epoch.
-const EPOCH: usize = BLOCKS / WINDOWS;
+pub(crate) use super::block_layout::ONE_BLOCK;
+use super::block_layout::{Chunk, Layout, BLOCK, BLOCKS, EPOCH, HEADER, WINDOWS};
 
 /// Most ranks for which a one-block broadcast on one host goes flat even when every rank has
 /// a core of its own (measured: docs/PERFORMANCE.md, "Broadcast").
 const FLAT_MAX: usize = 8;
 
-/// Blocks a message of `len` bytes takes: chunks of `block - 1` bytes, at least one.
-pub(crate) fn blocks_for(len: usize, block: usize) -> usize {
-    len.div_ceil(block - 1).max(1)
-}
-
-/// Chunk `i` of a message of `len` bytes in blocks of `block` bytes: where it starts in the
-/// message, its length, and where it starts in its block (bottom-filled: it ends right before
-/// the counter byte, the block's last).
-pub(crate) fn chunk(len: usize, block: usize, i: usize) -> (usize, usize, usize) {
-    let lo = i * (block - 1);
-    let n = (block - 1).min(len.saturating_sub(lo));
-    (lo, n, block - 1 - n)
-}
-
-/// Bytes of the header (see [`Heard`]).
-pub(crate) const HEADER: usize = 8;
-/// Longest message that goes without a header: one block's worth.
-pub(crate) const ONE_BLOCK: usize = BLOCK - 1;
 /// The counter byte's bit that says the block carries the header; the counter is the other
 /// seven bits.
 const HEADED: u8 = 0x80;
@@ -191,77 +164,6 @@ impl Place {
                 .map(|c| tree::absolute(c, root as usize, n) as Rank)
                 .collect(),
         }
-    }
-}
-
-/// The blocks of one broadcast: its message length and whether the first block carries the
-/// header (then the message's first chunk is `HEADER` bytes shorter, the header after it).
-#[derive(Clone, Copy)]
-struct Layout {
-    len: usize,
-    headed: bool,
-}
-
-impl Layout {
-    /// Bytes in the blocks: the message and the header.
-    #[inline]
-    fn stream(self) -> usize {
-        self.len + if self.headed { HEADER } else { 0 }
-    }
-
-    #[inline]
-    fn blocks(self) -> usize {
-        blocks_for(self.stream(), BLOCK)
-    }
-}
-
-/// One chunk of a broadcast: where it sits and which message bytes it holds.
-struct Chunk {
-    /// Its position in the block sequence (the cursor's count).
-    at: u64,
-    /// The block's slot in the buffer, and the epoch of that use of it.
-    slot: usize,
-    epoch: u64,
-    /// Offset in the area where the chunk starts (bottom-filled: it ends at the counter byte).
-    data: usize,
-    /// Bytes of the message in this chunk (from `data` on; the header, if any, after them).
-    body: std::ops::Range<usize>,
-    /// Whether the header follows the message bytes.
-    headed: bool,
-}
-
-impl Chunk {
-    /// Chunk `i` of a broadcast laid out as `layout` whose first block is block `cursor`.
-    fn new(cursor: u64, layout: Layout, i: usize) -> Chunk {
-        let at = cursor + i as u64;
-        let (lo, n, in_block) = chunk(layout.stream(), BLOCK, i);
-        let slot = (at % BLOCKS as u64) as usize;
-        let headed = layout.headed && i == 0;
-        // The header is the first chunk's last bytes: every later chunk starts `HEADER`
-        // bytes earlier in the message than in the stream.
-        let body = match layout.headed {
-            false => lo..lo + n,
-            true => lo.max(HEADER) - HEADER..lo + n - HEADER,
-        };
-        Chunk {
-            at,
-            slot,
-            epoch: at / EPOCH as u64,
-            data: slot * BLOCK + in_block,
-            body,
-            headed,
-        }
-    }
-
-    /// Bytes from `data` up to the counter byte.
-    #[inline]
-    fn len(&self) -> usize {
-        self.body.len() + if self.headed { HEADER } else { 0 }
-    }
-
-    /// Offset of the block's counter byte.
-    fn flag(&self) -> usize {
-        self.slot * BLOCK + BLOCK - 1
     }
 }
 
@@ -637,78 +539,4 @@ fn out_of_step(slot: usize, got: u8, counter: u8) -> CollError {
         "broadcast block {slot} carries counter {got}, expected {counter}: the ranks' \
          broadcasts are out of step (different roots, or a broadcast missing on a rank)"
     ))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Paper 004 Section 4.1.3: "to write 8 bytes in a 10-byte block in a bottom-fill manner,
-    /// we start writing these 8 bytes from the 2nd byte onward" (the counter is the 10th).
-    #[test]
-    fn bottom_fill_matches_the_paper() {
-        assert_eq!(blocks_for(8, 10), 1);
-        assert_eq!(chunk(8, 10, 0), (0, 8, 1));
-        // A message of half a block sits at the bottom, right before the counter byte.
-        assert_eq!(chunk(5, 10, 0), (0, 5, 4));
-        // An empty message still takes a block: just the counter byte.
-        assert_eq!((blocks_for(0, 10), chunk(0, 10, 0)), (1, (0, 0, 9)));
-    }
-
-    /// With or without the header, the chunks cover the message once, in order, each
-    /// ending at its block's counter byte; a header takes the first block's last bytes.
-    #[test]
-    fn chunks_cover_the_message_and_leave_room_for_the_header() {
-        for len in [0, 1, 8247, 8248, 8255, 8256, 20_000, 3 * BLOCK] {
-            for headed in [false, true] {
-                let layout = Layout { len, headed };
-                let mut next = 0;
-                for i in 0..layout.blocks() {
-                    let c = Chunk::new(5, layout, i);
-                    assert_eq!(c.body.start, next, "{len} {headed} chunk {i}");
-                    next = c.body.end;
-                    assert_eq!(c.data + c.len(), c.flag());
-                    assert_eq!(c.headed, headed && i == 0);
-                    assert!(c.len() < BLOCK);
-                }
-                assert_eq!(next, len, "{len} {headed}");
-            }
-        }
-        // One block carries 8255 bytes alone, 8247 with the header.
-        assert_eq!(
-            Layout {
-                len: ONE_BLOCK,
-                headed: false
-            }
-            .blocks(),
-            1
-        );
-        assert_eq!(
-            Layout {
-                len: ONE_BLOCK - HEADER,
-                headed: true
-            }
-            .blocks(),
-            1
-        );
-        assert_eq!(
-            Layout {
-                len: ONE_BLOCK - HEADER + 1,
-                headed: true
-            }
-            .blocks(),
-            2
-        );
-    }
-
-    /// Paper 004 Figure 2: a broadcast of 2 * block_size bytes is split into blocks of
-    /// block_size - 1, block_size - 1 and 2 bytes, each with the counter appended.
-    #[test]
-    fn splitting_matches_the_papers_second_broadcast() {
-        let b = BLOCK;
-        assert_eq!(blocks_for(2 * b, b), 3);
-        let sizes: Vec<usize> = (0..3).map(|i| chunk(2 * b, b, i).1).collect();
-        assert_eq!(sizes, vec![b - 1, b - 1, 2]);
-        assert_eq!(chunk(2 * b, b, 2), (2 * b - 2, 2, b - 3));
-    }
 }

@@ -12,6 +12,7 @@
 //! that each fit one counter block, which carries no length, as in the paper), and
 //! `bcast_any_size` needs no separate round for the length.
 
+mod block_layout;
 mod counter_blocks;
 mod rdmc;
 mod shared_staging;
