@@ -10,10 +10,11 @@ mod matching;
 mod offload;
 mod p2p;
 mod paired;
+mod stability;
 mod transport;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|stability> [options]");
     std::process::exit(2);
 }
 
@@ -30,6 +31,7 @@ fn main() {
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
+        "stability" => stability::run(rest),
         _ => match (
             rdcoll_bench::coll::CollKind::from_name(cmd),
             rdcoll_bench::osu::Kind::from_name(cmd),
