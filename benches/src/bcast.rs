@@ -368,6 +368,9 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
     } else {
         (0, "us", false)
     };
+    if opts.first_call {
+        return compare_first_calls(kind, &columns, n, extra.launch.rounds);
+    }
     let (merged, remarks) = compare::run_columns(&columns, extra.launch.rounds, value)?;
     println!("# {n} ranks");
     for r in remarks {
@@ -377,5 +380,39 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
         "{}",
         compare::side_by_side(kind.title(), unit, higher, &merged, extra.launch.rounds)
     );
+    Ok(())
+}
+
+/// `--first-call --vs-mpi`: each library's first call and steady state side by side, and its
+/// first call over its own steady state.
+fn compare_first_calls(
+    kind: CollKind,
+    columns: &[Column],
+    n: usize,
+    rounds: usize,
+) -> Result<(), String> {
+    let (mut merged, _) = compare::run_columns_at(columns, rounds, &[1, 0])?;
+    let steady = merged.pop().unwrap_or_default();
+    let first = merged.pop().unwrap_or_default();
+    println!("# {n} ranks; each round a fresh job: its first call, then the steady state");
+    let title = format!("{} first call", kind.title());
+    print!(
+        "{}",
+        compare::side_by_side(&title, "us", false, &first, rounds)
+    );
+    let title = format!("{} steady state", kind.title());
+    print!(
+        "{}",
+        compare::side_by_side(&title, "us", false, &steady, rounds)
+    );
+    println!("# first call / steady state");
+    for ((label, f), (_, s)) in first.iter().zip(&steady) {
+        let ratios: Vec<String> = f
+            .iter()
+            .zip(s)
+            .map(|(a, b)| format!("{}: {:.2}", a.0, a.1 / b.1))
+            .collect();
+        println!("#   {label:<12} {}", ratios.join("  "));
+    }
     Ok(())
 }

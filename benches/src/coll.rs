@@ -187,6 +187,8 @@ pub struct CollRow {
     pub iterations: usize,
     /// Bytes per second from the root's call to the last rank's completion, MB/s.
     pub rdmc_mbs: Option<f64>,
+    /// With `--first-call`: the first call's time, averaged over the ranks as `avg` is, µs.
+    pub first: Option<f64>,
 }
 
 /// What the library says of how it does `kind` at each size (rdcoll: the model's `k`).
@@ -254,11 +256,26 @@ pub fn run(
     let mut recv = vec![0f32; floats];
     let mut blocks = crate::coll_blocks::Buffers::new(kind, n, o.max);
     let mut rows = Vec::new();
+    if o.first_call {
+        // Written, as OSU writes its buffers when it allocates them: what the first call
+        // costs is the library's own, not the kernel's first mapping of the program's
+        // pages (which every library pays alike).
+        buf.iter_mut().enumerate().for_each(|(i, b)| *b = i as u8);
+        recv.fill(1.0);
+        blocks.touch();
+    }
     for size in sizes {
         let (iters, skip) = counts(o, size);
+        // The first call is timed on its own: at least 10 more for the steady state.
+        let iters = if o.first_call { iters.max(10) } else { iters };
+        let skip = if o.first_call { skip.max(1) } else { skip };
+        let mut first = None;
         c.barrier()?;
         let mut timer = 0.0;
         for i in 0..iters + skip {
+            if i == skip {
+                o.timed_loop_starts();
+            }
             let t0 = c.wtime();
             match kind {
                 CollKind::Bcast => c.bcast(&mut buf[..size], 0)?,
@@ -274,12 +291,18 @@ pub fn run(
             }
             if i >= skip {
                 timer += c.wtime() - t0;
+            } else if i == 0 && o.first_call {
+                first = Some(c.wtime() - t0);
             }
             if kind != CollKind::Barrier {
                 c.barrier()?;
             }
         }
         let (avg, min, max) = over_ranks(c, timer * 1e6 / iters as f64)?;
+        let first = match first {
+            Some(t) => Some(over_ranks(c, t * 1e6)?.0),
+            None => None,
+        };
         let rdmc_mbs = match (rdmc, kind) {
             (true, CollKind::Bcast) => Some(rdmc_metric(c, &mut buf[..size], iters.min(50))?),
             _ => None,
@@ -291,6 +314,7 @@ pub fn run(
             max,
             iterations: iters,
             rdmc_mbs,
+            first,
         });
     }
     Ok(rows)
@@ -336,7 +360,11 @@ pub fn format(
     }
     let _ = writeln!(s, "# OSU MPI {} v6.1 ({what})", kind.title());
     let rdmc = kind != CollKind::Barrier && rows.iter().any(|r| r.rdmc_mbs.is_some());
+    let first = rows.iter().any(|r| r.first.is_some());
     let _ = write!(s, "{:<10}{:>18}", "# Size", "Avg Latency(us)");
+    if first {
+        let _ = write!(s, "{:>18}", "First call(us)");
+    }
     if full {
         let _ = write!(
             s,
@@ -351,6 +379,9 @@ pub fn format(
     let d = crate::osu::digits();
     for r in rows {
         let _ = write!(s, "{:<10}{:>18.d$}", r.size, r.avg);
+        if let Some(f) = r.first.filter(|_| first) {
+            let _ = write!(s, "{f:>18.d$}");
+        }
         if full {
             let _ = write!(s, "{:>18.d$}{:>18.d$}{:>12}", r.min, r.max, r.iterations);
         }

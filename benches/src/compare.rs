@@ -96,7 +96,17 @@ pub struct Column<'a> {
 }
 
 /// Runs `cmd` and returns the table it printed (value column `column`) and its remarks.
-pub fn capture(mut cmd: Command, column: usize) -> Result<(Vec<Row>, Vec<String>), String> {
+pub fn capture(cmd: Command, column: usize) -> Result<(Vec<Row>, Vec<String>), String> {
+    let (mut tables, remarks) = capture_columns(cmd, &[column])?;
+    Ok((tables.pop().unwrap_or_default(), remarks))
+}
+
+/// Runs `cmd` and returns the table it printed once per value column of `columns`, and its
+/// remarks.
+fn capture_columns(
+    mut cmd: Command,
+    columns: &[usize],
+) -> Result<(Vec<Vec<Row>>, Vec<String>), String> {
     let out = cmd.output().map_err(|e| format!("starting {cmd:?}: {e}"))?;
     if !out.status.success() {
         return Err(format!(
@@ -106,7 +116,11 @@ pub fn capture(mut cmd: Command, column: usize) -> Result<(Vec<Row>, Vec<String>
         ));
     }
     let text = String::from_utf8_lossy(&out.stdout);
-    Ok((osu::parse_table_column(&text, column), remarks(&text)))
+    let tables = columns
+        .iter()
+        .map(|&c| osu::parse_table_column(&text, c))
+        .collect();
+    Ok((tables, remarks(&text)))
 }
 
 /// The comment lines a run printed before its table (rdcoll: the reduce tree's degree per
@@ -200,21 +214,40 @@ pub fn run_columns(
     rounds: usize,
     value: usize,
 ) -> Result<(Vec<Labelled>, Vec<String>), String> {
-    let mut runs: Vec<Vec<Vec<Row>>> = vec![Vec::new(); columns.len()];
+    let (mut merged, remarks) = run_columns_at(columns, rounds, &[value])?;
+    Ok((merged.pop().unwrap_or_default(), remarks))
+}
+
+/// [`run_columns`] for several value columns of the same runs: one set of medians per entry
+/// of `values`.
+pub fn run_columns_at(
+    columns: &[Column],
+    rounds: usize,
+    values: &[usize],
+) -> Result<(Vec<Vec<Labelled>>, Vec<String>), String> {
+    // runs[value][column][round]
+    let mut runs: Vec<Vec<Vec<Vec<Row>>>> = vec![vec![Vec::new(); columns.len()]; values.len()];
     let mut first_remarks = None;
     for _ in 0..rounds.max(1) {
         for (i, c) in columns.iter().enumerate() {
-            let (rows, remarks) = capture((c.build)()?, value)?;
+            let (tables, remarks) = capture_columns((c.build)()?, values)?;
             if i == 0 {
                 first_remarks.get_or_insert(remarks);
             }
-            runs[i].push(rows);
+            for (v, rows) in tables.into_iter().enumerate() {
+                runs[v][i].push(rows);
+            }
         }
     }
-    let merged = columns
+    let merged = runs
         .iter()
-        .zip(&runs)
-        .map(|(c, r)| (c.label.clone(), osu::median_rows(r)))
+        .map(|per_column| {
+            columns
+                .iter()
+                .zip(per_column)
+                .map(|(c, r)| (c.label.clone(), osu::median_rows(r)))
+                .collect()
+        })
         .collect();
     Ok((merged, first_remarks.unwrap_or_default()))
 }

@@ -97,6 +97,13 @@ pub struct Options {
     /// Collectives: also the smallest and largest rank's mean latency and the iterations
     /// (`-f`, OSU's full format).
     pub full: bool,
+    /// `--start-on-one-core`: as each size's timed loop starts, every rank moves onto the
+    /// first core it may run on and is then free to run anywhere again: the state the
+    /// scheduler now and then leaves two busy ranks in, reproduced at will.
+    pub start_on_one_core: bool,
+    /// `--first-call` (collectives): also report each size's first call on its own, every
+    /// buffer written beforehand (run one size per launch to see a cold start).
+    pub first_call: bool,
 }
 
 impl Default for Options {
@@ -108,6 +115,8 @@ impl Default for Options {
             warmup: None,
             window: 64,
             full: false,
+            start_on_one_core: false,
+            first_call: false,
         }
     }
 }
@@ -145,6 +154,8 @@ impl Options {
                 "-x" | "--warmup" => o.warmup = Some(number(value()?)?),
                 "-W" | "--window-size" => o.window = number(value()?)?.max(1),
                 "-f" | "--full" => o.full = true,
+                "--start-on-one-core" => o.start_on_one_core = true,
+                "--first-call" => o.first_call = true,
                 _ => rest.push(a.clone()),
             }
         }
@@ -164,7 +175,21 @@ impl Options {
         if self.full {
             v.push("-f".into());
         }
+        if self.start_on_one_core {
+            v.push("--start-on-one-core".into());
+        }
+        if self.first_call {
+            v.push("--first-call".into());
+        }
         v
+    }
+
+    /// Called by every rank as a timed loop starts: with `--start-on-one-core`, moves the
+    /// calling thread onto the first core it may run on and lets it run anywhere again.
+    pub fn timed_loop_starts(&self) {
+        if self.start_on_one_core {
+            crowd_onto_first_core();
+        }
     }
 
     /// The sizes OSU walks: 0 if in range, then powers of two from 1.
@@ -201,6 +226,34 @@ impl Options {
     }
 }
 
+/// Moves the calling thread onto the first core of those it may run on, then lets it run on
+/// all of them again (where it stays until the scheduler moves it).
+fn crowd_onto_first_core() {
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `cpu_set_t` is plain data; zeroed is an empty set.
+    let mut allowed: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid set of `size` bytes, for the calling thread.
+    if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
+        return;
+    }
+    // SAFETY: CPU_ISSET reads the set within its fixed size.
+    let Some(first) =
+        (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &allowed) })
+    else {
+        return;
+    };
+    // SAFETY: as above.
+    let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `first` is below CPU_SETSIZE.
+    unsafe { libc::CPU_SET(first, &mut one) };
+    // SAFETY: valid sets of `size` bytes, for the calling thread.
+    unsafe {
+        if libc::sched_setaffinity(0, size, &one) == 0 {
+            libc::sched_setaffinity(0, size, &allowed);
+        }
+    }
+}
+
 /// One row: size and value (µs or MB/s); only rank 0's rows mean anything.
 pub type Row = (usize, f64);
 
@@ -223,6 +276,7 @@ pub fn run(m: &dyn Messenger, kind: Kind, o: &Options) -> Result<Vec<Row>, Strin
             Kind::Latency => {
                 for i in 0..iters + skip {
                     if i == skip {
+                        o.timed_loop_starts();
                         t0 = m.wtime();
                     }
                     if rank == 0 {

@@ -10,6 +10,7 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use rdcoll_offload::core_share;
 use rdcoll_offload::p2p::{Engine, Members};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Fabric, Rank, TransportError};
@@ -177,10 +178,10 @@ impl Waiter {
             }
             let now = self.fabric.now();
             let waited = now.saturating_sub(*since.get_or_insert(now));
-            if waited < SPIN && !self.crowded {
+            if waited < core_share::spin_budget(SPIN) && !self.crowded {
                 std::hint::spin_loop();
             } else if waited < poll_for {
-                std::thread::yield_now();
+                core_share::yield_core(self.fabric.as_ref(), self.engine.home());
             } else {
                 sleeping = true;
                 self.check(from, ready)?;

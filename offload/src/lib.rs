@@ -14,6 +14,7 @@
 
 mod agent;
 mod changes;
+pub mod core_share;
 mod counter;
 mod error;
 mod event;

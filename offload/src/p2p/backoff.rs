@@ -26,7 +26,7 @@ impl Engine {
         match step {
             Step::Spin if self.crowded => std::thread::yield_now(),
             Step::Spin => std::hint::spin_loop(),
-            Step::Yield => std::thread::yield_now(),
+            Step::Yield => crate::core_share::yield_core(self.ni.fabric().as_ref(), self.home),
             Step::Block => {
                 let mark = backoff.mark.unwrap_or_else(|| self.ni.activity_mark());
                 self.ni.wait_activity(mark, Duration::from_millis(1));
@@ -49,7 +49,8 @@ const NOTE_EVERY: u32 = 32;
 const CLOCK_EVERY: u32 = 32;
 
 /// How a wait backs off while nothing happens: it spins for [`Backoff::SPIN`] (a peer on
-/// another core answers within that), then yields until [`Backoff::YIELD`] has passed (so ranks
+/// another core answers within that; less while the core is wanted by another thread, see
+/// `core_share`), then yields until [`Backoff::YIELD`] has passed (so ranks
 /// sharing a core take turns), then sleeps on the fabric in 1 ms slices (woken by arrivals).
 /// Any progress starts it over. In thread mode a spinning or yielding wait notes that it polls
 /// ([`Ni::note_host_polling`]), so the agent leaves the messages to it; asleep, it waits for
@@ -95,7 +96,7 @@ impl Backoff {
         let now = clock.now();
         let since = *self.since.get_or_insert(now);
         match now.saturating_sub(since) {
-            e if e < Self::SPIN => Step::Spin,
+            e if e < crate::core_share::spin_budget(Self::SPIN) => Step::Spin,
             e if e < Self::YIELD => {
                 self.yielding = true;
                 Step::Yield

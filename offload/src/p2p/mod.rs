@@ -168,6 +168,9 @@ pub struct Engine {
     /// More of them than cores: waits yield at once instead of spinning (a spinning rank
     /// only keeps the one it waits for off its core).
     crowded: bool,
+    /// Where this rank belongs among the cores, when every rank of the job is on this host
+    /// and there are no more of them than cores (`core_share`).
+    home: Option<crate::core_share::Home>,
 }
 
 impl Engine {
@@ -184,6 +187,13 @@ impl Engine {
         let mut engine = Engine::build(fabric, ni_cfg, cfg)?;
         engine.ranks_here = ranks_here.max(1);
         engine.crowded = engine.ranks_here > cores();
+        engine.home =
+            (!engine.crowded && engine.ranks_here == engine.ni.fabric().size()).then(|| {
+                crate::core_share::Home {
+                    index: engine.ni.fabric().rank() as usize,
+                    of: engine.ranks_here,
+                }
+            });
         let engine = Arc::new(engine);
         let weak = Arc::downgrade(&engine);
         engine.ni.set_direct_collector(Box::new(move || {
@@ -250,6 +260,7 @@ impl Engine {
             fast_state: std::sync::atomic::AtomicU8::new(fast::FAST_NONE),
             ranks_here: fabric.size(),
             crowded: fabric.size() > cores(),
+            home: None,
             inner: SpinLock::new(Inner {
                 next_id: 0,
                 reqs: HashMap::default(),
@@ -286,6 +297,12 @@ impl Engine {
     /// every wait can cost a context switch.
     pub fn crowded(&self) -> bool {
         self.crowded
+    }
+
+    /// Where this rank belongs among the cores, if a waiting thread of it may move there
+    /// (`core_share::yield_core`).
+    pub fn home(&self) -> Option<crate::core_share::Home> {
+        self.home
     }
 
     /// This rank.
