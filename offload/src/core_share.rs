@@ -10,9 +10,10 @@
 //! So a wait times its yields. A yield that gave the core to another thread (it came back after
 //! more than [`HANDOFF`]) says someone else wants this core: from then on waits spin only
 //! [`SHORT_SPIN`] before yielding, until a yield finds nobody else wanting the core. After
-//! [`MOVE_AFTER`] such yields in a row, where the host has a core per rank, the thread also
-//! moves itself off the core (at most once per [`MOVE_EVERY`]), which the scheduler would do
-//! only much later. The state is per thread: it describes the core the thread runs on.
+//! [`MOVE_AFTER`] such yields in a row, where every rank is on this host and there is a core
+//! per rank, a thread away from its share of the cores moves there (at most once per
+//! [`MOVE_EVERY`]), which the scheduler would do only much later. The state is per thread: it
+//! describes the core the thread runs on.
 
 use std::cell::Cell;
 use std::time::Duration;
@@ -30,7 +31,7 @@ pub const HANDOFF: Duration = Duration::from_micros(2);
 /// Yields in a row that ran another thread before the waiting thread moves off its core.
 pub const MOVE_AFTER: u32 = 3;
 /// The least time between two moves of one thread.
-pub const MOVE_EVERY: Duration = Duration::from_millis(10);
+pub const MOVE_EVERY: Duration = Duration::from_millis(1);
 
 #[derive(Clone, Copy, Default)]
 struct Share {
