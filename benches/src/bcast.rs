@@ -357,7 +357,8 @@ fn compare(kind: CollKind, opts: &Options, extra: &Extra) -> Result<(), String> 
         });
     }
     if extra.launch.vs_mpi {
-        columns.extend(compare::mpi_columns(pass_on(kind, opts, extra), n)?);
+        let path = compare::MpiPath::for_transport(extra.launch.transport.as_deref());
+        columns.extend(compare::mpi_columns(pass_on(kind, opts, extra), n, path)?);
     }
     // With --rdmc the comparison is of paper 001's bandwidth (the second value column).
     let (value, unit, higher) = if extra.rdmc && kind == CollKind::Bcast {

@@ -157,9 +157,30 @@ fn installed(program: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// `rdcoll-bench-mpi ARGS` on `ranks` ranks under `mpi` (`openmpi` or `mpich`), if built and
-/// installed.
-pub fn mpi_command(mpi: &str, args: &[String], ranks: usize) -> Option<Command> {
+/// How the MPI side moves its messages: as it likes on one host (shared memory), or over
+/// TCP sockets like `rdcoll ... --transport tcp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MpiPath {
+    /// The MPI's own choice (shared memory between ranks on one host).
+    Default,
+    /// TCP for every message: Open MPI's `ob1` with the `tcp` and `self` BTLs; MPICH (ch4 over
+    /// UCX) with local ranks sent through the network module and UCX on `tcp` only.
+    Tcp,
+}
+
+impl MpiPath {
+    /// The path matching rdcoll's `--transport` (`None`: shm).
+    pub fn for_transport(transport: Option<&str>) -> MpiPath {
+        match transport {
+            Some("tcp") => MpiPath::Tcp,
+            _ => MpiPath::Default,
+        }
+    }
+}
+
+/// `rdcoll-bench-mpi ARGS` on `ranks` ranks under `mpi` (`openmpi` or `mpich`), moving its
+/// messages by `path`, if built and installed.
+pub fn mpi_command(mpi: &str, args: &[String], ranks: usize, path: MpiPath) -> Option<Command> {
     let bin = mpi_binary(mpi)?;
     let mut c = match mpi {
         "openmpi" if installed("mpirun.openmpi") => {
@@ -167,11 +188,17 @@ pub fn mpi_command(mpi: &str, args: &[String], ranks: usize) -> Option<Command> 
             c.args(["-n", &ranks.to_string(), "--oversubscribe"])
                 .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
                 .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+            if path == MpiPath::Tcp {
+                c.args(["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]);
+            }
             c
         }
         "mpich" if installed("mpiexec.mpich") => {
             let mut c = Command::new("mpiexec.mpich");
             c.args(["-n", &ranks.to_string()]);
+            if path == MpiPath::Tcp {
+                c.env("MPIR_CVAR_NOLOCAL", "1").env("UCX_TLS", "tcp,self");
+            }
             c
         }
         _ => return None,
@@ -180,18 +207,25 @@ pub fn mpi_command(mpi: &str, args: &[String], ranks: usize) -> Option<Command> 
     Some(c)
 }
 
-/// The Open MPI and MPICH columns for `rdcoll-bench-mpi ARGS` on `ranks` ranks; an error if
-/// neither is there.
-pub fn mpi_columns<'a>(args: Vec<String>, ranks: usize) -> Result<Vec<Column<'a>>, String> {
+/// The Open MPI and MPICH columns for `rdcoll-bench-mpi ARGS` on `ranks` ranks, moving their
+/// messages by `path`; an error if neither is there.
+pub fn mpi_columns<'a>(
+    args: Vec<String>,
+    ranks: usize,
+    path: MpiPath,
+) -> Result<Vec<Column<'a>>, String> {
     let mut out = Vec::new();
-    for (mpi, label) in [("openmpi", "Open MPI"), ("mpich", "MPICH")] {
-        if mpi_command(mpi, &args, ranks).is_some() {
+    for (mpi, name) in [("openmpi", "Open MPI"), ("mpich", "MPICH")] {
+        let label = match path {
+            MpiPath::Default => name.to_string(),
+            MpiPath::Tcp => format!("{name}/tcp"),
+        };
+        if mpi_command(mpi, &args, ranks, path).is_some() {
             let args = args.clone();
+            let gone = format!("{label} went away");
             out.push(Column {
-                label: label.into(),
-                build: Box::new(move || {
-                    mpi_command(mpi, &args, ranks).ok_or(format!("{label} went away"))
-                }),
+                label,
+                build: Box::new(move || mpi_command(mpi, &args, ranks, path).ok_or(gone.clone())),
             });
         } else {
             eprintln!("# {label}: not compared (install it and run scripts/build-mpi-bench)");

@@ -129,7 +129,11 @@ fn table(launch: &Launch, case: DepthCase, any: bool, max_depth: usize) -> Resul
             args.push("--any".into());
         }
         args.extend(["--max-depth".to_string(), max_depth.to_string()]);
-        columns.extend(compare::mpi_columns(args, 2)?);
+        columns.extend(compare::mpi_columns(
+            args,
+            2,
+            compare::MpiPath::for_transport(Some(transport.as_str())),
+        )?);
     }
     let (merged, _) = compare::run_columns(&columns, launch.rounds, 0)?;
     let title = format!(

@@ -181,7 +181,11 @@ fn compare(kind: Kind, opts: &Options, extra: &Extra) -> Result<(), String> {
     if extra.launch.vs_mpi {
         let mut args = vec![kind.name().to_string()];
         args.extend(opts.to_args());
-        columns.extend(compare::mpi_columns(args, 2)?);
+        columns.extend(compare::mpi_columns(
+            args,
+            2,
+            compare::MpiPath::for_transport(transport),
+        )?);
     }
     let (merged, _) = compare::run_columns(&columns, extra.launch.rounds, 0)?;
     let unit = if kind.higher_is_better() {

@@ -25,6 +25,8 @@ struct Plan {
     /// The same without rdcoll's launch options, for the MPI binary.
     mpi_args: Vec<String>,
     ranks: usize,
+    /// rdcoll's `--transport` (the MPIs are run over the same: tcp or their default).
+    transport: Option<String>,
 }
 
 fn parse(args: &[String]) -> Result<Plan, String> {
@@ -53,6 +55,7 @@ fn parse(args: &[String]) -> Result<Plan, String> {
     let args: Vec<String> = it.cloned().collect();
     let mut mpi_args = vec![bench.clone()];
     let mut ranks = None;
+    let mut transport = None;
     let mut rest = args.iter();
     while let Some(a) = rest.next() {
         match a.as_str() {
@@ -61,12 +64,7 @@ fn parse(args: &[String]) -> Result<Plan, String> {
                 ranks = Some(v.parse().map_err(|_| format!("bad --ranks {v:?}"))?);
             }
             "--transport" => {
-                let v = rest.next().ok_or("--transport needs a value")?;
-                if v != "shm" && mpi {
-                    return Err(format!(
-                        "--transport {v}: the MPI columns run over shared memory; add --no-mpi"
-                    ));
-                }
+                transport = Some(rest.next().ok_or("--transport needs a value")?.clone());
             }
             "--vs-mpi" | "--vs-algorithms" | "--rounds" => {
                 return Err(format!("{a}: stability does its own comparing"))
@@ -83,6 +81,7 @@ fn parse(args: &[String]) -> Result<Plan, String> {
         args,
         mpi_args,
         ranks,
+        transport,
     })
 }
 
@@ -103,7 +102,11 @@ fn run_inner(args: &[String]) -> Result<(), String> {
         }),
     }];
     if plan.mpi {
-        columns.extend(compare::mpi_columns(plan.mpi_args.clone(), plan.ranks)?);
+        columns.extend(compare::mpi_columns(
+            plan.mpi_args.clone(),
+            plan.ranks,
+            compare::MpiPath::for_transport(plan.transport.as_deref()),
+        )?);
     }
     let mut values: Vec<Vec<f64>> = vec![Vec::new(); columns.len()];
     let mut size = plan.size;
@@ -242,16 +245,9 @@ mod tests {
         );
         assert_eq!(p.mpi_args, strings(&["bcast", "-m", "8:8"]));
         assert!(parse(&strings(&["latency", "-m", "8:8"])).is_err());
-        assert!(parse(&strings(&["latency", "--ranks", "2", "--transport", "tcp"])).is_err());
-        assert!(parse(&strings(&[
-            "--no-mpi",
-            "latency",
-            "--ranks",
-            "2",
-            "--transport",
-            "tcp"
-        ]))
-        .is_ok());
+        let tcp = parse(&strings(&["latency", "--ranks", "2", "--transport", "tcp"])).unwrap();
+        assert_eq!(tcp.transport.as_deref(), Some("tcp"));
+        assert_eq!(tcp.mpi_args, strings(&["latency"]));
         assert!(parse(&strings(&["latency", "--ranks", "2", "--vs-mpi"])).is_err());
     }
 }
