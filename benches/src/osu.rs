@@ -236,10 +236,11 @@ fn crowd_onto_first_core() {
     if unsafe { libc::sched_getaffinity(0, size, &mut allowed) } != 0 {
         return;
     }
-    // SAFETY: CPU_ISSET reads the set within its fixed size.
-    let Some(first) =
-        (0..libc::CPU_SETSIZE as usize).find(|&c| unsafe { libc::CPU_ISSET(c, &allowed) })
-    else {
+    let is_set = |c: usize| {
+        // SAFETY: CPU_ISSET reads the set within its fixed size.
+        unsafe { libc::CPU_ISSET(c, &allowed) }
+    };
+    let Some(first) = (0..libc::CPU_SETSIZE as usize).find(|&c| is_set(c)) else {
         return;
     };
     // SAFETY: as above.

@@ -68,7 +68,7 @@ impl NiConfig {
     /// Defaults, with the mode from `RDCOLL_OFFLOAD=thread|inline|auto` (auto, the default:
     /// a thread when this host has at least two cores per rank of a job of `ranks_here`).
     pub fn from_env(ranks_here: usize) -> Result<NiConfig> {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = rdcoll_transport::cores::for_ranks_here(ranks_here);
         let agent_has_core = cores >= 2 * ranks_here.max(1);
         let auto = if agent_has_core {
             Mode::Thread

@@ -14,6 +14,7 @@
 pub mod bootstrap;
 mod config;
 mod copy;
+pub mod cores;
 mod error;
 mod fabric;
 pub mod launch;

@@ -186,7 +186,7 @@ impl Engine {
     ) -> Result<Arc<Engine>> {
         let mut engine = Engine::build(fabric, ni_cfg, cfg)?;
         engine.ranks_here = ranks_here.max(1);
-        engine.crowded = engine.ranks_here > cores();
+        engine.crowded = engine.ranks_here > rdcoll_transport::cores::for_ranks_here(ranks_here);
         engine.home =
             (!engine.crowded && engine.ranks_here == engine.ni.fabric().size()).then(|| {
                 crate::core_share::Home {
@@ -259,7 +259,7 @@ impl Engine {
             delivery_failed: std::sync::atomic::AtomicBool::new(false),
             fast_state: std::sync::atomic::AtomicU8::new(fast::FAST_NONE),
             ranks_here: fabric.size(),
-            crowded: fabric.size() > cores(),
+            crowded: fabric.size() > rdcoll_transport::cores::for_ranks_here(fabric.size()),
             home: None,
             inner: SpinLock::new(Inner {
                 next_id: 0,
@@ -556,10 +556,6 @@ impl std::fmt::Debug for Engine {
 }
 
 /// Cores this process may run on.
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Logs a progress pass that failed while a wait goes on (out of line: cold).
 #[cold]
 #[inline(never)]

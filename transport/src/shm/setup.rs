@@ -135,7 +135,7 @@ impl ShmFabric {
         // outnumber the cores: then they sleep at almost every wait, and a membarrier per sleep
         // (an interrupt to every other core) cost more than the senders' fences (4 ranks on 2
         // cores: barrier 6.4 vs 5.1 us, docs/PERFORMANCE.md).
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let cores = crate::cores::for_ranks_here(size);
         let membarrier =
             cfg.shm_membarrier && size <= cores && crate::membarrier::register_global();
         let pid = std::process::id() as i32;
@@ -267,8 +267,7 @@ impl ShmFabric {
             next_op: AtomicU64::new(0),
             close_patience: cfg.peer_timeout,
             asymmetric_fence: all_membarrier,
-            split_puts: cfg.shm_split_puts
-                && size <= std::thread::available_parallelism().map_or(1, |n| n.get()),
+            split_puts: cfg.shm_split_puts && size <= crate::cores::for_ranks_here(size),
             fail_pushes: cfg.shm_fail_pushes,
             push_refused: (0..size).map(|_| AtomicBool::new(false)).collect(),
             halves: Mutex::new(HashMap::new()),
