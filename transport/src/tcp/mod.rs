@@ -11,7 +11,10 @@
 
 mod connect;
 mod engine;
+mod pending;
 pub mod wire;
+
+pub(crate) use pending::{Pending, PendingKind};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -47,23 +50,6 @@ pub(crate) struct Peer {
     stream: Option<mio::net::TcpStream>,
     out: Mutex<OutQueue>,
     failed: AtomicBool,
-}
-
-pub(crate) enum PendingKind {
-    Put,
-    Get {
-        dst: Region,
-        dst_off: usize,
-        received: usize,
-    },
-}
-
-pub(crate) struct Pending {
-    peer: Rank,
-    key: u64,
-    offset: usize,
-    len: usize,
-    kind: PendingKind,
 }
 
 pub(crate) struct Shared {
@@ -297,89 +283,6 @@ impl Shared {
         let mut out = peer.out.lock();
         out.frames.clear();
         out.offset = 0;
-    }
-
-    /// Records a pending operation unless the peer already failed.
-    fn add_pending(&self, op: OpId, p: Pending) -> Result<()> {
-        let mut pending = self.pending.lock();
-        if self.peers[p.peer as usize].failed.load(Ordering::Acquire) {
-            return Err(TransportError::PeerFailed(p.peer));
-        }
-        if matches!(p.kind, PendingKind::Put) {
-            let mut f = self.flight.lock();
-            let c = &mut f[p.peer as usize];
-            c.put_bytes_in_flight += p.len as u64;
-            c.put_bytes_in_flight_peak = c.put_bytes_in_flight_peak.max(c.put_bytes_in_flight);
-        }
-        pending.insert(op.0, p);
-        Ok(())
-    }
-
-    /// A pending operation left the pending table (completed or failed).
-    fn landed(&self, p: &Pending) {
-        if matches!(p.kind, PendingKind::Put) {
-            let mut f = self.flight.lock();
-            let c = &mut f[p.peer as usize];
-            c.put_bytes_in_flight = c.put_bytes_in_flight.saturating_sub(p.len as u64);
-        }
-    }
-
-    /// Completes a pending operation with `from`, on that peer's word; a completion naming
-    /// another rank's operation is ignored.
-    pub(crate) fn complete_from(
-        &self,
-        from: Rank,
-        op: u64,
-        result: impl FnOnce(&Pending) -> Result<()>,
-    ) {
-        let removed = {
-            let mut pending = self.pending.lock();
-            match pending.get(&op) {
-                Some(p) if p.peer == from => pending.remove(&op),
-                _ => None,
-            }
-        };
-        self.report(op, removed, result);
-    }
-
-    /// Completes a pending operation (ignored if it already completed).
-    pub(crate) fn complete(&self, op: u64, result: impl FnOnce(&Pending) -> Result<()>) {
-        let removed = self.pending.lock().remove(&op);
-        self.report(op, removed, result);
-    }
-
-    fn report(
-        &self,
-        op: u64,
-        removed: Option<Pending>,
-        result: impl FnOnce(&Pending) -> Result<()>,
-    ) {
-        if let Some(p) = removed {
-            self.landed(&p);
-            let result = result(&p);
-            self.events.push(Event::Completed {
-                op: OpId(op),
-                result,
-            });
-        }
-    }
-
-    /// The error an initiator reports for a remote status code.
-    pub(crate) fn remote_error(&self, p: &Pending, status: u8, region_len: u64) -> TransportError {
-        if status == wire::ST_OUT_OF_RANGE {
-            TransportError::OutOfRange {
-                rank: p.peer,
-                key: p.key,
-                offset: p.offset as u64,
-                len: p.len as u64,
-                region_len,
-            }
-        } else {
-            TransportError::BadKey {
-                rank: p.peer,
-                key: p.key,
-            }
-        }
     }
 }
 
