@@ -7,6 +7,7 @@
 //! | [`local`] | threads of one process | `memcpy` between registered regions |
 //! | [`shm`] | processes on one host | rings in a shared segment; direct stores into the shared heap; `process_vm_readv/writev` (or a bounce pipeline) for user memory |
 //! | [`tcp`] | processes on several hosts | framed messages on nonblocking sockets; the target's I/O thread performs puts and gets |
+//! | `ofi` (feature `ofi`) | processes on several hosts, over any libfabric provider (tcp, verbs, efa, cxi, ...) | libfabric messages; large puts and gets as one-sided writes and reads |
 //!
 //! [`bootstrap`] finds rank, size and peers (key-value store over TCP or a shared file system),
 //! and [`launch`] starts a job of processes on this host (`rdcoll-run`). See DESIGN.md, "Transport".
@@ -20,6 +21,8 @@ mod fabric;
 pub mod launch;
 pub mod local;
 mod membarrier;
+#[cfg(feature = "ofi")]
+pub mod ofi;
 mod region;
 pub mod shm;
 mod spin;

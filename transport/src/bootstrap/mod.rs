@@ -6,7 +6,7 @@
 //! |---|---|
 //! | `RDCOLL_RANK`, `RDCOLL_SIZE` | rank and size (else Slurm, Open MPI, MPICH Hydra variables) |
 //! | `RDCOLL_STORE` | `host:port` (rank 0 serves it unless `RDCOLL_STORE_SERVER=launcher`) or `file:/dir`; unset under a launcher that speaks PMI-1 (`PMI_FD` / `PMI_PORT`: MPICH's `mpiexec`) or PMIx (Open MPI's `mpirun`, Slurm `--mpi=pmix`; the `pmix` feature), rank 0 serves it and publishes its address through the launcher |
-//! | `RDCOLL_TRANSPORT` | `auto` (default), `shm` or `tcp` |
+//! | `RDCOLL_TRANSPORT` | `auto` (default), `shm`, `tcp`, or `ofi` (libfabric; the `ofi` feature) |
 //! | `RDCOLL_TCP_HOST` | address this rank listens on for tcp (default: the one that reaches the store) |
 
 mod env;
@@ -49,6 +49,8 @@ pub enum TransportChoice {
     Shm,
     /// TCP sockets, across hosts.
     Tcp,
+    /// libfabric (the `ofi` feature): RDMA networks, or its tcp, shm, sockets providers.
+    Ofi,
 }
 
 impl TransportChoice {
@@ -58,8 +60,14 @@ impl TransportChoice {
             Err(_) | Ok("") | Ok("auto") => Ok(TransportChoice::Auto),
             Ok("shm") => Ok(TransportChoice::Shm),
             Ok("tcp") => Ok(TransportChoice::Tcp),
+            Ok("ofi") if cfg!(feature = "ofi") => Ok(TransportChoice::Ofi),
+            Ok("ofi") => Err(TransportError::InvalidArgument(
+                "RDCOLL_TRANSPORT=ofi: this build has no libfabric backend (build rdcoll with \
+                 `--features ofi`, which needs libfabric-dev)"
+                    .into(),
+            )),
             Ok(other) => Err(TransportError::InvalidArgument(format!(
-                "RDCOLL_TRANSPORT={other:?}: expected auto, shm or tcp"
+                "RDCOLL_TRANSPORT={other:?}: expected auto, shm, tcp or ofi"
             ))),
         }
     }
@@ -331,6 +339,8 @@ pub fn init_with_store(
     };
     let fabric: Box<dyn Fabric> = match choice {
         TransportChoice::Shm => Box::new(crate::shm::ShmFabric::new(rank, size, store, cfg)?),
+        #[cfg(feature = "ofi")]
+        TransportChoice::Ofi => Box::new(crate::ofi::OfiFabric::new(rank, size, store, cfg)?),
 
         _ => Box::new(crate::tcp::TcpFabric::new(
             rank,

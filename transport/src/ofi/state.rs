@@ -1,0 +1,690 @@
+//! Everything one ofi rank keeps under its state lock: the provider, receive buffers, send
+//! slots, the per-peer queues of messages waiting for room, operations in flight, and the
+//! registrations on both sides. Completions and received messages are handled in
+//! [`super::handle`].
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::keys::{fits, LocalMr, RemoteMr};
+use super::post::{OpContext, Posted};
+use super::provider::Provider;
+use super::wire::{self, Kind};
+use crate::error::{Result, TransportError};
+use crate::region::{Region, RegionTable};
+use crate::types::{Event, OpId, Rank, RemoteAddr};
+use crate::wait::EventQueue;
+
+/// Puts and gets up to this size travel inside messages (one message each way, no key
+/// lookup); larger ones are one-sided writes and reads.
+pub(crate) const INLINE_MAX: usize = 16 << 10;
+/// Bytes of each multi-receive buffer.
+pub(crate) const RECV_BUFFER_BYTES: usize = 4 << 20;
+/// Multi-receive buffers posted at once.
+pub(crate) const RECV_BUFFERS: usize = 4;
+/// Room for the largest message plus headers.
+pub(crate) const MESSAGE_ROOM: usize = crate::MAX_MESSAGE_SIZE + wire::CONTROL_HEADER;
+/// Registered send buffers for messages too long to inject.
+const SEND_SLOTS: usize = 32;
+
+/// Token bits naming a receive buffer or a send slot rather than an operation.
+pub(crate) const RECV_BIT: u64 = 1 << 63;
+pub(crate) const SLOT_BIT: u64 = 1 << 62;
+
+pub(crate) struct RecvBuffer {
+    pub(crate) mem: Vec<u8>,
+    pub(crate) mr: *mut rdcoll_ofi_sys::fid_mr,
+    pub(crate) desc: *mut c_void,
+    pub(crate) ctx: Box<OpContext>,
+    pub(crate) posted: bool,
+    /// Messages in it lent to a caller's callback right now.
+    pub(crate) lent: u32,
+}
+
+pub(crate) struct SendSlot {
+    pub(crate) mem: Vec<u8>,
+    pub(crate) mr: *mut rdcoll_ofi_sys::fid_mr,
+    pub(crate) desc: *mut c_void,
+    pub(crate) ctx: Box<OpContext>,
+    pub(crate) dest: Rank,
+}
+
+/// A message waiting for room; `fenced` ones (they announce data written one-sidedly) also
+/// wait until the writes to their target before them have landed.
+pub(crate) struct Outgoing {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) fenced: bool,
+}
+
+/// A one-sided write or read, waiting for its key, for room, or posted.
+pub(crate) struct RmaRequest {
+    pub(crate) op: u64,
+    pub(crate) write: bool,
+    pub(crate) region: Region,
+    pub(crate) local_offset: usize,
+    pub(crate) len: usize,
+    pub(crate) dest: Rank,
+    pub(crate) key: u64,
+    pub(crate) remote_offset: usize,
+    /// For a write: the immediate and flag its `Notice` carries.
+    pub(crate) marks: Option<(Option<u64>, Option<u8>)>,
+}
+
+/// A one-sided operation the provider holds.
+pub(crate) struct Posting {
+    /// Handed to the provider; must stay at its address until the completion.
+    pub(crate) _ctx: Box<OpContext>,
+    pub(crate) request: RmaRequest,
+}
+
+/// What an operation of this rank waits for.
+pub(crate) enum Waiting {
+    /// The target's `PutAck`.
+    Ack,
+    /// The target's `GetData`, to copy into `region` at `offset`.
+    Data { region: Region, offset: usize },
+    /// A one-sided write or read (its key, room, or completion).
+    Rma,
+}
+
+pub(crate) struct Operation {
+    pub(crate) dest: Rank,
+    pub(crate) waiting: Waiting,
+}
+
+pub(crate) struct State {
+    pub(crate) prov: Provider,
+    pub(crate) rank: Rank,
+    pub(crate) size: usize,
+    pub(crate) events: Arc<EventQueue>,
+    pub(crate) table: Arc<RegionTable>,
+    pub(crate) failed: Arc<Vec<AtomicBool>>,
+    pub(crate) recv: Vec<RecvBuffer>,
+    pub(crate) slots: Vec<SendSlot>,
+    pub(crate) free_slots: Vec<usize>,
+    pub(crate) outbox: Vec<VecDeque<Outgoing>>,
+    pub(crate) queued: usize,
+    pub(crate) retry: VecDeque<RmaRequest>,
+    pub(crate) postings: HashMap<u64, Posting>,
+    pub(crate) ops: HashMap<u64, Operation>,
+    pub(crate) parked: HashMap<(Rank, u64), Vec<RmaRequest>>,
+    pub(crate) remote: HashMap<(Rank, u64), RemoteMr>,
+    pub(crate) local: HashMap<u64, LocalMr>,
+    pub(crate) writes_in_flight: Vec<u32>,
+    pub(crate) last_heard: Vec<Instant>,
+    /// Number of the next message to each peer, and expected next from each peer.
+    pub(crate) send_seq: Vec<u64>,
+    pub(crate) recv_seq: Vec<u64>,
+    /// Messages that arrived ahead of their turn, per sender, and how many in all.
+    pub(crate) stash: Vec<BTreeMap<u64, Vec<u8>>>,
+    pub(crate) stashed: usize,
+    pub(crate) next_token: u64,
+    /// Regions whose last handle may be in here, dropped after the lock is released (a drop
+    /// can deregister, which takes the lock).
+    pub(crate) graveyard: Vec<Region>,
+    pub(crate) scratch: Vec<u8>,
+}
+
+// SAFETY: the raw pointers (registrations, descriptors) name libfabric objects that only this
+// state touches, under its lock.
+unsafe impl Send for State {}
+
+impl State {
+    pub(crate) fn new(
+        prov: Provider,
+        rank: Rank,
+        size: usize,
+        events: Arc<EventQueue>,
+        table: Arc<RegionTable>,
+        failed: Arc<Vec<AtomicBool>>,
+    ) -> Result<State> {
+        let mut st = State {
+            prov,
+            rank,
+            size,
+            events,
+            table,
+            failed,
+            recv: Vec::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            outbox: (0..size).map(|_| VecDeque::new()).collect(),
+            queued: 0,
+            retry: VecDeque::new(),
+            postings: HashMap::new(),
+            ops: HashMap::new(),
+            parked: HashMap::new(),
+            remote: HashMap::new(),
+            local: HashMap::new(),
+            writes_in_flight: vec![0; size],
+            last_heard: vec![Instant::now(); size],
+            send_seq: vec![0; size],
+            recv_seq: vec![0; size],
+            stash: (0..size).map(|_| BTreeMap::new()).collect(),
+            stashed: 0,
+            next_token: 1,
+            graveyard: Vec::new(),
+            scratch: Vec::with_capacity(MESSAGE_ROOM),
+        };
+        for i in 0..RECV_BUFFERS {
+            let mut mem = vec![0u8; RECV_BUFFER_BYTES];
+            let (mr, desc, _) =
+                st.prov
+                    .register(mem.as_mut_ptr(), mem.len(), u64::MAX - i as u64)?;
+            st.recv.push(RecvBuffer {
+                mem,
+                mr,
+                desc,
+                ctx: OpContext::new(RECV_BIT | i as u64),
+                posted: false,
+                lent: 0,
+            });
+            st.repost(i)?;
+        }
+        for i in 0..SEND_SLOTS {
+            let mut mem = vec![0u8; MESSAGE_ROOM];
+            let key = u64::MAX - (RECV_BUFFERS + i) as u64;
+            let (mr, desc, _) = st.prov.register(mem.as_mut_ptr(), mem.len(), key)?;
+            st.slots.push(SendSlot {
+                mem,
+                mr,
+                desc,
+                ctx: OpContext::new(SLOT_BIT | i as u64),
+                dest: 0,
+            });
+            st.free_slots.push(i);
+        }
+        Ok(st)
+    }
+
+    /// Posts receive buffer `i` again.
+    pub(crate) fn repost(&mut self, i: usize) -> Result<()> {
+        let b = &mut self.recv[i];
+        let ctx: *mut OpContext = &mut *b.ctx;
+        // SAFETY: the buffer and its context live in this state until the endpoint is closed
+        // (State::drop closes it first), and nothing reads or writes the buffer while posted
+        // except through completions.
+        let r = unsafe {
+            self.prov
+                .post_multi_recv(b.mem.as_mut_ptr(), b.mem.len(), b.desc, ctx)
+        }?;
+        b.posted = r == Posted::Taken;
+        Ok(())
+    }
+
+    pub(crate) fn token(&mut self) -> u64 {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    /// The sequence number of the next message to `dest`.
+    pub(crate) fn next_seq(&mut self, dest: Rank) -> u64 {
+        let s = &mut self.send_seq[dest as usize];
+        *s += 1;
+        *s - 1
+    }
+
+    pub(crate) fn is_failed(&self, rank: Rank) -> bool {
+        self.failed[rank as usize].load(Ordering::Acquire)
+    }
+
+    pub(crate) fn check_peer(&self, rank: Rank) -> Result<()> {
+        if rank as usize >= self.size {
+            return Err(TransportError::InvalidRank {
+                rank,
+                size: self.size,
+            });
+        }
+        if self.is_failed(rank) {
+            return Err(TransportError::PeerFailed(rank));
+        }
+        Ok(())
+    }
+
+    /// Sends `self.scratch` to `dest` now, or queues it behind what waits for that peer.
+    pub(crate) fn send_scratch(&mut self, dest: Rank, fenced: bool) -> Result<()> {
+        let blocked = fenced && self.writes_in_flight[dest as usize] > 0;
+        if self.outbox[dest as usize].is_empty() && !blocked {
+            let bytes = std::mem::take(&mut self.scratch);
+            let r = self.try_post(dest, &bytes);
+            self.scratch = bytes;
+            if r? == Posted::Taken {
+                return Ok(());
+            }
+        }
+        self.outbox[dest as usize].push_back(Outgoing {
+            bytes: self.scratch.clone(),
+            fenced,
+        });
+        self.queued += 1;
+        Ok(())
+    }
+
+    /// Sends a backend message.
+    pub(crate) fn send_control(
+        &mut self,
+        dest: Rank,
+        kind: Kind,
+        words: [u64; 6],
+        payload: &[u8],
+        fenced: bool,
+    ) -> Result<()> {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let seq = self.next_seq(dest);
+        wire::control(kind, self.rank, seq, words, payload, &mut scratch);
+        self.scratch = scratch;
+        self.send_scratch(dest, fenced)
+    }
+
+    /// One attempt to hand `bytes` to the provider.
+    fn try_post(&mut self, dest: Rank, bytes: &[u8]) -> Result<Posted> {
+        let r = if bytes.len() <= self.prov.traits.inject_size {
+            self.prov.inject(bytes, dest as u64)
+        } else {
+            let Some(i) = self.free_slots.pop() else {
+                return Ok(Posted::Again);
+            };
+            let slot = &mut self.slots[i];
+            slot.mem[..bytes.len()].copy_from_slice(bytes);
+            slot.dest = dest;
+            let ctx: *mut OpContext = &mut *slot.ctx;
+            // SAFETY: the slot's memory and context stay in this state, untouched, until its
+            // completion hands the slot back.
+            let r = unsafe {
+                self.prov
+                    .send(slot.mem.as_ptr(), bytes.len(), slot.desc, dest as u64, ctx)
+            };
+            if !matches!(r, Ok(Posted::Taken)) {
+                self.free_slots.push(i);
+            }
+            r
+        };
+        match r {
+            Err(e) => {
+                tracing::warn!(rank = self.rank, dest, error = %e, "ofi send failed");
+                self.fail_peer(dest);
+                Err(TransportError::PeerFailed(dest))
+            }
+            ok => ok,
+        }
+    }
+
+    /// Posts what waits, in order per peer, until the provider has no more room.
+    pub(crate) fn flush(&mut self) {
+        while let Some(req) = self.retry.pop_front() {
+            if !self.post_rma(req) {
+                return;
+            }
+        }
+        if self.queued == 0 {
+            return;
+        }
+        for dest in 0..self.size {
+            while let Some(front) = self.outbox[dest].front() {
+                if front.fenced && self.writes_in_flight[dest] > 0 {
+                    break;
+                }
+                let bytes = std::mem::take(&mut self.outbox[dest][0].bytes);
+                match self.try_post(dest as Rank, &bytes) {
+                    Ok(Posted::Taken) => {
+                        self.outbox[dest].pop_front();
+                        self.queued -= 1;
+                    }
+                    Ok(Posted::Again) => {
+                        self.outbox[dest][0].bytes = bytes;
+                        return;
+                    }
+                    // The peer was failed and its queue emptied.
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
+    /// Records an operation's outcome for the owner's `poll`.
+    pub(crate) fn complete(&mut self, op: u64, result: Result<()>) {
+        if let Some(o) = self.ops.remove(&op) {
+            if let Waiting::Data { region, .. } = o.waiting {
+                self.graveyard.push(region);
+            }
+            self.events.push(Event::Completed {
+                op: OpId(op),
+                result,
+            });
+        }
+    }
+
+    /// A put of `len` bytes of `src` at `src_offset` to `dst`, with an immediate or a flag.
+    pub(crate) fn put(
+        &mut self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        imm: Option<u64>,
+        flag: Option<u8>,
+    ) -> Result<OpId> {
+        self.check_peer(dst.rank)?;
+        src.check_range(src_offset, len)?;
+        let op = self.token();
+        if dst.rank == self.rank {
+            let r = match flag {
+                Some(v) => self.table.put_flag_from(src, src_offset, len, dst, v),
+                None => self.table.put_from(src, src_offset, len, dst),
+            };
+            if let (Ok(()), Some(imm)) = (&r, imm) {
+                self.events.push(Event::Immediate {
+                    src: self.rank,
+                    imm,
+                });
+            }
+            if flag.is_some() {
+                self.events.wake_all();
+            }
+            self.events.push(Event::Completed {
+                op: OpId(op),
+                result: r,
+            });
+            return Ok(OpId(op));
+        }
+        if len <= INLINE_MAX {
+            let mut data = vec![0u8; len];
+            src.read(src_offset, &mut data)?;
+            let m = wire::pack_marks(imm, flag);
+            let words = [op, dst.key.0, dst.offset as u64, m[0], m[1], m[2]];
+            self.ops.insert(
+                op,
+                Operation {
+                    dest: dst.rank,
+                    waiting: Waiting::Ack,
+                },
+            );
+            self.send_control(dst.rank, Kind::Put, words, &data, false)?;
+            return Ok(OpId(op));
+        }
+        self.start_rma(RmaRequest {
+            op,
+            write: true,
+            region: src.clone(),
+            local_offset: src_offset,
+            len,
+            dest: dst.rank,
+            key: dst.key.0,
+            remote_offset: dst.offset,
+            marks: (imm.is_some() || flag.is_some()).then_some((imm, flag)),
+        });
+        Ok(OpId(op))
+    }
+
+    /// A get of `len` bytes at `src` into `dst` at `dst_offset`.
+    pub(crate) fn get(
+        &mut self,
+        dst: &Region,
+        dst_offset: usize,
+        len: usize,
+        src: RemoteAddr,
+    ) -> Result<OpId> {
+        self.check_peer(src.rank)?;
+        dst.check_range(dst_offset, len)?;
+        let op = self.token();
+        if src.rank == self.rank {
+            let r = self.table.get_into(dst, dst_offset, len, src);
+            self.events.push(Event::Completed {
+                op: OpId(op),
+                result: r,
+            });
+            return Ok(OpId(op));
+        }
+        if len <= INLINE_MAX {
+            let words = [op, src.key.0, src.offset as u64, len as u64, 0, 0];
+            self.ops.insert(
+                op,
+                Operation {
+                    dest: src.rank,
+                    waiting: Waiting::Data {
+                        region: dst.clone(),
+                        offset: dst_offset,
+                    },
+                },
+            );
+            self.send_control(src.rank, Kind::Get, words, &[], false)?;
+            return Ok(OpId(op));
+        }
+        self.start_rma(RmaRequest {
+            op,
+            write: false,
+            region: dst.clone(),
+            local_offset: dst_offset,
+            len,
+            dest: src.rank,
+            key: src.key.0,
+            remote_offset: src.offset,
+            marks: None,
+        });
+        Ok(OpId(op))
+    }
+
+    fn start_rma(&mut self, req: RmaRequest) {
+        self.ops.insert(
+            req.op,
+            Operation {
+                dest: req.dest,
+                waiting: Waiting::Rma,
+            },
+        );
+        match self.remote.get(&(req.dest, req.key)) {
+            Some(_) => {
+                self.post_rma(req);
+            }
+            None => {
+                let at = (req.dest, req.key);
+                let first = !self.parked.contains_key(&at);
+                self.parked.entry(at).or_default().push(req);
+                if first {
+                    let words = [at.1, 0, 0, 0, 0, 0];
+                    if self
+                        .send_control(at.0, Kind::KeyQuery, words, &[], false)
+                        .is_err()
+                    {
+                        // The peer failed; its parked requests were failed with it.
+                    }
+                }
+            }
+        }
+    }
+
+    /// Checks `req` against what its owner said of the key and posts it; `false` if the
+    /// provider had no room (it waits in `retry`).
+    pub(crate) fn post_rma(&mut self, req: RmaRequest) -> bool {
+        let (dest, key) = (req.dest, req.key);
+        if !self.ops.contains_key(&req.op) {
+            self.graveyard.push(req.region);
+            return true; // failed meanwhile (its peer died)
+        }
+        let Some(entry) = self.remote.get(&(dest, key)).copied() else {
+            let err = TransportError::BadKey { rank: dest, key };
+            self.fail_request(req, err);
+            return true;
+        };
+        let extra = u64::from(matches!(req.marks, Some((_, Some(_)))));
+        let want = req.len as u64 + extra;
+        if entry.gone {
+            self.fail_request(req, TransportError::BadKey { rank: dest, key });
+            return true;
+        }
+        if !fits(req.remote_offset as u64, want, entry.len) {
+            let err = TransportError::OutOfRange {
+                rank: dest,
+                key,
+                offset: req.remote_offset as u64,
+                len: want,
+                region_len: entry.len,
+            };
+            self.fail_request(req, err);
+            return true;
+        }
+        if req.len > self.prov.traits.max_msg_size {
+            let err = TransportError::InvalidArgument(format!(
+                "a one-sided transfer of {} bytes is above provider {}'s limit of {}",
+                req.len, self.prov.traits.name, self.prov.traits.max_msg_size
+            ));
+            self.fail_request(req, err);
+            return true;
+        }
+        let desc = self
+            .local
+            .get(&req.region.key().0)
+            .map_or(std::ptr::null_mut(), |m| m.desc);
+        let token = self.token();
+        let mut ctx = OpContext::new(token);
+        let ctxp: *mut OpContext = &mut *ctx;
+        let local = req.region.base_addr() + req.local_offset;
+        let raddr = entry.remote_base + req.remote_offset as u64;
+        // SAFETY: the local range was checked against the region when the operation was made,
+        // and the region handle and context are kept in `postings` until the completion.
+        let r = unsafe {
+            if req.write {
+                self.prov.write(
+                    local as *const u8,
+                    req.len,
+                    desc,
+                    dest as u64,
+                    raddr,
+                    entry.remote_key,
+                    ctxp,
+                )
+            } else {
+                self.prov.read(
+                    local as *mut u8,
+                    req.len,
+                    desc,
+                    dest as u64,
+                    raddr,
+                    entry.remote_key,
+                    ctxp,
+                )
+            }
+        };
+        match r {
+            Ok(Posted::Taken) => {
+                if let Some(e) = self.remote.get_mut(&(dest, key)) {
+                    e.in_flight += 1;
+                }
+                if req.write {
+                    self.writes_in_flight[dest as usize] += 1;
+                    if let Some((imm, flag)) = req.marks {
+                        let m = wire::pack_marks(imm, flag);
+                        let words = [
+                            key,
+                            req.remote_offset as u64,
+                            req.len as u64,
+                            m[0],
+                            m[1],
+                            m[2],
+                        ];
+                        let _ = self.send_control(dest, Kind::Notice, words, &[], true);
+                    }
+                }
+                self.postings.insert(
+                    token,
+                    Posting {
+                        _ctx: ctx,
+                        request: req,
+                    },
+                );
+                true
+            }
+            Ok(Posted::Again) => {
+                self.retry.push_back(req);
+                false
+            }
+            Err(e) => {
+                tracing::warn!(rank = self.rank, dest, error = %e, "ofi one-sided post failed");
+                self.fail_peer(dest);
+                true
+            }
+        }
+    }
+
+    fn fail_request(&mut self, req: RmaRequest, err: TransportError) {
+        self.complete(req.op, Err(err));
+        self.graveyard.push(req.region);
+    }
+
+    /// Declares `rank` failed: once, with every operation that involves it failed too.
+    pub(crate) fn fail_peer(&mut self, rank: Rank) {
+        if rank == self.rank || self.failed[rank as usize].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        tracing::debug!(rank = self.rank, peer = rank, "ofi peer failed");
+        let doomed: Vec<u64> = self
+            .ops
+            .iter()
+            .filter(|(_, o)| o.dest == rank)
+            .map(|(k, _)| *k)
+            .collect();
+        for op in doomed {
+            self.complete(op, Err(TransportError::PeerFailed(rank)));
+        }
+        let parked: Vec<_> = self
+            .parked
+            .keys()
+            .filter(|k| k.0 == rank)
+            .copied()
+            .collect();
+        for at in parked {
+            for req in self.parked.remove(&at).unwrap_or_default() {
+                self.graveyard.push(req.region);
+            }
+        }
+        self.queued -= self.outbox[rank as usize].len();
+        self.outbox[rank as usize].clear();
+        self.stashed -= self.stash[rank as usize].len();
+        self.stash[rank as usize].clear();
+        self.remote.retain(|k, _| k.0 != rank);
+        let mut closable = Vec::new();
+        for (key, mr) in self.local.iter_mut() {
+            mr.holders.retain(|&h| h != rank);
+            mr.awaiting.retain(|&h| h != rank);
+            if mr.dying && mr.awaiting.is_empty() {
+                closable.push(*key);
+            }
+        }
+        for key in closable {
+            self.close_local(key);
+        }
+        self.events.push(Event::PeerFailed { rank });
+        self.events.wake_all();
+    }
+
+    /// Closes the registration of a retired region.
+    pub(crate) fn close_local(&mut self, key: u64) {
+        if let Some(mr) = self.local.remove(&key) {
+            self.prov.deregister(mr.mr);
+        }
+    }
+
+    /// Regions to drop once the lock is released.
+    pub(crate) fn take_graveyard(&mut self) -> Vec<Region> {
+        std::mem::take(&mut self.graveyard)
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        // Nothing may land in the buffers once they are freed: the endpoint goes first.
+        self.prov.close_endpoint();
+        for b in &self.recv {
+            self.prov.deregister(b.mr);
+        }
+        for s in &self.slots {
+            self.prov.deregister(s.mr);
+        }
+        for (_, mr) in self.local.drain() {
+            self.prov.deregister(mr.mr);
+        }
+    }
+}
