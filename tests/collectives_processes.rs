@@ -466,3 +466,54 @@ fn long_collective_waits_sleep() {
     }
     job(4, "shm", "long_waits");
 }
+
+/// The collectives over libfabric (the `ofi` feature), on its tcp provider (tcp;ofi_rxm)
+/// over loopback.
+#[cfg(feature = "ofi")]
+mod over_ofi {
+    use super::*;
+
+    const OFI: [(&str, &str); 2] = [("FI_PROVIDER", "tcp"), ("FI_TCP_IFACE", "lo")];
+
+    fn ofi_job(ranks: usize, cases: &str, extra: &[(&str, &str)]) {
+        let env: Vec<_> = OFI.iter().chain(extra).copied().collect();
+        job_with(ranks, "ofi", cases, &env);
+    }
+
+    #[test]
+    fn broadcasts_reductions_and_blocks_over_ofi() {
+        ofi_job(3, "sizes,back_to_back,any_size,mismatch,huge", &[]);
+        ofi_job(4, "algorithms", &[]);
+        ofi_job(3, "reduce,million,reproducible", &[]);
+        ofi_job(
+            3,
+            "blocks,blocks_wrong,splits,blocks_large,nonblocking",
+            &[],
+        );
+    }
+
+    #[test]
+    fn posted_receives_progress_in_every_wait_over_ofi() {
+        ofi_job(2, "progress", &[("RDCOLL_OFFLOAD", "inline")]);
+        ofi_job(
+            3,
+            "progress,progress_computing",
+            &[("RDCOLL_OFFLOAD", "thread")],
+        );
+        ofi_job(3, "progress,reduce", &[("RDCOLL_EAGER_LIMIT", "0")]);
+    }
+
+    #[test]
+    fn barriers_over_ofi() {
+        let dir = records_dir("ofi");
+        let dir_s = dir.to_str().unwrap();
+        ofi_job(3, "barrier", &[(DIR_VAR, dir_s)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_dead_rank_fails_the_broadcast_and_barrier_over_ofi() {
+        death("ofi", "peer_death", &OFI);
+        death("ofi", "barrier_death", &OFI);
+    }
+}

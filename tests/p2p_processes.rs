@@ -310,7 +310,7 @@ fn a_single_get_rendezvous_puts_the_whole_message_in_flight() {
 }
 
 /// Rank 1 is killed after its last message; rank 0 must pass (rank 1's abort is expected).
-fn death(transport: &str) {
+fn death(transport: &str, env: &[(&str, String)]) {
     let exe = std::env::current_exe().unwrap();
     let mut spec = JobSpec::new(
         2,
@@ -328,6 +328,9 @@ fn death(transport: &str) {
     spec.env.push((CASES_VAR.into(), "peer_death".into()));
     spec.env
         .push(("RDCOLL_PEER_TIMEOUT_MS".into(), "1000".into()));
+    for (k, v) in env {
+        spec.env.push((k.into(), v.into()));
+    }
     let report = run_job(&spec).unwrap();
     let survivor = report.exits.iter().find(|e| e.rank == 0).unwrap();
     assert!(
@@ -341,10 +344,58 @@ fn death(transport: &str) {
 
 #[test]
 fn a_killed_peer_fails_every_operation_that_involves_it_over_shm() {
-    death("shm");
+    death("shm", &[]);
 }
 
 #[test]
 fn a_killed_peer_fails_every_operation_that_involves_it_over_tcp() {
-    death("tcp");
+    death("tcp", &[]);
+}
+
+/// The point-to-point cases over libfabric (the `ofi` feature), on its tcp provider
+/// (tcp;ofi_rxm) over loopback.
+#[cfg(feature = "ofi")]
+mod over_ofi {
+    use super::*;
+
+    fn ofi_env(extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
+        let mut env = vec![
+            ("FI_PROVIDER", "tcp".to_string()),
+            ("FI_TCP_IFACE", "lo".to_string()),
+        ];
+        for (k, v) in extra {
+            let k: &'static str = Box::leak(k.to_string().into_boxed_str());
+            env.push((k, v.to_string()));
+        }
+        env
+    }
+
+    #[test]
+    fn pair_cases_over_ofi_in_both_modes() {
+        for mode in ["inline", "thread"] {
+            job_with(2, "ofi", PAIR_CASES, &ofi_env(&[("RDCOLL_OFFLOAD", mode)]));
+        }
+    }
+
+    #[test]
+    fn random_messages_and_windows_over_ofi() {
+        job_with(4, "ofi", "random", &ofi_env(&[]));
+        job_with(3, "ofi", "windows", &ofi_env(&[]));
+        job_with(3, "ofi", "after_unexpected", &ofi_env(&[]));
+    }
+
+    #[test]
+    fn many_rendezvous_sends_over_ofi() {
+        job_with(
+            2,
+            "ofi",
+            "many_sends,past_nonces",
+            &ofi_env(&[("RDCOLL_EAGER_LIMIT", "1024")]),
+        );
+    }
+
+    #[test]
+    fn a_killed_peer_fails_every_operation_that_involves_it_over_ofi() {
+        death("ofi", &ofi_env(&[]));
+    }
 }

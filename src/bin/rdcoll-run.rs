@@ -10,7 +10,7 @@ use std::process::ExitCode;
 use rdcoll::transport::launch::{run_job, JobSpec};
 
 const USAGE: &str =
-    "usage: rdcoll-run -n N [--transport auto|shm|tcp] [--tag-output] [--] PROGRAM [ARGS...]";
+    "usage: rdcoll-run -n N [--transport auto|shm|tcp|ofi] [--tag-output] [--] PROGRAM [ARGS...]";
 
 fn parse(args: Vec<OsString>) -> Result<JobSpec, String> {
     let mut ranks = None;
@@ -37,8 +37,8 @@ fn parse(args: Vec<OsString>) -> Result<JobSpec, String> {
             }
             "--transport" => {
                 let v = value(&s)?;
-                if !matches!(v.as_str(), "auto" | "shm" | "tcp") {
-                    return Err(format!("--transport {v:?}: expected auto, shm or tcp"));
+                if !matches!(v.as_str(), "auto" | "shm" | "tcp" | "ofi") {
+                    return Err(format!("--transport {v:?}: expected auto, shm, tcp or ofi"));
                 }
                 transport = Some(v);
             }

@@ -158,10 +158,7 @@ impl State {
         };
         let req = p.request;
         let at = (req.dest, req.key);
-        if req.write {
-            let w = &mut self.writes_in_flight[req.dest as usize];
-            *w = w.saturating_sub(1);
-        }
+        self.write_ended(&req);
         if let Some(e) = self.remote.get_mut(&at) {
             e.in_flight = e.in_flight.saturating_sub(1);
             if e.gone && e.in_flight == 0 {

@@ -402,7 +402,10 @@ impl State {
                     waiting: Waiting::Ack,
                 },
             );
-            self.send_control(dst.rank, Kind::Put, words, &data, false)?;
+            // A flag or immediate promises the target every earlier put to it too: behind
+            // this rank's one-sided writes to it still in flight.
+            let fenced = imm.is_some() || flag.is_some();
+            self.send_control(dst.rank, Kind::Put, words, &data, fenced)?;
             return Ok(OpId(op));
         }
         self.start_rma(RmaRequest {
@@ -468,6 +471,11 @@ impl State {
     }
 
     fn start_rma(&mut self, req: RmaRequest) {
+        if req.write {
+            // Counted from now, not from the post: a flag or immediate sent after this write
+            // waits for it even while its key is being looked up.
+            self.writes_in_flight[req.dest as usize] += 1;
+        }
         self.ops.insert(
             req.op,
             Operation {
@@ -501,6 +509,7 @@ impl State {
     pub(crate) fn post_rma(&mut self, req: RmaRequest) -> bool {
         let (dest, key) = (req.dest, req.key);
         if !self.ops.contains_key(&req.op) {
+            self.write_ended(&req);
             self.graveyard.push(req.region);
             return true; // failed meanwhile (its peer died)
         }
@@ -574,7 +583,6 @@ impl State {
                     e.in_flight += 1;
                 }
                 if req.write {
-                    self.writes_in_flight[dest as usize] += 1;
                     if let Some((imm, flag)) = req.marks {
                         let m = wire::pack_marks(imm, flag);
                         let words = [
@@ -604,6 +612,7 @@ impl State {
             Err(e) => {
                 tracing::warn!(rank = self.rank, dest, error = %e, "ofi one-sided post failed");
                 self.fail_peer(dest);
+                self.graveyard.push(req.region);
                 true
             }
         }
@@ -611,7 +620,17 @@ impl State {
 
     fn fail_request(&mut self, req: RmaRequest, err: TransportError) {
         self.complete(req.op, Err(err));
+        self.write_ended(&req);
         self.graveyard.push(req.region);
+    }
+
+    /// A write request ended (landed, failed, or never posted): messages fenced behind it
+    /// may go once no other write to its target is in flight.
+    pub(crate) fn write_ended(&mut self, req: &RmaRequest) {
+        if req.write {
+            let w = &mut self.writes_in_flight[req.dest as usize];
+            *w = w.saturating_sub(1);
+        }
     }
 
     /// Declares `rank` failed: once, with every operation that involves it failed too.
@@ -642,6 +661,7 @@ impl State {
         }
         self.queued -= self.outbox[rank as usize].len();
         self.outbox[rank as usize].clear();
+        self.writes_in_flight[rank as usize] = 0;
         self.stashed -= self.stash[rank as usize].len();
         self.stash[rank as usize].clear();
         self.remote.retain(|k, _| k.0 != rank);
