@@ -351,36 +351,64 @@ fn a_dead_rank_fails_the_broadcast_over_tcp() {
 /// skips with a note.
 #[test]
 fn tcp_across_network_namespaces() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: creating network namespaces needs root");
-        return;
-    }
-    let Some(hosts) = Hosts::create() else {
-        println!("skipped: cannot create network namespaces here");
+    let Some(hosts) = Hosts::for_test() else {
         return;
     };
-    let port = 24_000 + (std::process::id() % 20_000) as u16;
+    let failures = across_namespaces(&hosts, NETNS_CASES, &[], None);
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+/// The same over libfabric's tcp provider (the `ofi` feature), each rank on the interface
+/// that reaches the store (no `FI_TCP_IFACE`); then the last rank is killed during a
+/// broadcast and the others must fail it (`PeerFailed`) within the peer timeout, not hang.
+#[cfg(feature = "ofi")]
+#[test]
+fn ofi_across_network_namespaces() {
+    let Some(hosts) = Hosts::for_test() else {
+        return;
+    };
+    let ofi = [("RDCOLL_TRANSPORT", "ofi"), ("FI_PROVIDER", "tcp")];
+    let mut failures = across_namespaces(&hosts, NETNS_CASES, &ofi, None);
+    let with_timeout = [ofi[0], ofi[1], ("RDCOLL_PEER_TIMEOUT_MS", "1000")];
+    failures.extend(across_namespaces(
+        &hosts,
+        "peer_death",
+        &with_timeout,
+        Some(3),
+    ));
+    assert!(failures.is_empty(), "{failures:#?}");
+}
+
+const NETNS_CASES: &str = "sizes,any_size,algorithms,reduce,million,barrier,progress";
+
+/// Runs `cases` as 4 ranks, alternating between the two namespaces, with `env`; `victim` is
+/// the rank meant to die. Returns what went wrong with each other rank.
+fn across_namespaces(
+    hosts: &Hosts,
+    cases: &str,
+    env: &[(&str, &str)],
+    victim: Option<usize>,
+) -> Vec<String> {
+    let port = 24_000 + (std::process::id() % 20_000) as u16 + victim.map_or(0, |_| 7);
     let n = 4;
-    let records = records_dir("netns");
+    let records = records_dir(&format!("netns-{}", victim.is_some()));
     let mut children: Vec<_> = (0..n)
         .map(|rank| {
-            Command::new("ip")
-                .args(["netns", "exec", &hosts.ns[rank % 2]])
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &hosts.ns[rank % 2]])
                 .args(rank_command())
                 .env("RDCOLL_RANK", rank.to_string())
                 .env("RDCOLL_SIZE", n.to_string())
                 .env("RDCOLL_STORE", format!("{}:{port}", ADDR[0]))
-                .env(
-                    CASES_VAR,
-                    "sizes,any_size,algorithms,reduce,million,barrier",
-                )
+                .env(CASES_VAR, cases)
                 .env(DIR_VAR, &records)
                 .env("RDCOLL_BCAST_SMALL_MAX", "4096")
                 .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn a rank")
+                .stderr(std::process::Stdio::piped());
+            for (k, v) in env {
+                c.env(k, v);
+            }
+            c.spawn().expect("spawn a rank")
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(300);
@@ -393,17 +421,23 @@ fn tcp_across_network_namespaces() {
     }
     for (rank, c) in children.into_iter().enumerate() {
         let out = c.wait_with_output().expect("rank output");
+        if victim == Some(rank) {
+            continue;
+        }
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
         if !out.status.success() || !text.contains(&format!("collectives: rank {rank} passed")) {
-            failures.push(format!("rank {rank} ({}): {text}", out.status));
+            failures.push(format!(
+                "{cases} {env:?}: rank {rank} ({}): {text}",
+                out.status
+            ));
         }
     }
     let _ = std::fs::remove_dir_all(&records);
-    assert!(failures.is_empty(), "{failures:#?}");
+    failures
 }
 
 const ADDR: [&str; 2] = ["10.250.9.1", "10.250.9.2"];
@@ -420,6 +454,20 @@ fn ip(args: &[&str]) -> bool {
 }
 
 impl Hosts {
+    /// Two namespaces, or `None` with a note where this process may not make them.
+    fn for_test() -> Option<Hosts> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: creating network namespaces needs root");
+            return None;
+        }
+        let hosts = Hosts::create();
+        if hosts.is_none() {
+            println!("skipped: cannot create network namespaces here");
+        }
+        hosts
+    }
+
     fn create() -> Option<Hosts> {
         let id = std::process::id() % 100_000;
         let h = Hosts {

@@ -340,7 +340,13 @@ pub fn init_with_store(
     let fabric: Box<dyn Fabric> = match choice {
         TransportChoice::Shm => Box::new(crate::shm::ShmFabric::new(rank, size, store, cfg)?),
         #[cfg(feature = "ofi")]
-        TransportChoice::Ofi => Box::new(crate::ofi::OfiFabric::new(rank, size, store, cfg)?),
+        TransportChoice::Ofi => Box::new(crate::ofi::OfiFabric::new(
+            rank,
+            size,
+            store,
+            cfg,
+            handle.local_ip,
+        )?),
 
         _ => Box::new(crate::tcp::TcpFabric::new(
             rank,

@@ -240,16 +240,20 @@ pub struct OfiFabric {
 
 impl OfiFabric {
     /// Opens this rank's endpoint and connects it to its peers' through `store`.
+    ///
+    /// On IP providers it uses the interface that holds `local_ip` (the address that reaches
+    /// the store), where one of the provider's entries is bound to it.
     pub fn new(
         rank: Rank,
         size: usize,
         store: &dyn Store,
         cfg: &FabricConfig,
+        local_ip: Option<std::net::IpAddr>,
     ) -> Result<OfiFabric> {
         if rank as usize >= size {
             return Err(TransportError::InvalidRank { rank, size });
         }
-        let mut prov = Provider::open(size, state::MESSAGE_ROOM)?;
+        let mut prov = Provider::open(size, state::MESSAGE_ROOM, local_ip)?;
         store.set(&format!("ofi/addr/{rank}"), &prov.name()?)?;
         let mut names = Vec::with_capacity(size);
         for r in 0..size {

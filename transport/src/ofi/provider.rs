@@ -78,6 +78,8 @@ impl ProviderTraits {
 
 /// A rank's libfabric objects. Dropped in reverse order of opening.
 pub(crate) struct Provider {
+    /// What fi_getinfo returned (freed on drop), and the entry in use.
+    list: *mut fi::fi_info,
     info: *mut fi::fi_info,
     fabric: *mut fi::fid_fabric,
     domain: *mut fi::fid_domain,
@@ -161,10 +163,44 @@ fn explain_missing(code: isize) -> TransportError {
 
 impl Provider {
     /// Opens the first provider that offers what the backend needs, and its endpoint.
-    pub(crate) fn open(size: usize, min_multi_recv: usize) -> Result<Provider> {
+    ///
+    /// Among the provider's entries (one per interface and address family for IP providers)
+    /// it takes the one whose source address is `prefer` (the address that reaches the job's
+    /// store, as the tcp backend listens on), else the first: ranks on several hosts then need
+    /// no `FI_TCP_IFACE`.
+    pub(crate) fn open(
+        size: usize,
+        min_multi_recv: usize,
+        prefer: Option<std::net::IpAddr>,
+    ) -> Result<Provider> {
         let caps = NEEDED_CAPS.iter().fold(0, |acc, (c, _)| acc | c);
-        let info = getinfo(caps)?.map_err(explain_missing)?;
+        let list = getinfo(caps)?.map_err(explain_missing)?;
+        let mut info = list;
+        let mut at = list;
+        while !at.is_null() {
+            // SAFETY: `at` walks the list fi_getinfo returned.
+            let (here, next) = unsafe { (source_ip(at), (*at).next) };
+            if prefer.is_some() && here == prefer {
+                info = at;
+                break;
+            }
+            at = next;
+        }
+        // SAFETY: `info` is the first entry of a list fi_getinfo returned, with every
+        // attribute pointer set.
+        let traits = unsafe { traits_of(info) };
+        if traits.name == "shm" {
+            // SAFETY: the list fi_getinfo returned, freed once.
+            unsafe { fi::fi_freeinfo(list) };
+            return Err(TransportError::InvalidArgument(
+                "RDCOLL_TRANSPORT=ofi: libfabric's shm provider (1.17) crashes when a minimum \
+                 multi-receive size is set and does not hand full multi-receive buffers back; \
+                 on one host use RDCOLL_TRANSPORT=shm (rdcoll's own shared memory)"
+                    .into(),
+            ));
+        }
         let mut p = Provider {
+            list,
             info,
             fabric: ptr::null_mut(),
             domain: ptr::null_mut(),
@@ -172,9 +208,7 @@ impl Provider {
             av: ptr::null_mut(),
             ep: ptr::null_mut(),
             wait_fd: None,
-            // SAFETY: `info` is the first entry of a list fi_getinfo returned, with every
-            // attribute pointer set.
-            traits: unsafe { traits_of(info) },
+            traits,
         };
         // Closed by Drop on any error below.
         p.open_objects(size, min_multi_recv)?;
@@ -358,6 +392,31 @@ impl Provider {
     }
 }
 
+/// The IP address an entry's endpoints would bind to, where it names one.
+///
+/// # Safety
+/// `info` must point to an fi_info from fi_getinfo.
+unsafe fn source_ip(info: *mut fi::fi_info) -> Option<std::net::IpAddr> {
+    // SAFETY: the caller's promise; `src_addr` holds `src_addrlen` bytes when set.
+    unsafe {
+        let (addr, len) = ((*info).src_addr as *const u8, (*info).src_addrlen);
+        if addr.is_null() || len < 8 {
+            return None;
+        }
+        let bytes = std::slice::from_raw_parts(addr, len);
+        let family = u16::from_ne_bytes([bytes[0], bytes[1]]) as i32;
+        if family == libc::AF_INET {
+            let v4: [u8; 4] = bytes[4..8].try_into().ok()?;
+            Some(std::net::IpAddr::from(v4))
+        } else if family == libc::AF_INET6 && len >= 24 {
+            let v6: [u8; 16] = bytes[8..24].try_into().ok()?;
+            Some(std::net::IpAddr::from(v6))
+        } else {
+            None
+        }
+    }
+}
+
 /// Reads what the chosen provider offers and requires.
 ///
 /// # Safety
@@ -397,7 +456,7 @@ impl Drop for Provider {
             if !self.fabric.is_null() {
                 fi::fi_close(&mut (*self.fabric).fid);
             }
-            fi::fi_freeinfo(self.info);
+            fi::fi_freeinfo(self.list);
         }
     }
 }
