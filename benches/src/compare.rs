@@ -166,6 +166,10 @@ pub enum MpiPath {
     /// TCP for every message: Open MPI's `ob1` with the `tcp` and `self` BTLs; MPICH (ch4 over
     /// UCX) with local ranks sent through the network module and UCX on `tcp` only.
     Tcp,
+    /// libfabric, like `rdcoll ... --transport ofi`: Open MPI's `cm` PML over its `ofi` MTL on
+    /// the provider named by `FI_PROVIDER` (default `tcp`). Debian's MPICH is built on UCX
+    /// only, so it is not compared.
+    Ofi,
 }
 
 impl MpiPath {
@@ -173,6 +177,7 @@ impl MpiPath {
     pub fn for_transport(transport: Option<&str>) -> MpiPath {
         match transport {
             Some("tcp") => MpiPath::Tcp,
+            Some("ofi") => MpiPath::Ofi,
             _ => MpiPath::Default,
         }
     }
@@ -191,8 +196,17 @@ pub fn mpi_command(mpi: &str, args: &[String], ranks: usize, path: MpiPath) -> O
             if path == MpiPath::Tcp {
                 c.args(["--mca", "pml", "ob1", "--mca", "btl", "tcp,self"]);
             }
+            if path == MpiPath::Ofi {
+                let provider = std::env::var("FI_PROVIDER").unwrap_or_else(|_| "tcp".into());
+                c.args(["--mca", "pml", "cm", "--mca", "mtl", "ofi"]).args([
+                    "--mca",
+                    "mtl_ofi_provider_include",
+                    &provider,
+                ]);
+            }
             c
         }
+        "mpich" if path == MpiPath::Ofi => return None,
         "mpich" if installed("mpiexec.mpich") => {
             let mut c = Command::new("mpiexec.mpich");
             c.args(["-n", &ranks.to_string()]);
@@ -219,6 +233,7 @@ pub fn mpi_columns<'a>(
         let label = match path {
             MpiPath::Default => name.to_string(),
             MpiPath::Tcp => format!("{name}/tcp"),
+            MpiPath::Ofi => format!("{name}/ofi"),
         };
         if mpi_command(mpi, &args, ranks, path).is_some() {
             let args = args.clone();

@@ -161,10 +161,17 @@ impl State {
         self.write_ended(&req);
         if let Some(e) = self.remote.get_mut(&at) {
             e.in_flight = e.in_flight.saturating_sub(1);
-            if e.gone && e.in_flight == 0 {
-                self.remote.remove(&at);
-                let _ =
-                    self.send_control(at.0, Kind::KeyGoneAck, [at.1, 0, 0, 0, 0, 0], &[], false);
+            if e.in_flight == 0 && (e.gone || e.transient) {
+                let kind = if e.gone {
+                    Kind::KeyGoneAck
+                } else {
+                    Kind::KeyRelease
+                };
+                let queued = self.retry.iter().any(|r| (r.dest, r.key) == at);
+                if e.gone || !queued {
+                    self.remote.remove(&at);
+                    let _ = self.send_control(at.0, kind, [at.1, 0, 0, 0, 0, 0], &[], false);
+                }
             }
         }
         let result = match err {
@@ -251,7 +258,7 @@ impl State {
                             mr.len as u64,
                             mr.remote_base,
                             mr.remote_key,
-                            0,
+                            u64::from(mr.transient),
                         ]
                     }
                     (r, _) => {
@@ -272,6 +279,7 @@ impl State {
                             remote_key: w[4],
                             in_flight: 0,
                             gone: false,
+                            transient: w[5] != 0,
                         },
                     );
                 }
@@ -290,6 +298,11 @@ impl State {
                         self.remote.remove(&at);
                         self.reply(m.src, Kind::KeyGoneAck, [w[0], 0, 0, 0, 0, 0], &[]);
                     }
+                }
+            }
+            Kind::KeyRelease => {
+                if let Some(mr) = self.local.get_mut(&w[0]) {
+                    mr.holders.retain(|&r| r != m.src);
                 }
             }
             Kind::KeyGoneAck => {

@@ -21,6 +21,9 @@ pub(crate) struct LocalMr {
     /// asks for virtual addresses (`FI_MR_VIRT_ADDR`), else 0 (offsets).
     pub(crate) remote_base: u64,
     pub(crate) len: usize,
+    /// Memory the caller registered (a rendezvous buffer, typically used for one message):
+    /// peers forget its key as soon as they have nothing in flight through it.
+    pub(crate) transient: bool,
     /// The key peers present (ours, or the provider's with `FI_MR_PROV_KEY`).
     pub(crate) remote_key: u64,
     /// Peers that looked the key up and have not been told it is gone.
@@ -41,6 +44,8 @@ pub(crate) struct RemoteMr {
     pub(crate) in_flight: u32,
     /// The owner retired the key; answered once `in_flight` reaches zero.
     pub(crate) gone: bool,
+    /// Forgotten (and the owner told) once `in_flight` reaches zero.
+    pub(crate) transient: bool,
 }
 
 /// Whether `offset..offset+len` fits in a region of `region_len` bytes.

@@ -84,7 +84,7 @@ impl Shared {
             && self.start.elapsed().as_nanos() as u64 - polled < OWNER_ACTIVE.as_nanos() as u64
     }
 
-    fn register(&self, region: Region) -> Result<Region> {
+    fn register(&self, region: Region, external: bool) -> Result<Region> {
         let len = region.len();
         let key = region.key().0;
         let ptr = region.base_addr() as *mut u8;
@@ -105,6 +105,7 @@ impl Shared {
                     desc,
                     remote_base,
                     len,
+                    transient: external,
                     remote_key,
                     holders: Vec::new(),
                     awaiting: Vec::new(),
@@ -382,7 +383,7 @@ impl Fabric for OfiFabric {
         let region = self.shared.table.insert_via(self.publisher(), |key, p| {
             Region::alloc_owned(rank, key, len, p)
         })?;
-        self.shared.register(region)
+        self.shared.register(region, false)
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
@@ -392,7 +393,7 @@ impl Fabric for OfiFabric {
         let region = self.shared.table.insert_via(self.publisher(), |key, p| {
             Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p))
         })?;
-        self.shared.register(region)
+        self.shared.register(region, true)
     }
 
     fn put(

@@ -175,17 +175,23 @@ impl Provider {
     ) -> Result<Provider> {
         let caps = NEEDED_CAPS.iter().fold(0, |acc, (c, _)| acc | c);
         let list = getinfo(caps)?.map_err(explain_missing)?;
-        let mut info = list;
+        // libfabric 1.17's shm provider is taken only when nothing else is offered (and then
+        // refused below, with the reason).
+        let mut first = None;
+        let mut matching = None;
         let mut at = list;
         while !at.is_null() {
-            // SAFETY: `at` walks the list fi_getinfo returned.
-            let (here, next) = unsafe { (source_ip(at), (*at).next) };
-            if prefer.is_some() && here == prefer {
-                info = at;
-                break;
+            // SAFETY: `at` walks the list fi_getinfo returned, each entry complete.
+            let (name, here, next) = unsafe { (traits_of(at).name, source_ip(at), (*at).next) };
+            if name != "shm" {
+                first = first.or(Some(at));
+                if prefer.is_some() && here == prefer && matching.is_none() {
+                    matching = Some(at);
+                }
             }
             at = next;
         }
+        let info = matching.or(first).unwrap_or(list);
         // SAFETY: `info` is the first entry of a list fi_getinfo returned, with every
         // attribute pointer set.
         let traits = unsafe { traits_of(info) };

@@ -35,7 +35,8 @@ pub(crate) enum Kind {
     Notice = 6,
     /// Asks the owner how to reach a region one-sidedly: [key, ..].
     KeyQuery = 7,
-    /// The owner's answer: [key, status, len, address, provider key, ..].
+    /// The owner's answer: [key, status, len, address, provider key, transient]; transient:
+    /// memory the caller registered (released by the peer as soon as it is idle).
     KeyInfo = 8,
     /// The owner retires a key the receiver looked up: [key, ..].
     KeyGone = 9,
@@ -45,6 +46,9 @@ pub(crate) enum Kind {
     Heartbeat = 11,
     /// Leaving: fail me now.
     Bye = 12,
+    /// The sender has no access in flight through a caller-registered region's key and
+    /// forgot it, so the owner may let the region go without asking: [key, ..].
+    KeyRelease = 13,
 }
 
 impl Kind {
@@ -62,6 +66,7 @@ impl Kind {
             10 => Kind::KeyGoneAck,
             11 => Kind::Heartbeat,
             12 => Kind::Bye,
+            13 => Kind::KeyRelease,
             _ => return None,
         })
     }
