@@ -203,7 +203,7 @@ fn wait_op(f: &dyn Fabric, op: rdcoll_transport::OpId) -> Result<(), String> {
             Some(Event::PeerFailed { rank }) => return Err(format!("rank {rank} failed")),
             Some(_) => {}
             None => {
-                if f.backend() == "tcp" {
+                if matches!(f.backend(), "tcp" | "ofi") {
                     f.block(Duration::from_millis(1));
                 } else {
                     std::hint::spin_loop();
@@ -225,7 +225,7 @@ fn measure(
     let msg = [0u8; 8];
     // Latency: warm up, then time round trips in batches and keep the median batch, so a
     // rank preempted for a few milliseconds on this shared 2-core machine skews nothing.
-    let pingpongs = if f.backend() == "tcp" {
+    let pingpongs = if matches!(f.backend(), "tcp" | "ofi") {
         (opts.pingpongs / 5).max(BATCHES)
     } else {
         opts.pingpongs.max(BATCHES)
@@ -700,7 +700,7 @@ fn driver(opts: &Opts) -> i32 {
     let memcpy: Vec<(usize, f64)> = GET_SIZES.iter().map(|&s| (s, memcpy_bw(s))).collect();
     let cma = cma_bw();
     let mut rows = Vec::new();
-    let jobs: [BackendJob; 4] = [
+    let mut jobs: Vec<BackendJob> = vec![
         ("local", "", &[]),
         ("shm", "shm", &[]),
         (
@@ -710,6 +710,9 @@ fn driver(opts: &Opts) -> i32 {
         ),
         ("tcp", "tcp", &[]),
     ];
+    if cfg!(feature = "ofi") {
+        jobs.push(("ofi (libfabric tcp;ofi_rxm)", "ofi", &[("FI_PROVIDER", "tcp")]));
+    }
     for (label, transport, env) in jobs {
         let r = if label == "local" {
             local_row(opts)
