@@ -711,7 +711,11 @@ fn driver(opts: &Opts) -> i32 {
         ("tcp", "tcp", &[]),
     ];
     if cfg!(feature = "ofi") {
-        jobs.push(("ofi (libfabric tcp;ofi_rxm)", "ofi", &[("FI_PROVIDER", "tcp")]));
+        jobs.push((
+            "ofi (libfabric tcp;ofi_rxm)",
+            "ofi",
+            &[("FI_PROVIDER", "tcp")],
+        ));
     }
     for (label, transport, env) in jobs {
         let r = if label == "local" {

@@ -23,6 +23,7 @@ mod handle;
 mod keys;
 mod post;
 mod provider;
+mod rma;
 mod state;
 mod wire;
 
