@@ -283,7 +283,7 @@ pub fn init() -> Result<Comm> {
     install_log();
     report_panics();
     let comm = Comm::from_fabric(rdcoll_transport::bootstrap::init_from_env()?);
-    if std::env::var("RDCOLL_BIND").as_deref() == Ok("core") && comm.backend() != "tcp" {
+    if std::env::var("RDCOLL_BIND").as_deref() == Ok("core") && !spans_hosts(comm.backend()) {
         bind::to_core(comm.rank() as usize, comm.size());
     }
     Ok(comm)
@@ -321,9 +321,15 @@ pub fn abort(code: i32) -> ! {
     std::process::exit(code)
 }
 
+/// Whether ranks over `backend` may be on several hosts (tcp, ofi): then only the launcher
+/// knows how many share this one.
+fn spans_hosts(backend: &str) -> bool {
+    !matches!(backend, "shm" | "local")
+}
+
 /// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`).
 fn ranks_on_this_host(comm: &Comm) -> usize {
-    if comm.backend() != "tcp" {
+    if !spans_hosts(comm.backend()) {
         return comm.fabric.size();
     }
     [
