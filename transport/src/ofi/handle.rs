@@ -21,6 +21,11 @@ pub(crate) struct Lent {
     pub(crate) buffer: usize,
 }
 
+/// How far ahead of the next expected message one from a peer may be: messages that overtook
+/// a large one (completed late by the provider) wait, copied, until its turn; a stream further
+/// ahead than this fails the peer instead of holding up to this many copies.
+const STASH_AHEAD: u64 = 1 << 16;
+
 /// Most completions handled per call, so a flood cannot hold the lock for long.
 const DRAIN_BUDGET: usize = 64;
 
@@ -85,6 +90,18 @@ impl State {
                         if lent.is_none() {
                             self.release_stash(src);
                         }
+                    } else if m.seq > self.recv_seq[src] + STASH_AHEAD {
+                        // Only a provider that lost a message, or a peer that does not follow
+                        // the protocol, gets this far ahead: its stream cannot be put back in
+                        // order, and holding it would grow without bound.
+                        tracing::warn!(
+                            rank = self.rank,
+                            peer = m.src,
+                            seq = m.seq,
+                            expected = self.recv_seq[src],
+                            "ofi: a message too far ahead of its turn"
+                        );
+                        self.fail_peer(m.src);
                     } else if m.seq > self.recv_seq[src]
                         && self.stash[src].insert(m.seq, bytes.to_vec()).is_none()
                     {
