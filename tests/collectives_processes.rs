@@ -521,10 +521,19 @@ fn long_collective_waits_sleep() {
 mod over_ofi {
     use super::*;
 
-    const OFI: [(&str, &str); 2] = [("FI_PROVIDER", "tcp"), ("FI_TCP_IFACE", "lo")];
+    /// libfabric's settings for the ranks: the provider (tcp unless
+    /// `RDCOLL_TEST_OFI_PROVIDER` names another) on loopback.
+    fn ofi_env() -> Vec<(&'static str, &'static str)> {
+        let provider = std::env::var("RDCOLL_TEST_OFI_PROVIDER").unwrap_or_else(|_| "tcp".into());
+        vec![
+            ("FI_PROVIDER", Box::leak(provider.into_boxed_str())),
+            ("FI_TCP_IFACE", "lo"),
+            ("FI_NET_IFACE", "lo"),
+        ]
+    }
 
     fn ofi_job(ranks: usize, cases: &str, extra: &[(&str, &str)]) {
-        let env: Vec<_> = OFI.iter().chain(extra).copied().collect();
+        let env: Vec<_> = ofi_env().into_iter().chain(extra.iter().copied()).collect();
         job_with(ranks, "ofi", cases, &env);
     }
 
@@ -561,7 +570,7 @@ mod over_ofi {
 
     #[test]
     fn a_dead_rank_fails_the_broadcast_and_barrier_over_ofi() {
-        death("ofi", "peer_death", &OFI);
-        death("ofi", "barrier_death", &OFI);
+        death("ofi", "peer_death", &ofi_env());
+        death("ofi", "barrier_death", &ofi_env());
     }
 }

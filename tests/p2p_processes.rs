@@ -358,10 +358,16 @@ fn a_killed_peer_fails_every_operation_that_involves_it_over_tcp() {
 mod over_ofi {
     use super::*;
 
+    /// The provider: tcp unless `RDCOLL_TEST_OFI_PROVIDER` names another.
+    fn provider() -> String {
+        std::env::var("RDCOLL_TEST_OFI_PROVIDER").unwrap_or_else(|_| "tcp".into())
+    }
+
     fn ofi_env(extra: &[(&str, &str)]) -> Vec<(&'static str, String)> {
         let mut env = vec![
-            ("FI_PROVIDER", "tcp".to_string()),
+            ("FI_PROVIDER", provider()),
             ("FI_TCP_IFACE", "lo".to_string()),
+            ("FI_NET_IFACE", "lo".to_string()),
         ];
         for (k, v) in extra {
             let k: &'static str = Box::leak(k.to_string().into_boxed_str());

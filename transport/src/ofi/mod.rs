@@ -49,6 +49,8 @@ use wire::Kind;
 /// How recently the owner must have polled for the progress thread to leave the completion
 /// queue to it.
 const OWNER_ACTIVE: Duration = Duration::from_micros(200);
+/// How long a departing rank keeps progressing after its last send was handed over.
+const LINGER: Duration = Duration::from_millis(20);
 /// Longest sleep of the progress thread between looks when it has no descriptor to wait on.
 const MAX_NAP: Duration = Duration::from_millis(1);
 
@@ -354,9 +356,26 @@ impl Drop for OfiFabric {
                     let _ = st.send_control(peer, Kind::Bye, [0; 6], &[], false);
                 }
             }
-            let until = Instant::now() + Duration::from_millis(200);
-            while st.queued > 0 && Instant::now() < until {
+            // What this rank sent goes out before it leaves (a rank that sends and exits loses
+            // nothing): queued messages handed to the provider, and those that report a
+            // completion delivered; bounded by the peer timeout (a dead peer never answers).
+            let deadline = Instant::now() + sh.peer_timeout;
+            loop {
                 let _ = st.drain(false);
+                let idle = st.queued == 0
+                    && st.free_slots.len() == st.slots.len()
+                    && st.postings.is_empty();
+                if idle || Instant::now() >= deadline {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+            // Injected messages (the goodbyes among them) report no completion: a little more
+            // progress for the provider to put them on the wire.
+            let linger = Instant::now() + LINGER;
+            while Instant::now() < linger {
+                let _ = st.drain(false);
+                std::thread::yield_now();
             }
         });
         sh.stop.store(true, Ordering::Release);
