@@ -169,10 +169,17 @@ fn spawn_rank(
     // by its own rendezvous: room for rdcoll's largest eager message keeps them one copy each
     // way (ofi `bw` 16-32 KiB: 0.5 -> 1.2 GB/s here). Set before exec, as the ranks' libfabric
     // reads it at start-up; a value the user set wins.
-    if std::env::var_os(OFI_RXM_BUFFER_VAR).is_none()
-        && !spec.env.iter().any(|(k, _)| k == OFI_RXM_BUFFER_VAR)
-    {
-        cmd.env(OFI_RXM_BUFFER_VAR, OFI_RXM_BUFFER_BYTES);
+    // libfabric loads the Omni-Path libraries (libpsm2, libpsm_infinipath) where they are
+    // installed, even when another provider is used, and they catch fatal signals to write a
+    // `*.btr` backtrace file into the working directory: a rank that aborts should just die.
+    for (var, value) in [
+        (OFI_RXM_BUFFER_VAR, OFI_RXM_BUFFER_BYTES),
+        ("HFI_NO_BACKTRACE", "1"),
+        ("IPATH_NO_BACKTRACE", "1"),
+    ] {
+        if std::env::var_os(var).is_none() && !spec.env.iter().any(|(k, _)| k == var) {
+            cmd.env(var, value);
+        }
     }
     if spec.prefix_output {
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
