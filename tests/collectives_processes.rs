@@ -367,9 +367,22 @@ fn ofi_across_network_namespaces() {
     let Some(hosts) = Hosts::for_test() else {
         return;
     };
-    let ofi = [("RDCOLL_TRANSPORT", "ofi"), ("FI_PROVIDER", "tcp")];
+    // Started without rdcoll-run, so without its settings: no backtrace files from the
+    // Omni-Path libraries libfabric loads (the killed rank would leave one).
+    let ofi = [
+        ("RDCOLL_TRANSPORT", "ofi"),
+        ("FI_PROVIDER", "tcp"),
+        ("HFI_NO_BACKTRACE", "1"),
+        ("IPATH_NO_BACKTRACE", "1"),
+    ];
     let mut failures = across_namespaces(&hosts, NETNS_CASES, &ofi, None);
-    let with_timeout = [ofi[0], ofi[1], ("RDCOLL_PEER_TIMEOUT_MS", "1000")];
+    let with_timeout = [
+        ofi[0],
+        ofi[1],
+        ofi[2],
+        ofi[3],
+        ("RDCOLL_PEER_TIMEOUT_MS", "1000"),
+    ];
     failures.extend(across_namespaces(
         &hosts,
         "peer_death",
