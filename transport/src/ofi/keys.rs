@@ -47,21 +47,3 @@ pub(crate) struct RemoteMr {
     /// Forgotten (and the owner told) once `in_flight` reaches zero.
     pub(crate) transient: bool,
 }
-
-/// Whether `offset..offset+len` fits in a region of `region_len` bytes.
-pub(crate) fn fits(offset: u64, len: u64, region_len: u64) -> bool {
-    offset.checked_add(len).is_some_and(|end| end <= region_len)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::fits;
-
-    #[test]
-    fn ranges_are_checked_without_overflow() {
-        assert!(fits(0, 64, 64));
-        assert!(fits(64, 0, 64));
-        assert!(!fits(60, 8, 64));
-        assert!(!fits(u64::MAX, 1, 64));
-    }
-}

@@ -1,13 +1,12 @@
 //! Puts and gets: to this rank itself (a copy), small ones inside messages, large ones as
 //! one-sided writes and reads through the peer's registration (looked up first, checked here).
 
-use super::keys::fits;
 use super::post::{OpContext, Posted};
 use super::state::{Operation, Posting, RmaRequest, State, Waiting, INLINE_MAX};
 use super::wire::{self, Kind};
 use crate::error::{Result, TransportError};
 use crate::region::Region;
-use crate::types::{Event, OpId, RemoteAddr};
+use crate::types::{range_fits, Event, OpId, RemoteAddr};
 
 impl State {
     /// A put of `len` bytes of `src` at `src_offset` to `dst`, with an immediate or a flag.
@@ -171,18 +170,19 @@ impl State {
             self.fail_request(req, err);
             return true;
         };
-        let extra = u64::from(matches!(req.marks, Some((_, Some(_)))));
-        let want = req.len as u64 + extra;
+        let extra = usize::from(matches!(req.marks, Some((_, Some(_)))));
+        let want = req.len + extra;
         if entry.gone {
             self.fail_request(req, TransportError::BadKey { rank: dest, key });
             return true;
         }
-        if !fits(req.remote_offset as u64, want, entry.len) {
+        let region_len = usize::try_from(entry.len).unwrap_or(usize::MAX);
+        if !range_fits(req.remote_offset, want, region_len) {
             let err = TransportError::OutOfRange {
                 rank: dest,
                 key,
                 offset: req.remote_offset as u64,
-                len: want,
+                len: want as u64,
                 region_len: entry.len,
             };
             self.fail_request(req, err);
