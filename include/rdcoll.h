@@ -151,6 +151,16 @@
 #define RDC_THREAD_MULTIPLE 3
 
 /**
+ * `rdc_multicast`: Robber, with work stealing inside each cluster.
+ */
+#define RDC_MULTICAST_ROBBER 1
+
+/**
+ * `rdc_multicast`: MOB, each rank's share of the work fixed.
+ */
+#define RDC_MULTICAST_MOB 2
+
+/**
  * Element types.
  */
 typedef enum rdc_datatype {
@@ -474,6 +484,15 @@ int rdc_exscan(const void *sendbuf,
  * (`RDC_ERR_MISMATCH` where the protocol notices they differ).
  */
 int rdc_bcast(void *buf, int64_t count, int dt, int root, const struct rdc_comm *comm);
+
+/**
+ * Broadcasts `count` elements of `dt` at `buf` from `root` by a receiver-initiated multicast
+ * across clusters (`RDCOLL_CLUSTER`, else hosts), whatever the size: `how` is
+ * `RDC_MULTICAST_ROBBER` (ranks of a cluster share the work of pulling each piece into it,
+ * and idle ones steal work from busy ones) or `RDC_MULTICAST_MOB` (fixed shares); another
+ * value is `RDC_ERR_ARG`. Arguments otherwise as for `rdc_bcast`.
+ */
+int rdc_multicast(void *buf, int64_t count, int dt, int root, int how, const struct rdc_comm *comm);
 
 /**
  * Combines every rank's `count` elements of `dt` at `sendbuf` element-wise with `op` and

@@ -3,7 +3,7 @@
 
 use bytemuck::Pod;
 use rdcoll_collectives::reduce::op::{check, op_reducer, reducer};
-use rdcoll_collectives::{Collectives, Element, Op};
+use rdcoll_collectives::{Collectives, Element, Multicast, Op};
 
 use crate::{Comm, Error, Rank, Result};
 
@@ -99,6 +99,31 @@ impl Comm {
     pub fn bcast<T: Pod>(&self, buf: &mut [T], root: Rank) -> Result<()> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         Ok(self.collectives()?.bcast(bytes, root)?)
+    }
+
+    /// Broadcasts `buf` from `root` by a receiver-initiated multicast across clusters (paper
+    /// 003), whatever its size: the ranks of each cluster (`RDCOLL_CLUSTER`, else each host)
+    /// pull every piece into their cluster once, with one-sided gets from any rank that holds
+    /// it, and spread it inside; with [`Multicast::Robber`] a rank that has pulled its share
+    /// steals work from a busier one, so faster ranks and links carry more. Meant for large
+    /// messages across clusters whose links differ or change (a planned tree runs at the
+    /// speed of its slowest link). Lengths as for [`bcast`](Comm::bcast); `RDCOLL_MULTICAST_*`
+    /// settings in the README. `RDCOLL_BCAST_ALGORITHM=robber` (or `mob`) makes every large
+    /// `bcast` one.
+    ///
+    /// ```
+    /// use rdcoll::Multicast;
+    /// let got = rdcoll::local::run(3, |comm| {
+    ///     let mut v = vec![comm.rank() as u8; 1 << 20];
+    ///     comm.multicast(&mut v, 1, Multicast::Robber).unwrap();
+    ///     v
+    /// })
+    /// .unwrap();
+    /// assert!(got.iter().all(|v| v.iter().all(|&b| b == 1)));
+    /// ```
+    pub fn multicast<T: Pod>(&self, buf: &mut [T], root: Rank, how: Multicast) -> Result<()> {
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
+        Ok(self.collectives()?.multicast(bytes, root, how)?)
     }
 
     /// Broadcasts `data` from `root` to ranks that need not know its length: the root passes

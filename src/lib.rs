@@ -71,7 +71,7 @@ pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
 pub use rdcoll_collectives::{
     BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Collectives, Element,
-    Model, Op, ReduceDegree,
+    Model, Multicast, Op, ReduceDegree,
 };
 pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag, NULL_TAG, PROC_NULL};
 pub use rdcoll_offload::OffloadError;

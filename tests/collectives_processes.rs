@@ -4,6 +4,7 @@
 mod barrier_cases;
 mod bcast_cases;
 mod blocks_cases;
+mod multicast_cases;
 mod progress_cases;
 #[allow(dead_code)]
 mod reduce_cases;
@@ -41,6 +42,8 @@ fn rank_entry() {
             "shared_refused" => bcast_cases::shared_refused(&world),
             "huge" => bcast_cases::huge(&world),
             "peer_death" => bcast_cases::peer_death(&world),
+            "multicast" => multicast_cases::shapes_and_roots(&world),
+            "multicast_death" => multicast_cases::node_death(&world),
             "reduce" => {
                 let last = world.size() as u32 - 1;
                 reduce_cases::every_type(&world, &[0, 1, 7, 1000], &[0, last])
@@ -346,6 +349,22 @@ fn a_dead_rank_fails_the_broadcast_over_tcp() {
     death("tcp", "peer_death", &[("RDCOLL_BCAST_TRANSFER", "write")]);
 }
 
+/// Robber and MOB across processes: every cluster shape of the job's size, every root, over
+/// shm and tcp, and with every control message by rendezvous (eager limit 0).
+#[test]
+fn multicast_across_processes() {
+    job(5, "shm", "multicast");
+    job(6, "shm", "multicast");
+    job(4, "tcp", "multicast");
+    job_with(3, "tcp", "multicast", &[("RDCOLL_EAGER_LIMIT", "0")]);
+}
+
+#[test]
+fn a_dead_rank_fails_the_multicast() {
+    death("shm", "multicast_death", &[]);
+    death("tcp", "multicast_death", &[]);
+}
+
 /// Ranks in two network namespaces joined by a veth pair (tcp chosen automatically, as for
 /// two hosts); the hybrid broadcast groups them by namespace. Needs root and iproute2, else
 /// skips with a note.
@@ -585,5 +604,11 @@ mod over_ofi {
     fn a_dead_rank_fails_the_broadcast_and_barrier_over_ofi() {
         death("ofi", "peer_death", &ofi_env());
         death("ofi", "barrier_death", &ofi_env());
+    }
+
+    #[test]
+    fn multicast_over_ofi() {
+        ofi_job(4, "multicast", &[]);
+        death("ofi", "multicast_death", &ofi_env());
     }
 }

@@ -1,6 +1,7 @@
 //! Settings of the collectives, from `RDCOLL_BCAST_SMALL_MAX`, `RDCOLL_BCAST_BLOCK`,
 //! `RDCOLL_BCAST_TRANSFER`, `RDCOLL_BCAST_ALGORITHM`, `RDCOLL_CLUSTER`, `RDCOLL_ALLREDUCE_SMALL_MAX`,
-//! `RDCOLL_ALLREDUCE_DEGREE` and `RDCOLL_BARRIER_ALGORITHM`.
+//! `RDCOLL_ALLREDUCE_DEGREE`, `RDCOLL_BARRIER_ALGORITHM`, `RDCOLL_MULTICAST_PIECE` and
+//! `RDCOLL_MULTICAST_GETS`.
 
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
@@ -34,6 +35,26 @@ pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = 16 << 10;
 /// Largest `RDCOLL_ALLREDUCE_SMALL_MAX` (each rank registers one slot of it per rank).
 pub const MAX_ALLREDUCE_SMALL_MAX: usize = 1 << 20;
 
+/// Default piece of a multicast (paper 003: "a few hundred kilobytes", as BitTorrent's).
+pub const DEFAULT_MULTICAST_PIECE: usize = 256 << 10;
+/// Most pieces a multicast cuts a message into (longer messages get longer pieces): a bitfield
+/// is then at most 8 KiB.
+pub const MAX_MULTICAST_PIECES: usize = 1 << 16;
+/// Default gets a multicast keeps outstanding to one peer (BitTorrent's R is 5).
+pub const DEFAULT_MULTICAST_GETS: usize = 4;
+/// Largest `RDCOLL_MULTICAST_GETS`.
+pub const MAX_MULTICAST_GETS: usize = 64;
+
+/// A receiver-initiated multicast across clusters (paper 003).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Multicast {
+    /// Robber: the ranks of a cluster share the pulling of pieces into it, and idle ranks
+    /// steal work from busy ones.
+    Robber,
+    /// MOB: the same with each rank's share fixed at the start.
+    Mob,
+}
+
 /// How the degree of the reduce tree is chosen.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceDegree {
@@ -56,6 +77,8 @@ pub enum BcastAlgorithm {
     /// Counter-byte blocks up to the small limit, then every rank copies the message out of
     /// the root's own staging (ranks that share memory only: shm, local).
     Shared,
+    /// Counter-byte blocks up to the small limit, then a receiver-initiated multicast.
+    Multicast(Multicast),
 }
 
 impl BcastAlgorithm {
@@ -65,6 +88,8 @@ impl BcastAlgorithm {
             "auto" => Some(BcastAlgorithm::Auto),
             "counter" | "small" => Some(BcastAlgorithm::Counter),
             "shared" => Some(BcastAlgorithm::Shared),
+            "robber" => Some(BcastAlgorithm::Multicast(Multicast::Robber)),
+            "mob" => Some(BcastAlgorithm::Multicast(Multicast::Mob)),
             other => Algorithm::from_name(other).map(BcastAlgorithm::Rdmc),
         }
     }
@@ -75,6 +100,8 @@ impl BcastAlgorithm {
             BcastAlgorithm::Auto => "auto",
             BcastAlgorithm::Counter => "counter",
             BcastAlgorithm::Shared => "shared",
+            BcastAlgorithm::Multicast(Multicast::Robber) => "robber",
+            BcastAlgorithm::Multicast(Multicast::Mob) => "mob",
             BcastAlgorithm::Rdmc(a) => a.name(),
         }
     }
@@ -149,6 +176,10 @@ pub struct CollConfig {
     pub allreduce_degree: ReduceDegree,
     /// How a barrier synchronises.
     pub barrier_algorithm: BarrierAlgorithm,
+    /// Bytes per piece of a multicast; `None`: [`DEFAULT_MULTICAST_PIECE`].
+    pub multicast_piece: Option<usize>,
+    /// Gets a multicast keeps outstanding to one peer.
+    pub multicast_gets: usize,
 }
 
 impl Default for CollConfig {
@@ -162,6 +193,8 @@ impl Default for CollConfig {
             allreduce_small_max: DEFAULT_ALLREDUCE_SMALL_MAX,
             allreduce_degree: ReduceDegree::Model,
             barrier_algorithm: BarrierAlgorithm::Auto,
+            multicast_piece: None,
+            multicast_gets: DEFAULT_MULTICAST_GETS,
         }
     }
 }
@@ -204,7 +237,7 @@ impl CollConfig {
             c.bcast_algorithm = BcastAlgorithm::from_name(&v).ok_or_else(|| {
                 CollError::InvalidArgument(format!(
                     "RDCOLL_BCAST_ALGORITHM={v:?}: expected auto, counter, shared, sequential, \
-                     chain, binomial_tree, binomial_pipeline or hybrid"
+                     chain, binomial_tree, binomial_pipeline, hybrid, robber or mob"
                 ))
             })?;
         }
@@ -235,7 +268,35 @@ impl CollConfig {
                 ))
             })?;
         }
+        if let Some(v) = var("RDCOLL_MULTICAST_PIECE") {
+            let b = size("RDCOLL_MULTICAST_PIECE", v)?;
+            if b == 0 || b > MAX_BLOCK {
+                return Err(CollError::InvalidArgument(format!(
+                    "RDCOLL_MULTICAST_PIECE={b} is outside 1..={MAX_BLOCK}"
+                )));
+            }
+            c.multicast_piece = Some(b);
+        }
+        if let Some(v) = var("RDCOLL_MULTICAST_GETS") {
+            c.multicast_gets = v
+                .parse()
+                .ok()
+                .filter(|g| (1..=MAX_MULTICAST_GETS).contains(g))
+                .ok_or_else(|| {
+                    CollError::InvalidArgument(format!(
+                        "RDCOLL_MULTICAST_GETS={v:?}: expected 1..={MAX_MULTICAST_GETS}"
+                    ))
+                })?;
+        }
         Ok(c)
+    }
+
+    /// The piece of a multicast of `len` bytes: the setting (or its default), grown so that
+    /// the message has at most [`MAX_MULTICAST_PIECES`] pieces.
+    pub fn multicast_piece_for(&self, len: usize) -> usize {
+        self.multicast_piece
+            .unwrap_or(DEFAULT_MULTICAST_PIECE)
+            .max(len.div_ceil(MAX_MULTICAST_PIECES))
     }
 
     /// The RDMC block size for a message of `len` bytes broadcast to `ranks` ranks, all on
@@ -302,6 +363,8 @@ mod tests {
             "chain",
             "binomial_pipeline",
             "hybrid",
+            "robber",
+            "mob",
         ] {
             assert_eq!(BcastAlgorithm::from_name(n).map(|a| a.name()), Some(n));
         }
@@ -349,5 +412,8 @@ mod tests {
             (fixed.block_for(1 << 30, 4, false), fixed.max_block()),
             (5000, 5000)
         );
+        // Multicast pieces: the default, grown for messages of more than 65,536 of them.
+        assert_eq!(c.multicast_piece_for(100 << 20), DEFAULT_MULTICAST_PIECE);
+        assert_eq!(c.multicast_piece_for(1 << 40), 1 << 24);
     }
 }

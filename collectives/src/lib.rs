@@ -18,6 +18,7 @@ mod error;
 mod placement;
 mod progress;
 pub mod reduce;
+pub(crate) mod robber;
 pub mod schedule;
 mod settings;
 mod tree;
@@ -28,7 +29,9 @@ use rdcoll_offload::p2p::{Context, Engine, Members, COLLECTIVE_CONTEXT_BIT};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Rank, SpinLock, TransportError};
 
-pub use config::{BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, ReduceDegree};
+pub use config::{
+    BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, Multicast, ReduceDegree,
+};
 pub use error::{CollError, Result};
 pub use progress::run_in_background;
 pub use reduce::model::Model;
@@ -116,6 +119,8 @@ pub(crate) struct Inner {
     groups: Option<Vec<u64>>,
     /// The ranks were found to share their settings (`settings::check_agreement`).
     settings_agreed: bool,
+    /// Multicasts run so far (each draws its peer graph from a seed that includes it).
+    multicasts: u64,
 }
 
 impl Collectives {
@@ -176,6 +181,7 @@ impl Collectives {
                 reduction: None,
                 groups: None,
                 settings_agreed: false,
+                multicasts: 0,
             }),
         })
     }

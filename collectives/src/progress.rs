@@ -223,6 +223,23 @@ impl Waiter {
         Ok(())
     }
 
+    /// Fails if one of `ranks` has failed, or any rank said its collective failed (for
+    /// collectives that wait on many ranks at once, such as the multicast).
+    pub(crate) fn check_ranks(&self, ranks: impl IntoIterator<Item = Rank>) -> Result<()> {
+        if let Some(r) = self.aborted_by() {
+            return Err(CollError::Broken(format!(
+                "the collective failed on rank {r}"
+            )));
+        }
+        match ranks
+            .into_iter()
+            .find(|&r| r != self.rank() && self.is_failed(r))
+        {
+            Some(r) => Err(TransportError::PeerFailed(self.fabric_rank(r)).into()),
+            None => Ok(()),
+        }
+    }
+
     /// Whether `rank` said its collective failed.
     pub(crate) fn has_aborted(&self, rank: Rank) -> bool {
         self.aborts.get().is_some_and(|area| {

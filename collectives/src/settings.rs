@@ -11,9 +11,10 @@ use crate::config::CollConfig;
 use crate::error::{CollError, Result};
 use crate::progress::Waiter;
 
-/// Each shared setting's variable and this rank's value (not among them: the cluster name and
-/// how broadcast blocks move into a rank, which are each rank's own).
-fn shared(cfg: &CollConfig) -> [(&'static str, String); 6] {
+/// Each shared setting's variable and this rank's value (not among them: the cluster name, how
+/// broadcast blocks move into a rank and a multicast's gets per peer, which are each rank's
+/// own).
+fn shared(cfg: &CollConfig) -> [(&'static str, String); 7] {
     [
         (
             "RDCOLL_BCAST_SMALL_MAX",
@@ -35,6 +36,10 @@ fn shared(cfg: &CollConfig) -> [(&'static str, String); 6] {
         (
             "RDCOLL_BARRIER_ALGORITHM",
             format!("{:?}", cfg.barrier_algorithm),
+        ),
+        (
+            "RDCOLL_MULTICAST_PIECE",
+            format!("{:?}", cfg.multicast_piece),
         ),
     ]
 }

@@ -240,6 +240,37 @@ pub extern "C" fn rdc_bcast(
     })
 }
 
+/// Broadcasts `count` elements of `dt` at `buf` from `root` by a receiver-initiated multicast
+/// across clusters (`RDCOLL_CLUSTER`, else hosts), whatever the size: `how` is
+/// `RDC_MULTICAST_ROBBER` (ranks of a cluster share the work of pulling each piece into it,
+/// and idle ones steal work from busy ones) or `RDC_MULTICAST_MOB` (fixed shares); another
+/// value is `RDC_ERR_ARG`. Arguments otherwise as for `rdc_bcast`.
+#[no_mangle]
+pub extern "C" fn rdc_multicast(
+    buf: *mut c_void,
+    count: i64,
+    dt: c_int,
+    root: c_int,
+    how: c_int,
+    comm: *const rdc_comm,
+) -> c_int {
+    guard(|| {
+        finish((|| {
+            let how = match how {
+                RDC_MULTICAST_ROBBER => rdcoll::Multicast::Robber,
+                RDC_MULTICAST_MOB => rdcoll::Multicast::Mob,
+                _ => return Err(RDC_ERR_ARG),
+            };
+            let len = byte_len(count, dt)?;
+            // SAFETY: the caller's buffer of `count` elements (the API's contract).
+            let data = unsafe { bytes_mut(buf, len)? };
+            let c = comm_of(comm)?;
+            let root = root_rank(&c, root)?;
+            c.multicast(data, root, how).map_err(|e| code_of(&e))
+        })())
+    })
+}
+
 /// Combines every rank's `count` elements of `dt` at `sendbuf` element-wise with `op` and
 /// leaves the result in every rank's `recvbuf`. `sendbuf` may be `RDC_IN_PLACE` (then
 /// `recvbuf` holds this rank's contribution); otherwise the buffers must not overlap

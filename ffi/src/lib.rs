@@ -85,6 +85,11 @@ pub const RDC_IN_PLACE: *const std::ffi::c_void = 1 as *const std::ffi::c_void;
 /// communicator excepted; see the crate's documentation).
 pub const RDC_THREAD_MULTIPLE: c_int = 3;
 
+/// `rdc_multicast`: Robber, with work stealing inside each cluster.
+pub const RDC_MULTICAST_ROBBER: c_int = 1;
+/// `rdc_multicast`: MOB, each rank's share of the work fixed.
+pub const RDC_MULTICAST_MOB: c_int = 2;
+
 /// Element types.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -107,9 +107,9 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
             None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
         },
         FabricEvent::Completed { op, result } => {
-            if let Some(ct) = st.raw_puts.remove(&op) {
+            if let Some((ct, _)) = st.raw_ops.remove(&op) {
                 if let Err(e) = &result {
-                    tracing::debug!("offload agent: an RDMA put failed: {e}");
+                    tracing::debug!("offload agent: an RDMA put or get failed: {e}");
                 }
                 st.count(Some(ct), result.is_ok(), 1);
             } else if let Some(t) = st.transfers.remove(&op) {
@@ -129,6 +129,18 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
                 st.failed_peers.resize(i + 1, false);
             }
             st.failed_peers[i] = true;
+            // RDMA operations a dead peer will never complete fail now.
+            let dead: Vec<rdcoll_transport::OpId> = st
+                .raw_ops
+                .iter()
+                .filter(|(_, &(_, peer))| peer == rank)
+                .map(|(&op, _)| op)
+                .collect();
+            for op in dead {
+                if let Some((ct, _)) = st.raw_ops.remove(&op) {
+                    st.count(Some(ct), false, 1);
+                }
+            }
             crate::initiator::on_peer_failed(st, rank)
         }
         FabricEvent::Immediate { .. } => {}

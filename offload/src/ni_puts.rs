@@ -1,5 +1,5 @@
 //! The network interface's data movement calls from the initiator's side: puts (with
-//! acknowledgements, inline, unsignalled) and plain RDMA puts.
+//! acknowledgements, inline, unsignalled) and plain RDMA puts and gets.
 
 use rdcoll_transport::{Region, RemoteAddr};
 
@@ -159,10 +159,43 @@ impl Ni {
             rdcoll_transport::PutStatus::Done => return Ok(RdmaPut::Done),
             rdcoll_transport::PutStatus::Pending(op) => op,
         };
+        self.count_raw(op, ct, dst.rank)?;
+        Ok(RdmaPut::Counted)
+    }
+
+    /// An RDMA read of `len` bytes at `src` in a peer's region into `dst` at `dst_offset`, with
+    /// no matching and no work for the target's agent (the receiver-initiated pulls of the
+    /// multicast): the fabric's `get`. Its completion, success or failure, is counted on `ct`;
+    /// `dst` must stay untouched until then.
+    pub fn rdma_get(
+        &self,
+        dst: &Region,
+        dst_offset: usize,
+        len: usize,
+        src: RemoteAddr,
+        ct: CtHandle,
+    ) -> Result<()> {
+        // Checked before the operation starts: a counter that is not there could count nothing.
+        self.with(|st| st.cts.must(ct.0).map(|_| ()))?;
+        let op = self.fabric.get(dst, dst_offset, len, src)?;
+        self.count_raw(op, ct, src.rank)
+    }
+
+    /// Records that fabric operation `op` with `peer`'s memory is counted on `ct`, or counts
+    /// it now if the agent has already seen it complete (or `peer` fail).
+    fn count_raw(
+        &self,
+        op: rdcoll_transport::OpId,
+        ct: CtHandle,
+        peer: rdcoll_transport::Rank,
+    ) -> Result<()> {
         let mut st = self.shared.state.lock();
         st.cts.must(ct.0)?;
-        // The agent may have seen the completion before this record existed.
-        match st.early_completions.remove(&op) {
+        // The agent may have seen the completion (or the peer's failure) before this record
+        // existed.
+        let early = st.early_completions.remove(&op);
+        let peer_failed = st.failed_peers.get(peer as usize).copied().unwrap_or(false);
+        match early.or(peer_failed.then_some(false)) {
             Some(ok) => {
                 st.count(Some(ct), ok, 1);
                 let fired = st.fire_ready();
@@ -173,9 +206,9 @@ impl Ni {
                 fired?;
             }
             None => {
-                st.raw_puts.insert(op, ct);
+                st.raw_ops.insert(op, (ct, peer));
             }
         }
-        Ok(RdmaPut::Counted)
+        Ok(())
     }
 }

@@ -102,9 +102,10 @@ pub(crate) struct State {
     pub(crate) dirty: std::collections::VecDeque<CtHandle>,
     /// Reused for encoding outgoing messages.
     pub(crate) wire_buf: Vec<u8>,
-    /// RDMA puts issued with `Ni::rdma_put`, by fabric operation: the counter their
-    /// completion bumps.
-    pub(crate) raw_puts: HashMap<OpId, CtHandle>,
+    /// RDMA puts and gets issued with `Ni::rdma_put` and `Ni::rdma_get`, by fabric
+    /// operation: the counter their completion bumps, and the peer they involve (their
+    /// failure is counted when it fails, as a dead target never completes them).
+    pub(crate) raw_ops: HashMap<OpId, (CtHandle, rdcoll_transport::Rank)>,
     /// Completions of fabric operations nobody had recorded yet (an `rdma_put` whose event
     /// the agent handled before the put was recorded), with their success.
     pub(crate) early_completions: HashMap<OpId, bool>,
@@ -140,7 +141,7 @@ impl State {
             dirty: std::collections::VecDeque::new(),
             wire_buf: Vec::new(),
             failed_peers: Vec::new(),
-            raw_puts: HashMap::default(),
+            raw_ops: HashMap::default(),
             early_completions: HashMap::default(),
             queued_unexpected: Arc::new(AtomicU64::new(0)),
             poller: None,

@@ -24,7 +24,7 @@ pub(crate) use shared_staging::SharedStaging;
 use counter_blocks::{host_len, Heard, Sink, ONE_BLOCK};
 use rdcoll_transport::Rank;
 
-use crate::config::{BcastAlgorithm, BcastTransfer};
+use crate::config::{BcastAlgorithm, BcastTransfer, Multicast};
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
 use crate::{Collectives, Inner, Puts};
@@ -37,18 +37,33 @@ impl Collectives {
     /// communicator stays usable. Two lengths that both fit one counter block (8255 bytes)
     /// cannot be told apart: the receiver gets the last bytes of the block.
     pub fn bcast(&self, buf: &mut [u8], root: Rank) -> Result<()> {
+        self.bcast_by(buf, root, None)
+    }
+
+    /// A broadcast of `buf` from `root` by a receiver-initiated multicast across clusters
+    /// (`RDCOLL_CLUSTER`, else hosts), whatever its size: [`Multicast::Robber`] (paper 003:
+    /// the ranks of a cluster share the work of pulling each piece into it once, and idle
+    /// ones steal work from busy ones) or [`Multicast::Mob`] (the same with fixed shares).
+    /// The root's choice decides how the message travels; lengths are handled as by
+    /// [`bcast`](Collectives::bcast).
+    pub fn multicast(&self, buf: &mut [u8], root: Rank, how: Multicast) -> Result<()> {
+        self.bcast_by(buf, root, Some(how))
+    }
+
+    /// A broadcast, large ones by the settings (`way` `None`) or by the multicast `way`.
+    fn bcast_by(&self, buf: &mut [u8], root: Rank, way: Option<Multicast>) -> Result<()> {
         self.check_root(root)?;
         self.guarded(|inner| {
             if self.waiter.rank() == root {
-                if self.is_small(buf.len()) {
+                if way.is_none() && self.is_small(buf.len()) {
                     self.announce(inner, buf, None, false)?;
                 } else {
-                    self.announce(inner, &[], Some(buf.len() as u64), false)?;
-                    self.large(inner, buf, root)?;
+                    self.announce(inner, &[], Some(announced(buf.len() as u64, way)?), false)?;
+                    self.large(inner, buf, root, way)?;
                 }
                 return Ok(Ok(()));
             }
-            let sink = if self.is_small(buf.len()) {
+            let sink = if way.is_none() && self.is_small(buf.len()) {
                 Sink::Exact(buf)
             } else {
                 Sink::Announced(buf)
@@ -56,13 +71,14 @@ impl Collectives {
             let heard = self.hear(inner, sink, root)?;
             let root_len = match heard {
                 Heard::Message(len) => Some(len),
-                Heard::Follows(len) => {
+                Heard::Follows(word) => {
+                    let (len, way) = heard_way(word, root)?;
                     if len == buf.len() as u64 {
-                        self.large(inner, buf, root)?;
+                        self.large(inner, buf, root, way)?;
                     } else {
                         // Take part with a buffer of the root's size, then report.
                         let mut whole = vec![0u8; host_len(len)?];
-                        self.large(inner, &mut whole, root)?;
+                        self.large(inner, &mut whole, root, way)?;
                         let n = whole.len().min(buf.len());
                         buf[..n].copy_from_slice(&whole[..n]);
                     }
@@ -106,17 +122,18 @@ impl Collectives {
                     self.announce(inner, d, None, true)?;
                     return Ok(Ok(d.to_vec()));
                 }
-                self.announce(inner, &[], Some(d.len() as u64), true)?;
+                self.announce(inner, &[], Some(announced(d.len() as u64, None)?), true)?;
                 let mut out = d.to_vec();
-                self.large(inner, &mut out, root)?;
+                self.large(inner, &mut out, root, None)?;
                 return Ok(Ok(out));
             }
             let mut out = Vec::new();
             match self.hear(inner, Sink::Grow(&mut out), root)? {
                 Heard::Message(_) => {}
-                Heard::Follows(len) => {
+                Heard::Follows(word) => {
+                    let (len, way) = heard_way(word, root)?;
                     out.resize(host_len(len)?, 0);
-                    self.large(inner, &mut out, root)?;
+                    self.large(inner, &mut out, root, way)?;
                 }
                 Heard::Short => {
                     // A root in `bcast` always sends a length where one is asked for.
@@ -133,17 +150,35 @@ impl Collectives {
         match self.cfg.bcast_algorithm {
             BcastAlgorithm::Counter => true,
             BcastAlgorithm::Rdmc(_) => false,
-            BcastAlgorithm::Auto | BcastAlgorithm::Shared => len <= self.bcast_small_max,
+            BcastAlgorithm::Auto | BcastAlgorithm::Shared | BcastAlgorithm::Multicast(_) => {
+                len <= self.bcast_small_max
+            }
         }
     }
 
     /// A broadcast announced as large, of `buf.len()` bytes (the root's length: the same on
-    /// every rank, as are the settings, so every rank takes the same path).
-    fn large(&self, inner: &mut Inner, buf: &mut [u8], root: Rank) -> Result<()> {
+    /// every rank, as are the settings and the root's `way`, so every rank takes the same
+    /// path).
+    fn large(
+        &self,
+        inner: &mut Inner,
+        buf: &mut [u8],
+        root: Rank,
+        way: Option<Multicast>,
+    ) -> Result<()> {
+        let way = match (way, self.cfg.bcast_algorithm) {
+            (Some(how), _) | (None, BcastAlgorithm::Multicast(how)) => Some(how),
+            (None, _) => None,
+        };
+        if let Some(how) = way {
+            return self.multicast_large(inner, buf, root, how);
+        }
         let shared = match self.cfg.bcast_algorithm {
             BcastAlgorithm::Shared => true,
             BcastAlgorithm::Auto => self.one_host,
-            BcastAlgorithm::Counter | BcastAlgorithm::Rdmc(_) => false,
+            BcastAlgorithm::Counter | BcastAlgorithm::Rdmc(_) | BcastAlgorithm::Multicast(_) => {
+                false
+            }
         };
         if shared {
             return self.shared(inner, buf, root);
@@ -157,7 +192,10 @@ impl Collectives {
     fn large_algorithm(&self, inner: &mut Inner) -> Result<Algorithm> {
         Ok(match self.cfg.bcast_algorithm {
             BcastAlgorithm::Rdmc(a) => a,
-            BcastAlgorithm::Counter | BcastAlgorithm::Auto | BcastAlgorithm::Shared => {
+            BcastAlgorithm::Counter
+            | BcastAlgorithm::Auto
+            | BcastAlgorithm::Shared
+            | BcastAlgorithm::Multicast(_) => {
                 let groups = self.groups(inner)?;
                 let several = groups.iter().any(|&g| g != groups[0]);
                 if several {
@@ -231,6 +269,35 @@ impl Collectives {
         }
     }
 
+    /// Multicasts `buf` (its length agreed by every rank) from `root` the `how` way.
+    fn multicast_large(
+        &self,
+        inner: &mut Inner,
+        buf: &mut [u8],
+        root: Rank,
+        how: Multicast,
+    ) -> Result<()> {
+        inner.multicasts += 1;
+        let seed = crate::fnv1a(
+            &[
+                inner.multicasts.to_le_bytes(),
+                (root as u64).to_le_bytes(),
+                (buf.len() as u64).to_le_bytes(),
+            ]
+            .concat(),
+        );
+        let groups = self.groups(inner)?.to_vec();
+        let job = crate::robber::Job {
+            groups: &groups,
+            root,
+            piece_len: self.cfg.multicast_piece_for(buf.len()),
+            steal: how == Multicast::Robber,
+            gets_per_peer: self.cfg.multicast_gets,
+            seed,
+        };
+        crate::robber::run(&self.waiter, self.context, buf, &job)
+    }
+
     /// Runs RDMC algorithm `alg` over `buf` (its length agreed by every rank).
     fn rdmc(&self, inner: &mut Inner, alg: Algorithm, buf: &mut [u8], root: Rank) -> Result<()> {
         let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
@@ -268,6 +335,37 @@ impl Collectives {
         };
         rdmc.run(&self.waiter, puts, &job, buf)
     }
+}
+
+/// Where an announced length carries the way a large broadcast travels (0: by the settings,
+/// 1: Robber, 2: MOB), above any length a host holds.
+const WAY_SHIFT: u32 = 60;
+
+/// The header word announcing a large broadcast of `len` bytes the `way` way.
+fn announced(len: u64, way: Option<Multicast>) -> Result<u64> {
+    if len >> WAY_SHIFT != 0 {
+        return Err(CollError::InvalidArgument(format!(
+            "{len} bytes are too many to broadcast"
+        )));
+    }
+    let code = match way {
+        None => 0,
+        Some(Multicast::Robber) => 1,
+        Some(Multicast::Mob) => 2,
+    };
+    Ok(len | code << WAY_SHIFT)
+}
+
+/// The length and way in an announcement's header word from `root`.
+fn heard_way(word: u64, root: Rank) -> Result<(u64, Option<Multicast>)> {
+    let len = word & ((1 << WAY_SHIFT) - 1);
+    let way = match word >> WAY_SHIFT {
+        0 => None,
+        1 => Some(Multicast::Robber),
+        2 => Some(Multicast::Mob),
+        _ => return Err(out_of_step(root, "a broadcast")),
+    };
+    Ok((len, way))
 }
 
 /// The error of a counter-byte broadcast that is not the one this rank takes part in.
