@@ -12,9 +12,10 @@ mod p2p;
 mod paired;
 mod stability;
 mod transport;
+mod wan;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|stability> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|stability|wan> [options]");
     std::process::exit(2);
 }
 
@@ -32,6 +33,9 @@ fn main() {
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
         "stability" => stability::run(rest),
+        "wan" => wan::run(rest),
+        // A rank of a `wan` run (started by it).
+        "wan-rank" => wan::rank(rest),
         _ => match (
             rdcoll_bench::coll::CollKind::from_name(cmd),
             rdcoll_bench::osu::Kind::from_name(cmd),

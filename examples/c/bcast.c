@@ -1,6 +1,7 @@
 /* Every rank in turn broadcasts buffers of 4 bytes to 8 MiB (counter-byte RDMA writes for
  * small ones, RDMC's binomial pipeline for large ones); every rank checks what it got, on
- * the world communicator and on a duplicate.
+ * the world communicator and on a duplicate. Then the receiver-initiated multicast (Robber
+ * and MOB, clusters from RDCOLL_CLUSTER or the hosts) from the first and the last rank.
  *
  *   cc bcast.c $(pkg-config --cflags --libs rdcoll) -o bcast && rdcoll-run -n 4 ./bcast
  */
@@ -35,6 +36,18 @@ int main(void) {
                 EXPECT(buf[i] == value(i, root, n), "element %zu of %zu from root %d", i, n,
                        root);
             checks++;
+        }
+    }
+    for (int how = RDC_MULTICAST_ROBBER; how <= RDC_MULTICAST_MOB; how++) {
+        for (size_t n = 1; n <= max; n *= 64) {
+            for (int root = 0; root < size; root += size > 1 ? size - 1 : 1) {
+                for (size_t i = 0; i < n; i++) buf[i] = rank == root ? value(i, root, n) : 0;
+                CHECK(rdc_multicast(buf, (int64_t)n, RDC_UINT32, root, how, world));
+                for (size_t i = 0; i < n; i++)
+                    EXPECT(buf[i] == value(i, root, n), "multicast %d: element %zu of %zu from %d",
+                           how, i, n, root);
+                checks++;
+            }
         }
     }
     /* A zero-length broadcast is a no-op that still synchronises nothing wrong. */

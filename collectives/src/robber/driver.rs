@@ -93,7 +93,15 @@ pub(crate) fn run(w: &Waiter, context: Context, buf: &mut [u8], job: &Job<'_>) -
         steal: job.steal,
         gets_per_peer: job.gets_per_peer,
     };
-    let node = Node::new(me, &plan, have, &cluster_has, params, job.seed);
+    let node = Node::new(
+        me,
+        &plan,
+        have,
+        &cluster_has,
+        stagger(&plan, root, me),
+        params,
+        job.seed,
+    );
     // SAFETY: `buf` is borrowed for this call, and `Run::finish` / `Run::abandon` wait for
     // every get into it (and peers get from it only until they have said their stop, which
     // this rank waits for) before the region goes.
@@ -141,6 +149,14 @@ pub(crate) fn run(w: &Waiter, context: Context, buf: &mut [u8], job: &Job<'_>) -
     result
 }
 
+/// `me`'s cluster's place among the clusters that pull pieces in (all but the root's), and
+/// their number.
+pub(crate) fn stagger(plan: &Plan, root: usize, me: usize) -> (usize, usize) {
+    let (mine, root) = (plan.cluster_of[me], plan.cluster_of[root]);
+    let before = (0..mine).filter(|&c| c != root).count();
+    (before, plan.members.len().saturating_sub(1).max(1))
+}
+
 fn free(w: &Waiter, slots: &[Slot]) {
     for s in slots {
         let _ = w.engine().ni().ct_free(s.ct);
@@ -167,15 +183,6 @@ impl Run<'_> {
         loop {
             let mut moved = self.receive()?;
             moved |= self.land()?;
-            while let Some((id, _)) = self.sends.front() {
-                match engine.test(*id)? {
-                    Some(_) => {
-                        self.sends.pop_front();
-                        moved = true;
-                    }
-                    None => break,
-                }
-            }
             if self.node.finished() && self.sends.is_empty() {
                 return Ok(());
             }
@@ -213,19 +220,44 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// Handles the control messages that have come.
+    /// Handles the control messages that have come, and forgets the sends that completed
+    /// (one progress pass for all of them).
     fn receive(&mut self) -> Result<bool> {
+        let posted: Vec<(usize, ReqId)> = self
+            .inboxes
+            .iter()
+            .enumerate()
+            .filter_map(|(k, inbox)| inbox.posted.map(|id| (k, id)))
+            .collect();
+        let mut ids: Vec<ReqId> = posted.iter().map(|&(_, id)| id).collect();
+        ids.extend(self.sends.iter().map(|(id, _)| *id));
+        let results = self.w.engine().test_all(&ids);
+        let (recvs, sends) = results.split_at(posted.len());
         let mut moved = false;
-        for k in 0..self.inboxes.len() {
-            let Some(id) = self.inboxes[k].posted else {
-                continue;
-            };
-            let status = match self.w.engine().test(id) {
-                Ok(Some(st)) => st,
+        // A completed request is gone from the engine: each is forgotten here, in any order.
+        let mut done = sends.iter().map(|r| r.as_ref().map(|st| st.is_some()));
+        let mut failed = None;
+        self.sends.retain(|_| match done.next() {
+            Some(Ok(true)) => {
+                moved = true;
+                false
+            }
+            Some(Err(e)) => {
+                failed.get_or_insert_with(|| e.clone());
+                true
+            }
+            _ => true,
+        });
+        if let Some(e) = failed {
+            return Err(e.into());
+        }
+        for (&(k, _), result) in posted.iter().zip(recvs) {
+            let status = match result {
+                Ok(Some(st)) => *st,
                 Ok(None) => continue,
                 Err(e) => {
                     self.inboxes[k].posted = None;
-                    return Err(e.into());
+                    return Err(e.clone().into());
                 }
             };
             self.inboxes[k].posted = None;

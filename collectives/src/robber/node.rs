@@ -64,9 +64,29 @@ pub(crate) struct Node {
     work: Pieces,
     /// The local peer a steal is outstanding to.
     stealing: Option<usize>,
+    /// The order in which it pulls pieces from global peers (see `Node::new`).
+    order: Order,
     done_sent: bool,
     rng: StdRng,
     out: Vec<Action>,
+}
+
+/// Where a node starts pulling from global peers, and which way it walks (wrapping round).
+#[derive(Clone, Copy, Debug)]
+struct Order {
+    start: usize,
+    upwards: bool,
+}
+
+impl Order {
+    /// The next piece of `holds & want` not in `except`.
+    fn next(self, holds: &Pieces, want: &Pieces, except: &Pieces) -> Option<usize> {
+        if self.upwards {
+            holds.first_from(want, except, self.start)
+        } else {
+            holds.last_from(want, except, self.start)
+        }
+    }
 }
 
 /// A message that the protocol does not allow where it came.
@@ -75,12 +95,15 @@ pub(crate) struct OutOfStep(pub(crate) String);
 
 impl Node {
     /// Node `me` of `plan`, holding `have`; its cluster as a whole holds `cluster_has` (its
-    /// work is an equal share of the rest, by collective rank, as the paper divides it).
+    /// work is an equal share of the rest, by collective rank, as the paper divides it). Its
+    /// cluster is number `stagger.0` of the `stagger.1` clusters that pull pieces in (see
+    /// `order_start`).
     pub(crate) fn new(
         me: usize,
         plan: &Plan,
         have: Pieces,
         cluster_has: &Pieces,
+        stagger: (usize, usize),
         params: Params,
         seed: u64,
     ) -> Node {
@@ -93,6 +116,27 @@ impl Node {
             work.insert(i);
         }
         let work = work.minus(&have);
+        // From global peers a node takes its work in index order from a place that differs
+        // between the clusters that pull (its range cut in as many segments): upwards from
+        // the start of its own segment in even-numbered clusters, downwards from its end in
+        // odd-numbered ones, so that the clusters pull different pieces from the root's
+        // cluster at first and, once past their own segment, meet the next cluster halfway
+        // instead of chasing it; and it takes from a global peer first what no other global
+        // peer is known to hold (those will come from that one). The paper picks at random:
+        // there the clusters pulled the same pieces from the root's cluster and left the
+        // links between them idle (docs/PERFORMANCE.md, "Robber").
+        let mine = &to_steal[share(rank)..share(rank + 1)];
+        let (slot, slots) = (stagger.0, stagger.1.max(1));
+        let upwards = slot % 2 == 0;
+        let at = if upwards {
+            slot * mine.len() / slots
+        } else {
+            ((slot + 1) * mine.len() / slots).saturating_sub(1)
+        };
+        let order = Order {
+            start: mine.get(at).copied().unwrap_or(0),
+            upwards,
+        };
         let peers = plan.peers[me]
             .iter()
             .map(|peer| PeerState {
@@ -116,6 +160,7 @@ impl Node {
             have,
             work,
             stealing: None,
+            order,
             done_sent: false,
             rng: StdRng::seed_from_u64(seed ^ (me as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)),
             out: Vec::new(),
@@ -303,7 +348,21 @@ impl Node {
             } else {
                 &self.work
             };
-            let Some(piece) = self.peers[k].holds.pick(want, &except, &mut self.rng) else {
+            let holds = &self.peers[k].holds;
+            let picked = if self.peers[k].local {
+                holds.pick(want, &except, &mut self.rng)
+            } else {
+                let mut elsewhere = except.clone();
+                for (j, other) in self.peers.iter().enumerate() {
+                    if j != k && !other.local && other.answered {
+                        elsewhere.add(&other.holds);
+                    }
+                }
+                self.order
+                    .next(holds, want, &elsewhere)
+                    .or_else(|| self.order.next(holds, want, &except))
+            };
+            let Some(piece) = picked else {
                 break;
             };
             self.pending.insert(piece);

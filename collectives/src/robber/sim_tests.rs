@@ -57,7 +57,8 @@ fn simulate(
             } else {
                 Pieces::none(pieces)
             };
-            Node::new(me, &plan, have, &cluster_has, params, seed)
+            let stagger = super::driver::stagger(&plan, root, me);
+            Node::new(me, &plan, have, &cluster_has, stagger, params, seed)
         })
         .collect();
     let mut channels: BTreeMap<(usize, usize), VecDeque<Vec<u8>>> = BTreeMap::new();
@@ -214,7 +215,15 @@ fn messages_out_of_step_are_refused() {
         steal: true,
         gets_per_peer: 2,
     };
-    let mut node = Node::new(1, &plan, Pieces::none(4), &Pieces::all(4), params, 1);
+    let mut node = Node::new(
+        1,
+        &plan,
+        Pieces::none(4),
+        &Pieces::all(4),
+        (0, 1),
+        params,
+        1,
+    );
     node.start();
     // Node 2 is in another cluster: it may not steal; a piece never asked for is refused.
     assert!(node.on_message(2, Msg::Steal).is_err());

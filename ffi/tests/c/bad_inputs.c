@@ -244,6 +244,10 @@ static void collectives(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_RANK, rdc_bcast(i32, 1, RDC_INT32, size, world));
     RC(RDC_ERR_RANK, rdc_bcast(i32, 1, RDC_INT32, -1, world));
     RC(RDC_ERR_COMM, rdc_bcast(i32, 1, RDC_INT32, 0, NULL));
+    RC(RDC_ERR_ARG, rdc_multicast(i32, 1, RDC_INT32, 0, 0, world));
+    RC(RDC_ERR_ARG, rdc_multicast(i32, 1, RDC_INT32, 0, 3, world));
+    RC(RDC_ERR_NULL, rdc_multicast(NULL, 1, RDC_INT32, 0, RDC_MULTICAST_ROBBER, world));
+    RC(RDC_ERR_RANK, rdc_multicast(i32, 1, RDC_INT32, size, RDC_MULTICAST_MOB, world));
 
     RC(RDC_ERR_NULL, rdc_allreduce(NULL, e, 4, RDC_DOUBLE, RDC_SUM, world));
     RC(RDC_ERR_NULL, rdc_allreduce(d, NULL, 4, RDC_DOUBLE, RDC_SUM, world));

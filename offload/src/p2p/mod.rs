@@ -457,6 +457,19 @@ impl Engine {
         self.test_locked(&mut inner, id)
     }
 
+    /// [`test`](Engine::test) for each of `ids` after one progress pass (not one per
+    /// request, each of which polls the fabric): each request's result, `Ok(None)` while it
+    /// is in flight.
+    pub fn test_all(&self, ids: &[ReqId]) -> Vec<Result<Option<Status>>> {
+        let mut inner = self.inner.lock();
+        if let Err(e) = self.progress_locked(&mut inner) {
+            return ids.iter().map(|_| Err(e.clone())).collect();
+        }
+        ids.iter()
+            .map(|&id| self.test_locked(&mut inner, id))
+            .collect()
+    }
+
     fn test_locked(&self, inner: &mut Inner, id: ReqId) -> Result<Option<Status>> {
         let Inner { reqs, books, .. } = inner;
         let Some(req) = reqs.get_mut(&id.0) else {
