@@ -22,6 +22,9 @@ use netns::Wan;
 pub use rank::run as rank;
 use scenario::{Caps, Scale, Scenario};
 
+/// The ranks running now (their launchers' pids), for the signal thread.
+static RANKS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());
+
 /// A run that has not ended after this long is stopped and reported as such.
 const LIMIT: Duration = Duration::from_secs(600);
 
@@ -119,13 +122,38 @@ pub fn run(args: &[String]) -> i32 {
         eprintln!("rdcoll-bench wan: the emulated WAN needs root (network namespaces, tc)");
         return 1;
     }
+    // SIGINT / SIGTERM go to a thread that stops the ranks and removes the namespaces (a
+    // process killed in the middle would leave them behind).
+    // SAFETY: plain libc calls on a local signal set; the mask is set before any thread starts.
+    let signals = unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    };
     let wan = match Wan::new(o.scale.clusters, o.scale.nodes) {
-        Ok(w) => w,
+        Ok(w) => std::sync::Arc::new(w),
         Err(e) => {
             eprintln!("rdcoll-bench wan: setting up the emulated WAN: {e}");
             return 1;
         }
     };
+    {
+        let wan = wan.clone();
+        std::thread::spawn(move || {
+            let mut sig = 0;
+            // SAFETY: `signals` is an initialised set; `sig` is writable.
+            unsafe { libc::sigwait(&signals, &mut sig) };
+            for pid in RANKS.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+                // SAFETY: kill has no memory preconditions; the pids are our children.
+                unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            }
+            wan.remove();
+            std::process::exit(130);
+        });
+    }
     let s = &o.scale;
     println!(
         "# rdcoll-bench wan: {} clusters x {} nodes, {} MB from rank 0, links {} / {} MB/s, \
@@ -221,7 +249,12 @@ fn one_run(wan: &Wan, o: &Options, scenario: &Scenario, alg: &str) -> Result<f64
             } else {
                 Stdio::null()
             });
-        children.push(cmd.spawn().map_err(|e| format!("starting rank {r}: {e}"))?);
+        let child = cmd.spawn().map_err(|e| format!("starting rank {r}: {e}"))?;
+        RANKS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(child.id());
+        children.push(child);
     }
     // Later caps, timed from the root's start.
     let done = AtomicBool::new(false);
@@ -270,6 +303,7 @@ fn one_run(wan: &Wan, o: &Options, scenario: &Scenario, alg: &str) -> Result<f64
             .map(|ns| ns as f64 / 1e9)
             .ok_or_else(|| "rank 0 printed no time".to_string())
     });
+    RANKS.lock().unwrap_or_else(|e| e.into_inner()).clear();
     let _ = std::fs::remove_dir_all(&dir);
     result
 }

@@ -54,7 +54,10 @@ impl Wan {
             clusters,
             nodes,
         };
-        wan.build()?;
+        if let Err(e) = wan.build() {
+            wan.remove();
+            return Err(e);
+        }
         Ok(wan)
     }
 
@@ -333,8 +336,9 @@ impl Wan {
     }
 }
 
-impl Drop for Wan {
-    fn drop(&mut self) {
+impl Wan {
+    /// Removes every namespace and the bridge (also what a run left half built).
+    pub fn remove(&self) {
         for c in 0..self.clusters {
             for n in 0..self.nodes {
                 let _ = run(&["ip", "netns", "del", &self.node_ns(c, n)]);
@@ -342,5 +346,11 @@ impl Drop for Wan {
             let _ = run(&["ip", "netns", "del", &self.router(c)]);
         }
         let _ = run(&["ip", "link", "del", &self.bridge()]);
+    }
+}
+
+impl Drop for Wan {
+    fn drop(&mut self) {
+        self.remove();
     }
 }

@@ -47,6 +47,8 @@ struct PeerState {
     /// Its bitfield (with its buffer's descriptor) has come: gets from it may start.
     answered: bool,
     gets: usize,
+    /// The pieces of the gets outstanding to it.
+    asked: Pieces,
     /// In this node's labour force (a local peer that presumably has work).
     working: bool,
     done: bool,
@@ -71,21 +73,26 @@ pub(crate) struct Node {
     out: Vec<Action>,
 }
 
-/// Where a node starts pulling from global peers, and which way it walks (wrapping round).
-#[derive(Clone, Copy, Debug)]
+/// The order in which a node pulls from global peers: its own segment first, in order, then
+/// at random (see `Node::new`).
+#[derive(Clone, Debug)]
 struct Order {
+    segment: Pieces,
     start: usize,
-    upwards: bool,
 }
 
 impl Order {
     /// The next piece of `holds & want` not in `except`.
-    fn next(self, holds: &Pieces, want: &Pieces, except: &Pieces) -> Option<usize> {
-        if self.upwards {
-            holds.first_from(want, except, self.start)
-        } else {
-            holds.last_from(want, except, self.start)
-        }
+    fn next(
+        &self,
+        holds: &Pieces,
+        want: &Pieces,
+        except: &Pieces,
+        rng: &mut StdRng,
+    ) -> Option<usize> {
+        holds
+            .first_from(&want.and(&self.segment), except, self.start)
+            .or_else(|| holds.pick(want, except, rng))
     }
 }
 
@@ -116,26 +123,23 @@ impl Node {
             work.insert(i);
         }
         let work = work.minus(&have);
-        // From global peers a node takes its work in index order from a place that differs
-        // between the clusters that pull (its range cut in as many segments): upwards from
-        // the start of its own segment in even-numbered clusters, downwards from its end in
-        // odd-numbered ones, so that the clusters pull different pieces from the root's
-        // cluster at first and, once past their own segment, meet the next cluster halfway
-        // instead of chasing it; and it takes from a global peer first what no other global
-        // peer is known to hold (those will come from that one). The paper picks at random:
-        // there the clusters pulled the same pieces from the root's cluster and left the
-        // links between them idle (docs/PERFORMANCE.md, "Robber").
+        // From global peers a node takes first, in order, the pieces of its own segment of
+        // its range (the range cut in as many segments as there are clusters that pull), so
+        // that the clusters pull different pieces from the root's cluster at first and then
+        // feed each other; then the rest at random, as the paper picks. And it takes from a
+        // global peer first what no other global peer is known to hold (those will come from
+        // that one). Random picks alone made the clusters pull the same pieces from the root's
+        // cluster and left the links between them idle (docs/PERFORMANCE.md, "Robber").
         let mine = &to_steal[share(rank)..share(rank + 1)];
         let (slot, slots) = (stagger.0, stagger.1.max(1));
-        let upwards = slot % 2 == 0;
-        let at = if upwards {
-            slot * mine.len() / slots
-        } else {
-            ((slot + 1) * mine.len() / slots).saturating_sub(1)
-        };
+        let own = &mine[slot * mine.len() / slots..(slot + 1) * mine.len() / slots];
+        let mut segment = Pieces::none(p);
+        for &i in own {
+            segment.insert(i);
+        }
         let order = Order {
-            start: mine.get(at).copied().unwrap_or(0),
-            upwards,
+            start: own.first().copied().unwrap_or(0),
+            segment,
         };
         let peers = plan.peers[me]
             .iter()
@@ -146,6 +150,7 @@ impl Node {
                 holds: Pieces::none(p),
                 answered: false,
                 gets: 0,
+                asked: Pieces::none(p),
                 working: false,
                 done: false,
                 stop_sent: false,
@@ -255,12 +260,13 @@ impl Node {
     /// The get of `piece` from node `from` has brought it.
     pub(crate) fn on_piece(&mut self, from: usize, piece: usize) -> Result<Vec<Action>, OutOfStep> {
         let k = self.peer(from)?;
-        if !self.pending.remove(piece) {
+        if !self.peers[k].asked.remove(piece) {
             return Err(OutOfStep(format!(
                 "piece {piece} from {from} was not asked for"
             )));
         }
         self.peers[k].gets -= 1;
+        self.pending.remove(piece);
         self.have.insert(piece);
         self.work.remove(piece);
         for j in 0..self.peers.len() {
@@ -333,8 +339,8 @@ impl Node {
         }
     }
 
-    /// Gets from peer `k` what it holds and this node wants, chosen at random, up to the
-    /// bound on outstanding gets.
+    /// Gets from peer `k` what it holds and this node wants, up to the bound on outstanding
+    /// gets.
     fn request_from(&mut self, k: usize) {
         if !self.peers[k].answered {
             return;
@@ -358,9 +364,10 @@ impl Node {
                         elsewhere.add(&other.holds);
                     }
                 }
+                let rng = &mut self.rng;
                 self.order
-                    .next(holds, want, &elsewhere)
-                    .or_else(|| self.order.next(holds, want, &except))
+                    .next(holds, want, &elsewhere, rng)
+                    .or_else(|| self.order.next(holds, want, &except, rng))
             };
             let Some(piece) = picked else {
                 break;
@@ -368,6 +375,7 @@ impl Node {
             self.pending.insert(piece);
             self.work.remove(piece);
             self.peers[k].gets += 1;
+            self.peers[k].asked.insert(piece);
             let from = self.peers[k].node;
             self.out.push(Action::Get { from, piece });
         }

@@ -171,40 +171,6 @@ impl Pieces {
         (last != 0).then(|| sw * 64 + last.trailing_zeros() as usize)
     }
 
-    /// The last piece of `self & want` not in `except` at or before `start`, wrapping round
-    /// (`first_from` walking down).
-    pub(crate) fn last_from(&self, want: &Pieces, except: &Pieces, start: usize) -> Option<usize> {
-        let word = |w: usize| {
-            self.words[w]
-                & want.words.get(w).copied().unwrap_or(0)
-                & !except.words.get(w).copied().unwrap_or(0)
-        };
-        let n = self.words.len();
-        if n == 0 {
-            return None;
-        }
-        let start = start % self.count.max(1);
-        let (sw, sb) = (start / 64, start % 64);
-        let at_or_below = if sb == 63 {
-            !0u64
-        } else {
-            (1u64 << (sb + 1)) - 1
-        };
-        let first = word(sw) & at_or_below;
-        if first != 0 {
-            return Some(sw * 64 + 63 - first.leading_zeros() as usize);
-        }
-        for i in 1..n {
-            let w = (sw + n - i) % n;
-            let bits = word(w);
-            if bits != 0 {
-                return Some(w * 64 + 63 - bits.leading_zeros() as usize);
-            }
-        }
-        let above = word(sw) & !at_or_below;
-        (above != 0).then(|| sw * 64 + 63 - above.leading_zeros() as usize)
-    }
-
     /// The first `n` pieces, removed from the set.
     pub(crate) fn take_first(&mut self, n: usize) -> Pieces {
         let mut out = Pieces::none(self.count);
@@ -274,11 +240,6 @@ mod tests {
         assert_eq!(a.first_from(&b, &except, 10), Some(129));
         assert_eq!(a.first_from(&b, &except, 129), Some(129));
         assert_eq!(a.first_from(&b, &except, 130), Some(9));
-        // Walking down.
-        assert_eq!(a.last_from(&b, &except, 128), Some(9));
-        assert_eq!(a.last_from(&b, &except, 8), Some(129));
-        assert_eq!(a.last_from(&b, &except, 129), Some(129));
-        assert_eq!(a.last_from(&b, &except, 9), Some(9));
         let first = a.take_first(a.len().div_ceil(2));
         assert_eq!(first.iter().collect::<Vec<_>>(), vec![3, 4, 5, 6]);
         assert_eq!(a.iter().collect::<Vec<_>>(), vec![7, 8, 9, 129]);
