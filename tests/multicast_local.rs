@@ -6,15 +6,8 @@
 #[allow(dead_code)]
 mod multicast_cases;
 
-fn run(n: usize, case: impl Fn(&rdcoll::Comm) -> Result<(), String> + Sync) {
-    let errors: Vec<String> = rdcoll::local::run(n, |c| case(&c))
-        .unwrap()
-        .into_iter()
-        .enumerate()
-        .filter_map(|(rank, r)| r.err().map(|why| format!("rank {rank}: {why}")))
-        .collect();
-    assert!(errors.is_empty(), "{n} ranks:\n{}", errors.join("\n"));
-}
+mod local_ranks;
+use local_ranks::run;
 
 #[test]
 fn every_shape_and_root() {

@@ -39,15 +39,7 @@ struct Options {
 
 fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
-        scale: Scale {
-            clusters: 4,
-            nodes: 3,
-            fast: 4_000_000,
-            slow: 400_000,
-            switch_after: Duration::from_secs(3),
-            mayhem_every: Duration::from_secs(1),
-            seed: 1,
-        },
+        scale: Scale::default(),
         size: 40_000_000,
         scenarios: ["fast", "slow", "fast-slow", "slow-fast", "mayhem", "hetero"]
             .map(String::from)
@@ -193,6 +185,8 @@ pub fn run(args: &[String]) -> i32 {
             }
         }
     }
+    // The signal thread holds the other reference for ever: no drop would remove them.
+    wan.remove();
     i32::from(failed)
 }
 

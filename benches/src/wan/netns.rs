@@ -14,6 +14,8 @@ use std::process::Command;
 
 /// "Unlimited": what a class gets when nothing caps it.
 pub const UNCAPPED: u64 = 1_250_000_000;
+/// [`UNCAPPED`] as tc writes it (bytes per second).
+const FAST: &str = "1250000000bps";
 /// HTB burst: small, so that a cap holds over short intervals.
 const BURST: &str = "32k";
 
@@ -37,6 +39,11 @@ fn run(args: &[&str]) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Runs `command`, whose words are separated by spaces (none of them holds one).
+fn sh(command: &str) -> Result<(), String> {
+    run(&command.split(' ').collect::<Vec<_>>())
 }
 
 fn rate(bytes_per_s: u64) -> String {
@@ -91,122 +98,44 @@ impl Wan {
 
     fn build(&self) -> Result<(), String> {
         let br = self.bridge();
-        run(&["ip", "link", "add", &br, "type", "bridge"])?;
-        run(&["ip", "link", "set", &br, "up"])?;
+        sh(&format!("ip link add {br} type bridge"))?;
+        sh(&format!("ip link set {br} up"))?;
         for c in 0..self.clusters {
             let r = self.router(c);
             let up = self.uplink(c);
             let outside = format!("rdwk{}-{c}", self.id);
-            run(&["ip", "netns", "add", &r])?;
-            run(&[
-                "ip", "link", "add", &up, "type", "veth", "peer", "name", &outside,
-            ])?;
-            run(&["ip", "link", "set", &up, "netns", &r])?;
-            run(&["ip", "link", "set", &outside, "master", &br])?;
-            run(&["ip", "link", "set", &outside, "up"])?;
-            run(&[
-                "ip",
-                "-n",
-                &r,
-                "addr",
-                "add",
-                &format!("10.253.0.{}/24", c + 1),
-                "dev",
-                &up,
-            ])?;
-            run(&["ip", "-n", &r, "link", "set", &up, "up"])?;
-            run(&["ip", "-n", &r, "link", "set", "lo", "up"])?;
-            run(&["ip", "-n", &r, "link", "add", "brc", "type", "bridge"])?;
-            run(&[
-                "ip",
-                "-n",
-                &r,
-                "addr",
-                "add",
-                &format!("10.254.{c}.1/24"),
-                "dev",
-                "brc",
-            ])?;
-            run(&["ip", "-n", &r, "link", "set", "brc", "up"])?;
+            sh(&format!("ip netns add {r}"))?;
+            sh(&format!("ip link add {up} type veth peer name {outside}"))?;
+            sh(&format!("ip link set {up} netns {r}"))?;
+            sh(&format!("ip link set {outside} master {br}"))?;
+            sh(&format!("ip link set {outside} up"))?;
+            sh(&format!(
+                "ip -n {r} addr add 10.253.0.{}/24 dev {up}",
+                c + 1
+            ))?;
+            sh(&format!("ip -n {r} link set {up} up"))?;
+            sh(&format!("ip -n {r} link set lo up"))?;
+            sh(&format!("ip -n {r} link add brc type bridge"))?;
+            sh(&format!("ip -n {r} addr add 10.254.{c}.1/24 dev brc"))?;
+            sh(&format!("ip -n {r} link set brc up"))?;
             for key in ["net.ipv4.ip_forward=1", "net.ipv4.conf.all.rp_filter=0"] {
-                run(&["ip", "netns", "exec", &r, "sysctl", "-qw", key])?;
+                sh(&format!("ip netns exec {r} sysctl -qw {key}"))?;
             }
             for d in (0..self.clusters).filter(|&d| d != c) {
                 let via = format!("10.253.0.{}", d + 1);
-                run(&[
-                    "ip",
-                    "-n",
-                    &r,
-                    "route",
-                    "add",
-                    &format!("10.254.{d}.0/24"),
-                    "via",
-                    &via,
-                ])?;
+                sh(&format!("ip -n {r} route add 10.254.{d}.0/24 via {via}"))?;
             }
             // The wide-area links out of this cluster: one class per destination cluster.
-            run(&[
-                "tc", "-n", &r, "qdisc", "add", "dev", &up, "root", "handle", "1:", "htb",
-                "default", "99",
-            ])?;
-            run(&[
-                "tc",
-                "-n",
-                &r,
-                "class",
-                "add",
-                "dev",
-                &up,
-                "parent",
-                "1:",
-                "classid",
-                "1:99",
-                "htb",
-                "rate",
-                &rate(UNCAPPED),
-            ])?;
+            sh(&format!(
+                "tc -n {r} qdisc add dev {up} root handle 1: htb default 99"
+            ))?;
+            sh(&format!(
+                "tc -n {r} class add dev {up} parent 1: classid 1:99 htb rate {FAST}"
+            ))?;
             for d in (0..self.clusters).filter(|&d| d != c) {
                 let class = format!("1:{}", 10 + d);
-                run(&[
-                    "tc",
-                    "-n",
-                    &r,
-                    "class",
-                    "add",
-                    "dev",
-                    &up,
-                    "parent",
-                    "1:",
-                    "classid",
-                    &class,
-                    "htb",
-                    "rate",
-                    &rate(UNCAPPED),
-                    "burst",
-                    BURST,
-                ])?;
-                run(&[
-                    "tc",
-                    "-n",
-                    &r,
-                    "filter",
-                    "add",
-                    "dev",
-                    &up,
-                    "parent",
-                    "1:",
-                    "protocol",
-                    "ip",
-                    "prio",
-                    "1",
-                    "u32",
-                    "match",
-                    "ip",
-                    "dst",
-                    &format!("10.254.{d}.0/24"),
-                    "flowid",
-                    &class,
-                ])?;
+                sh(&format!("tc -n {r} class add dev {up} parent 1: classid {class} htb rate {FAST} burst {BURST}"))?;
+                sh(&format!("tc -n {r} filter add dev {up} parent 1: protocol ip prio 1 u32 match ip dst 10.254.{d}.0/24 flowid {class}"))?;
             }
             for n in 0..self.nodes {
                 self.build_node(c, n)?;
@@ -218,97 +147,32 @@ impl Wan {
     fn build_node(&self, c: usize, n: usize) -> Result<(), String> {
         let (r, ns, port) = (self.router(c), self.node_ns(c, n), self.port(c, n));
         let inside = format!("rdwv{}-{c}-{n}", self.id);
-        run(&["ip", "netns", "add", &ns])?;
-        run(&[
-            "ip", "-n", &r, "link", "add", &port, "type", "veth", "peer", "name", &inside,
-        ])?;
-        run(&["ip", "-n", &r, "link", "set", &inside, "netns", &ns])?;
-        run(&["ip", "-n", &r, "link", "set", &port, "master", "brc"])?;
-        run(&["ip", "-n", &r, "link", "set", &port, "up"])?;
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "addr",
-            "add",
-            &format!("{}/24", Wan::node_ip(c, n)),
-            "dev",
-            &inside,
-        ])?;
-        run(&["ip", "-n", &ns, "link", "set", &inside, "up"])?;
-        run(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
-        run(&[
-            "ip",
-            "-n",
-            &ns,
-            "route",
-            "add",
-            "default",
-            "via",
-            &format!("10.254.{c}.1"),
-        ])?;
+        sh(&format!("ip netns add {ns}"))?;
+        sh(&format!(
+            "ip -n {r} link add {port} type veth peer name {inside}"
+        ))?;
+        sh(&format!("ip -n {r} link set {inside} netns {ns}"))?;
+        sh(&format!("ip -n {r} link set {port} master brc"))?;
+        sh(&format!("ip -n {r} link set {port} up"))?;
+        sh(&format!(
+            "ip -n {ns} addr add {}/24 dev {inside}",
+            Wan::node_ip(c, n)
+        ))?;
+        sh(&format!("ip -n {ns} link set {inside} up"))?;
+        sh(&format!("ip -n {ns} link set lo up"))?;
+        sh(&format!("ip -n {ns} route add default via 10.254.{c}.1"))?;
         // What reaches the node: wide-area traffic through 1:1 (its NIC), its cluster's own
         // through 1:2.
-        run(&[
-            "tc", "-n", &r, "qdisc", "add", "dev", &port, "root", "handle", "1:", "htb", "default",
-            "1",
-        ])?;
-        run(&[
-            "tc",
-            "-n",
-            &r,
-            "class",
-            "add",
-            "dev",
-            &port,
-            "parent",
-            "1:",
-            "classid",
-            "1:1",
-            "htb",
-            "rate",
-            &rate(UNCAPPED),
-            "burst",
-            BURST,
-        ])?;
-        run(&[
-            "tc",
-            "-n",
-            &r,
-            "class",
-            "add",
-            "dev",
-            &port,
-            "parent",
-            "1:",
-            "classid",
-            "1:2",
-            "htb",
-            "rate",
-            &rate(UNCAPPED),
-        ])?;
-        run(&[
-            "tc",
-            "-n",
-            &r,
-            "filter",
-            "add",
-            "dev",
-            &port,
-            "parent",
-            "1:",
-            "protocol",
-            "ip",
-            "prio",
-            "1",
-            "u32",
-            "match",
-            "ip",
-            "src",
-            &format!("10.254.{c}.0/24"),
-            "flowid",
-            "1:2",
-        ])?;
+        sh(&format!(
+            "tc -n {r} qdisc add dev {port} root handle 1: htb default 1"
+        ))?;
+        sh(&format!(
+            "tc -n {r} class add dev {port} parent 1: classid 1:1 htb rate {FAST} burst {BURST}"
+        ))?;
+        sh(&format!(
+            "tc -n {r} class add dev {port} parent 1: classid 1:2 htb rate {FAST}"
+        ))?;
+        sh(&format!("tc -n {r} filter add dev {port} parent 1: protocol ip prio 1 u32 match ip src 10.254.{c}.0/24 flowid 1:2"))?;
         Ok(())
     }
 
@@ -320,19 +184,13 @@ impl Wan {
             format!("1:{}", 10 + to),
             rate(bytes_per_s),
         );
-        run(&[
-            "tc", "-n", &r, "class", "change", "dev", &up, "parent", "1:", "classid", &class,
-            "htb", "rate", &rt, "ceil", &rt, "burst", BURST,
-        ])
+        sh(&format!("tc -n {r} class change dev {up} parent 1: classid {class} htb rate {rt} ceil {rt} burst {BURST}"))
     }
 
     /// Caps what node `n` of cluster `c` receives from other clusters at `bytes_per_s`.
     pub fn set_node(&self, c: usize, n: usize, bytes_per_s: u64) -> Result<(), String> {
         let (r, port, rt) = (self.router(c), self.port(c, n), rate(bytes_per_s));
-        run(&[
-            "tc", "-n", &r, "class", "change", "dev", &port, "parent", "1:", "classid", "1:1",
-            "htb", "rate", &rt, "ceil", &rt, "burst", BURST,
-        ])
+        sh(&format!("tc -n {r} class change dev {port} parent 1: classid 1:1 htb rate {rt} ceil {rt} burst {BURST}"))
     }
 }
 
@@ -341,16 +199,24 @@ impl Wan {
     pub fn remove(&self) {
         for c in 0..self.clusters {
             for n in 0..self.nodes {
-                let _ = run(&["ip", "netns", "del", &self.node_ns(c, n)]);
+                let _ = sh(&format!("ip netns del {}", self.node_ns(c, n)));
             }
-            let _ = run(&["ip", "netns", "del", &self.router(c)]);
+            let _ = sh(&format!("ip netns del {}", self.router(c)));
         }
-        let _ = run(&["ip", "link", "del", &self.bridge()]);
+        let _ = sh(&format!("ip link del {}", self.bridge()));
     }
 }
 
 impl Drop for Wan {
     fn drop(&mut self) {
         self.remove();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_uncapped_rate_is_what_tc_gets() {
+        assert_eq!(super::rate(super::UNCAPPED), super::FAST);
     }
 }

@@ -38,6 +38,21 @@ pub struct Scale {
     pub seed: u64,
 }
 
+impl Default for Scale {
+    /// 4 clusters of 3, links of 4 MB/s (slow ones 0.4), switching after 3 s, mayhem every 1 s.
+    fn default() -> Scale {
+        Scale {
+            clusters: 4,
+            nodes: 3,
+            fast: 4_000_000,
+            slow: 400_000,
+            switch_after: Duration::from_secs(3),
+            mayhem_every: Duration::from_secs(1),
+            seed: 1,
+        }
+    }
+}
+
 impl Scale {
     fn uniform(&self, link: u64, node: u64) -> Caps {
         let k = self.clusters;
@@ -211,15 +226,7 @@ mod tests {
     use super::*;
 
     fn scale() -> Scale {
-        Scale {
-            clusters: 4,
-            nodes: 3,
-            fast: 4_000_000,
-            slow: 400_000,
-            switch_after: Duration::from_secs(3),
-            mayhem_every: Duration::from_secs(1),
-            seed: 1,
-        }
+        Scale::default()
     }
 
     #[test]
