@@ -76,6 +76,14 @@ pub fn run(_args: &[String]) -> i32 {
         println!("RDCOLL_ALLREDUCE_SMALL_MAX {}", coll.allreduce_small_max);
         println!("RDCOLL_ALLREDUCE_DEGREE   {:?}", coll.allreduce_degree);
         println!("RDCOLL_BARRIER_ALGORITHM  {:?}", coll.barrier_algorithm);
+        match coll.multicast_piece {
+            Some(p) => println!("RDCOLL_MULTICAST_PIECE    {p}"),
+            None => println!(
+                "RDCOLL_MULTICAST_PIECE    by length (1 GiB: {})",
+                coll.multicast_piece_for(1 << 30)
+            ),
+        }
+        println!("RDCOLL_MULTICAST_GETS     {}", coll.multicast_gets);
         let model = rdcoll::Model::load().map_err(|e| e.to_string())?;
         println!(
             "RDCOLL_ALLREDUCE_MODEL    {} (alpha {} ns, beta {} ns/B, gamma {} ns/B)",
