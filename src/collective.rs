@@ -81,11 +81,12 @@ impl Comm {
     /// rank passes a buffer of the same length (use [`bcast_any_size`](Comm::bcast_any_size)
     /// when only the root knows it). Small messages travel as RDMA writes with counter bytes
     /// down a tree; large ones, where every rank shares one host, through the root's own
-    /// staging (every rank copies them out once), elsewhere by the binomial pipeline of RDMC
-    /// (`RDCOLL_BCAST_*` settings in the README). A rank whose length differs gets [`Error::Mismatch`] once it
-    /// has taken its part, with as much of the root's message as fits, and the communicator
-    /// stays usable; only two lengths that both fit one counter block (8255 bytes) cannot be
-    /// told apart.
+    /// staging (every rank copies them out once; two ranks with a core each: written straight
+    /// into the receiver's buffer from 64 KiB), elsewhere by the binomial pipeline of RDMC
+    /// (`RDCOLL_BCAST_*` settings in the README). A rank whose length differs gets
+    /// [`Error::Mismatch`] once it has taken its part, with as much of the root's message as
+    /// fits, and the communicator stays usable; only two lengths that both fit one counter
+    /// block (8255 bytes) cannot be told apart.
     ///
     /// ```
     /// let got = rdcoll::local::run(4, |comm| {

@@ -95,7 +95,7 @@ pub struct Collectives {
     /// `cfg.bcast_small_max`, or its default for where the ranks run.
     bcast_small_max: usize,
     /// Every rank on this host (`placement::one_host`): large broadcasts go through the
-    /// root's shared staging. The same on every rank.
+    /// root's shared staging (two ranks with a core each: see `direct_pair`). The same on every rank.
     one_host: bool,
     /// Every rank on this host, and more of them than its cores (`placement::crowded_host`):
     /// the same on every rank, so it may choose what the ranks must agree on.
