@@ -364,9 +364,9 @@ impl Fabric for ShmFabric {
     fn alloc_region(&self, len: usize) -> Result<Region> {
         let inner = &self.inner;
         let rank = inner.rank;
-        let off = inner.heap.lock().alloc(len);
+        let block = inner.heap.lock().alloc_block(len);
         let weak: std::sync::Weak<dyn Publisher> = Arc::downgrade(&self.publisher) as _;
-        let Some(off) = off else {
+        let Some(heap::Block { off, used_before }) = block else {
             // The shared heap is full: fall back to private memory, reached by peers through
             // cross-memory attach like registered memory.
             return inner.table.insert_via(weak, |key, p| {
@@ -382,9 +382,11 @@ impl Fabric for ShmFabric {
                 return Err(e);
             }
         };
-        // Zero it: the block may have been used before.
-        // SAFETY: `ptr` covers `len` bytes of our own heap block, not yet handed out.
-        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        // Zero what an earlier block left there; the rest is as the segment was created
+        // (zero), and its pages are first touched when used, not here.
+        // SAFETY: `ptr` covers `len` bytes of our own heap block, not yet handed out, and
+        // `used_before <= len`.
+        unsafe { std::ptr::write_bytes(ptr, 0, used_before.min(len)) };
         let heap = inner.heap.clone();
         // The region keeps the mapping alive even if it outlives the fabric.
         let mapping = inner.segs[rank as usize].clone();
