@@ -42,8 +42,10 @@ impl HeapAlloc {
         }
     }
 
-    /// Offset of `len` bytes (rounded up to the grain), or `None` if no block is large enough.
-    pub(crate) fn alloc(&mut self, len: usize) -> Option<usize> {
+    /// Offset of `len` bytes (rounded up to the grain), or `None` if no block is large enough
+    /// (the tests' shorthand for `alloc_block`).
+    #[cfg(test)]
+    fn alloc(&mut self, len: usize) -> Option<usize> {
         self.alloc_block(len).map(|b| b.off)
     }
 
