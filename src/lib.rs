@@ -254,7 +254,7 @@ impl Comm {
 /// Sends the library's `tracing` diagnostics to stderr when `RDCOLL_LOG` asks for them; keeps
 /// any subscriber the application installed.
 fn install_log() {
-    let Ok(filter) = std::env::var("RDCOLL_LOG") else {
+    let Some(filter) = rdcoll_transport::settings::given("RDCOLL_LOG") else {
         return;
     };
     let filter = match tracing_subscriber::EnvFilter::try_new(&filter) {
@@ -282,8 +282,10 @@ fn install_log() {
 pub fn init() -> Result<Comm> {
     install_log();
     report_panics();
+    let bind = rdcoll_transport::settings::word("RDCOLL_BIND")
+        .map_err(rdcoll_transport::TransportError::from)?;
     let comm = Comm::from_fabric(rdcoll_transport::bootstrap::init_from_env()?);
-    if std::env::var("RDCOLL_BIND").as_deref() == Ok("core") && !spans_hosts(comm.backend()) {
+    if bind == Some("core") && !spans_hosts(comm.backend()) {
         bind::to_core(comm.rank() as usize, comm.size());
     }
     Ok(comm)

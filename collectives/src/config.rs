@@ -1,5 +1,5 @@
 //! Settings of the collectives, from `RDCOLL_BCAST_SMALL_MAX`, `RDCOLL_BCAST_BLOCK`,
-//! `RDCOLL_BCAST_TRANSFER`, `RDCOLL_BCAST_ALGORITHM`, `RDCOLL_CLUSTER`, `RDCOLL_ALLREDUCE_SMALL_MAX`,
+//! `RDCOLL_BCAST_CHUNK`, `RDCOLL_BCAST_TRANSFER`, `RDCOLL_BCAST_ALGORITHM`, `RDCOLL_CLUSTER`, `RDCOLL_ALLREDUCE_SMALL_MAX`,
 //! `RDCOLL_ALLREDUCE_DEGREE`, `RDCOLL_BARRIER_ALGORITHM`, `RDCOLL_MULTICAST_PIECE` and
 //! `RDCOLL_MULTICAST_GETS`.
 
@@ -93,7 +93,7 @@ impl BcastAlgorithm {
     pub fn from_name(s: &str) -> Option<BcastAlgorithm> {
         match s {
             "auto" => Some(BcastAlgorithm::Auto),
-            "counter" | "small" => Some(BcastAlgorithm::Counter),
+            "counter" => Some(BcastAlgorithm::Counter),
             "shared" => Some(BcastAlgorithm::Shared),
             "robber" => Some(BcastAlgorithm::Multicast(Multicast::Robber)),
             "mob" => Some(BcastAlgorithm::Multicast(Multicast::Mob)),
@@ -170,6 +170,9 @@ pub struct CollConfig {
     pub bcast_small_max: Option<usize>,
     /// RDMC block size; `None`: chosen by message size.
     pub bcast_block: Option<usize>,
+    /// The shared staging's chunk (at most [`MAX_SHARED_CHUNK`]); `None`: chosen by message
+    /// size.
+    pub bcast_chunk: Option<usize>,
     /// How RDMC blocks move into this rank; `None`: staged where the ranks of this host
     /// outnumber its cores, else written straight into place.
     pub bcast_transfer: Option<BcastTransfer>,
@@ -195,6 +198,7 @@ impl Default for CollConfig {
         CollConfig {
             bcast_small_max: None,
             bcast_block: None,
+            bcast_chunk: None,
             bcast_transfer: None,
             bcast_algorithm: BcastAlgorithm::Auto,
             cluster: None,
@@ -213,17 +217,12 @@ impl CollConfig {
 
     /// Defaults, overridden by the environment; a malformed value is an error.
     pub fn from_env() -> Result<CollConfig> {
-        let mut c = CollConfig::default();
-        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
-        let size = |k: &str, v: String| {
-            rdcoll_offload::p2p::parse_size(&v)
-                .ok_or_else(|| CollError::InvalidArgument(format!("{k}={v:?} is not a size")))
+        use rdcoll_transport::settings::{number, read, size, text, word, Value};
+        let mut c = CollConfig {
+            bcast_small_max: size("RDCOLL_BCAST_SMALL_MAX")?,
+            ..CollConfig::default()
         };
-        if let Some(v) = var("RDCOLL_BCAST_SMALL_MAX") {
-            c.bcast_small_max = Some(size("RDCOLL_BCAST_SMALL_MAX", v)?);
-        }
-        if let Some(v) = var("RDCOLL_BCAST_BLOCK") {
-            let b = size("RDCOLL_BCAST_BLOCK", v)?;
+        if let Some(b) = size("RDCOLL_BCAST_BLOCK")? {
             if b == 0 || b > MAX_BLOCK {
                 return Err(CollError::InvalidArgument(format!(
                     "RDCOLL_BCAST_BLOCK={b} is outside 1..={MAX_BLOCK}"
@@ -231,27 +230,22 @@ impl CollConfig {
             }
             c.bcast_block = Some(b);
         }
-        if let Some(v) = var("RDCOLL_BCAST_TRANSFER") {
-            c.bcast_transfer = match v.as_str() {
-                "auto" => None,
-                name => Some(BcastTransfer::from_name(name).ok_or_else(|| {
-                    CollError::InvalidArgument(format!(
-                        "RDCOLL_BCAST_TRANSFER={v:?}: expected auto, write or staged"
-                    ))
-                })?),
-            };
+        if let Some(b) = size("RDCOLL_BCAST_CHUNK")? {
+            if b == 0 || b > MAX_SHARED_CHUNK {
+                return Err(CollError::InvalidArgument(format!(
+                    "RDCOLL_BCAST_CHUNK={b} is outside 1..={MAX_SHARED_CHUNK}"
+                )));
+            }
+            c.bcast_chunk = Some(b);
         }
-        if let Some(v) = var("RDCOLL_BCAST_ALGORITHM") {
-            c.bcast_algorithm = BcastAlgorithm::from_name(&v).ok_or_else(|| {
-                CollError::InvalidArgument(format!(
-                    "RDCOLL_BCAST_ALGORITHM={v:?}: expected auto, counter, shared, sequential, \
-                     chain, binomial_tree, binomial_pipeline, hybrid, robber or mob"
-                ))
+        c.bcast_transfer = word("RDCOLL_BCAST_TRANSFER")?.and_then(BcastTransfer::from_name);
+        if let Some(w) = word("RDCOLL_BCAST_ALGORITHM")? {
+            c.bcast_algorithm = BcastAlgorithm::from_name(w).ok_or_else(|| {
+                CollError::InvalidArgument(format!("RDCOLL_BCAST_ALGORITHM={w:?} is not known"))
             })?;
         }
-        c.cluster = var("RDCOLL_CLUSTER");
-        if let Some(v) = var("RDCOLL_ALLREDUCE_SMALL_MAX") {
-            let b = size("RDCOLL_ALLREDUCE_SMALL_MAX", v)?;
+        c.cluster = text("RDCOLL_CLUSTER")?;
+        if let Some(b) = size("RDCOLL_ALLREDUCE_SMALL_MAX")? {
             if b > MAX_ALLREDUCE_SMALL_MAX {
                 return Err(CollError::InvalidArgument(format!(
                     "RDCOLL_ALLREDUCE_SMALL_MAX={b} exceeds {MAX_ALLREDUCE_SMALL_MAX}"
@@ -259,25 +253,23 @@ impl CollConfig {
             }
             c.allreduce_small_max = b;
         }
-        if let Some(v) = var("RDCOLL_ALLREDUCE_DEGREE") {
-            c.allreduce_degree = match v.as_str() {
-                "model" | "auto" => ReduceDegree::Model,
-                n => ReduceDegree::Fixed(n.parse().ok().filter(|&k| k >= 1).ok_or_else(|| {
-                    CollError::InvalidArgument(format!(
-                        "RDCOLL_ALLREDUCE_DEGREE={v:?}: expected a number >= 1 or model"
-                    ))
-                })?),
-            };
-        }
-        if let Some(v) = var("RDCOLL_BARRIER_ALGORITHM") {
-            c.barrier_algorithm = BarrierAlgorithm::from_name(&v).ok_or_else(|| {
-                CollError::InvalidArgument(format!(
-                    "RDCOLL_BARRIER_ALGORITHM={v:?}: expected auto, dissemination or flat"
+        match read("RDCOLL_ALLREDUCE_DEGREE")? {
+            Some(Value::Number(0)) => {
+                return Err(CollError::InvalidArgument(
+                    "RDCOLL_ALLREDUCE_DEGREE=0: a degree is at least 1".into(),
                 ))
+            }
+            Some(Value::Number(k)) => {
+                c.allreduce_degree = ReduceDegree::Fixed(usize::try_from(k).unwrap_or(usize::MAX))
+            }
+            _ => c.allreduce_degree = ReduceDegree::Model,
+        }
+        if let Some(w) = word("RDCOLL_BARRIER_ALGORITHM")? {
+            c.barrier_algorithm = BarrierAlgorithm::from_name(w).ok_or_else(|| {
+                CollError::InvalidArgument(format!("RDCOLL_BARRIER_ALGORITHM={w:?} is not known"))
             })?;
         }
-        if let Some(v) = var("RDCOLL_MULTICAST_PIECE") {
-            let b = size("RDCOLL_MULTICAST_PIECE", v)?;
+        if let Some(b) = size("RDCOLL_MULTICAST_PIECE")? {
             if b == 0 || b > MAX_BLOCK {
                 return Err(CollError::InvalidArgument(format!(
                     "RDCOLL_MULTICAST_PIECE={b} is outside 1..={MAX_BLOCK}"
@@ -285,14 +277,13 @@ impl CollConfig {
             }
             c.multicast_piece = Some(b);
         }
-        if let Some(v) = var("RDCOLL_MULTICAST_GETS") {
-            c.multicast_gets = v
-                .parse()
+        if let Some(g) = number("RDCOLL_MULTICAST_GETS")? {
+            c.multicast_gets = usize::try_from(g)
                 .ok()
                 .filter(|g| (1..=MAX_MULTICAST_GETS).contains(g))
                 .ok_or_else(|| {
                     CollError::InvalidArgument(format!(
-                        "RDCOLL_MULTICAST_GETS={v:?}: expected 1..={MAX_MULTICAST_GETS}"
+                        "RDCOLL_MULTICAST_GETS={g}: expected 1..={MAX_MULTICAST_GETS}"
                     ))
                 })?;
         }
@@ -340,11 +331,11 @@ impl CollConfig {
         block.clamp(MIN_AUTO_BLOCK, DEFAULT_MAX_BLOCK)
     }
 
-    /// The chunk of a shared-staging broadcast of `len` bytes: `RDCOLL_BCAST_BLOCK` (at most
+    /// The chunk of a shared-staging broadcast of `len` bytes: `RDCOLL_BCAST_CHUNK` (at most
     /// [`MAX_SHARED_CHUNK`]), or [`SHARED_CHUNK`] up to [`SHARED_SMALL_CHUNKS_MAX`] and
     /// [`MAX_SHARED_CHUNK`] beyond.
     pub fn shared_chunk(&self, len: usize) -> usize {
-        match self.bcast_block {
+        match self.bcast_chunk {
             Some(b) => b.min(MAX_SHARED_CHUNK),
             None if len <= SHARED_SMALL_CHUNKS_MAX => SHARED_CHUNK,
             None => MAX_SHARED_CHUNK,
@@ -353,7 +344,7 @@ impl CollConfig {
 
     /// The largest chunk of any shared-staging broadcast (the size of a staging slot).
     pub fn max_shared_chunk(&self) -> usize {
-        self.bcast_block
+        self.bcast_chunk
             .map_or(MAX_SHARED_CHUNK, |b| b.min(MAX_SHARED_CHUNK))
     }
 
@@ -366,6 +357,34 @@ impl CollConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The words a setting declares (`rdcoll_transport::settings`).
+    fn declared_words(name: &str) -> &'static [&'static str] {
+        match rdcoll_transport::settings::setting(name).map(|s| s.kind) {
+            Some(rdcoll_transport::settings::Kind::Words(w)) => w,
+            other => panic!("{name} is declared as {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_declared_word_is_understood() {
+        for w in declared_words("RDCOLL_BCAST_ALGORITHM") {
+            assert!(BcastAlgorithm::from_name(w).is_some(), "{w}");
+        }
+        for alg in Algorithm::ALL {
+            assert!(
+                declared_words("RDCOLL_BCAST_ALGORITHM").contains(&alg.name()),
+                "{} is not declared",
+                alg.name()
+            );
+        }
+        for w in declared_words("RDCOLL_BARRIER_ALGORITHM") {
+            assert!(BarrierAlgorithm::from_name(w).is_some(), "{w}");
+        }
+        for w in declared_words("RDCOLL_BCAST_TRANSFER") {
+            assert!(*w == "auto" || BcastTransfer::from_name(w).is_some(), "{w}");
+        }
+    }
 
     #[test]
     fn names_and_blocks() {

@@ -37,3 +37,9 @@ impl From<OffloadError> for CollError {
 
 /// Result of a collective.
 pub type Result<T, E = CollError> = std::result::Result<T, E>;
+
+impl From<rdcoll_transport::settings::SettingError> for CollError {
+    fn from(e: rdcoll_transport::settings::SettingError) -> Self {
+        CollError::InvalidArgument(e.to_string())
+    }
+}

@@ -14,13 +14,14 @@ use crate::progress::Waiter;
 /// Each shared setting's variable and this rank's value (not among them: the cluster name, how
 /// broadcast blocks move into a rank and a multicast's gets per peer, which are each rank's
 /// own).
-fn shared(cfg: &CollConfig) -> [(&'static str, String); 7] {
+fn shared(cfg: &CollConfig) -> [(&'static str, String); 8] {
     [
         (
             "RDCOLL_BCAST_SMALL_MAX",
             format!("{:?}", cfg.bcast_small_max),
         ),
         ("RDCOLL_BCAST_BLOCK", format!("{:?}", cfg.bcast_block)),
+        ("RDCOLL_BCAST_CHUNK", format!("{:?}", cfg.bcast_chunk)),
         (
             "RDCOLL_BCAST_ALGORITHM",
             format!("{:?}", cfg.bcast_algorithm),

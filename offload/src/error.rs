@@ -46,3 +46,9 @@ pub type Result<T, E = OffloadError> = std::result::Result<T, E>;
 pub(crate) fn invalid(what: impl Into<String>) -> OffloadError {
     OffloadError::InvalidArgument(what.into())
 }
+
+impl From<rdcoll_transport::settings::SettingError> for OffloadError {
+    fn from(e: rdcoll_transport::settings::SettingError) -> Self {
+        OffloadError::InvalidArgument(e.to_string())
+    }
+}

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::{invalid, Result};
+use crate::error::Result;
 
 /// Who runs the progress agent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,15 +81,10 @@ impl NiConfig {
             None => Duration::ZERO,
         };
         let agent_grace = micros_from_env("RDCOLL_AGENT_GRACE_US")?.unwrap_or(DEFAULT_AGENT_GRACE);
-        let mode = match std::env::var("RDCOLL_OFFLOAD").as_deref() {
-            Ok("thread") => Mode::Thread,
-            Ok("inline") => Mode::Inline,
-            Ok("auto") | Err(_) => auto,
-            Ok(other) => {
-                return Err(invalid(format!(
-                    "RDCOLL_OFFLOAD={other:?}: expected thread, inline or auto"
-                )))
-            }
+        let mode = match rdcoll_transport::settings::word("RDCOLL_OFFLOAD")? {
+            Some("thread") => Mode::Thread,
+            Some("inline") => Mode::Inline,
+            _ => auto,
         };
         Ok(NiConfig {
             mode,
@@ -101,21 +96,9 @@ impl NiConfig {
     }
 }
 
-/// A duration in whole microseconds from the environment variable `name`, if set.
-fn micros_from_env(name: &str) -> Result<Option<Duration>> {
-    match std::env::var(name) {
-        Ok(v) => v
-            .trim()
-            .parse()
-            .map(Duration::from_micros)
-            .map(Some)
-            .map_err(|_| {
-                invalid(format!(
-                    "{name}={v:?}: expected microseconds (a whole number)"
-                ))
-            }),
-        Err(_) => Ok(None),
-    }
+/// A duration in whole microseconds from the setting `name`, if set.
+fn micros_from_env(name: &'static str) -> Result<Option<Duration>> {
+    Ok(rdcoll_transport::settings::number(name)?.map(Duration::from_micros))
 }
 
 /// This rank's index among the ranks on its host, as launchers tell it (else its rank).

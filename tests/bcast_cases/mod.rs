@@ -185,7 +185,7 @@ pub fn every_algorithm(world: &Comm) -> Result<(), String> {
 pub fn shared_staging(world: &Comm, chunk: usize) -> Result<(), String> {
     let cfg = rdcoll::CollConfig {
         bcast_algorithm: rdcoll::BcastAlgorithm::Shared,
-        bcast_block: Some(chunk),
+        bcast_chunk: Some(chunk),
         ..rdcoll::CollConfig::default()
     };
     let c = world

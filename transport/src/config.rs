@@ -70,54 +70,28 @@ impl Default for FabricConfig {
     }
 }
 
-fn env_num(name: &str) -> Result<Option<u64>> {
-    match std::env::var(name) {
-        Ok(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
-            TransportError::InvalidArgument(format!("{name}={v:?} is not a non-negative integer"))
-        }),
-        Err(_) => Ok(None),
-    }
-}
-
 impl FabricConfig {
-    /// Defaults overridden by the environment; a malformed value is an error, not ignored.
+    /// Defaults overridden by the environment (read through [`crate::settings`]); a malformed
+    /// value is an error, not ignored.
     pub fn from_env() -> Result<Self> {
+        use crate::settings::{flag, number, size};
         let mut c = FabricConfig::default();
-        if let Some(ms) = env_num("RDCOLL_PEER_TIMEOUT_MS")? {
+        if let Some(ms) = number("RDCOLL_PEER_TIMEOUT_MS")? {
             c.peer_timeout = Duration::from_millis(ms.max(100));
         }
-        if let Some(ms) = env_num("RDCOLL_BOOTSTRAP_TIMEOUT_MS")? {
+        if let Some(ms) = number("RDCOLL_BOOTSTRAP_TIMEOUT_MS")? {
             c.bootstrap_timeout = Duration::from_millis(ms);
         }
-        if let Some(b) = env_num("RDCOLL_SHM_RING_BYTES")? {
-            c.shm_ring_bytes = Some(usize::try_from(b).unwrap_or(usize::MAX));
-        }
-        if let Some(b) = env_num("RDCOLL_SHM_HEAP_BYTES")? {
-            c.shm_heap_bytes = usize::try_from(b).unwrap_or(usize::MAX);
-        }
-        if let Some(v) = env_num("RDCOLL_SHM_CMA")? {
-            c.shm_cma = v != 0;
-        }
-        if let Some(v) = env_num("RDCOLL_SHM_MEMBARRIER")? {
-            c.shm_membarrier = v != 0;
-        }
-        if let Some(v) = env_num("RDCOLL_SHM_SPLIT_PUTS")? {
-            c.shm_split_puts = v != 0;
-        }
-        if let Some(v) = env_num("RDCOLL_SHM_FAIL_PUSHES")? {
-            c.shm_fail_pushes = v != 0;
-        }
-        if let Some(v) = env_num("RDCOLL_MAX_REGIONS")? {
+        c.shm_ring_bytes = size("RDCOLL_SHM_RING_BYTES")?;
+        c.shm_heap_bytes = size("RDCOLL_SHM_HEAP_BYTES")?.unwrap_or(c.shm_heap_bytes);
+        c.shm_cma = flag("RDCOLL_SHM_CMA")?.unwrap_or(c.shm_cma);
+        c.shm_membarrier = flag("RDCOLL_SHM_MEMBARRIER")?.unwrap_or(c.shm_membarrier);
+        c.shm_split_puts = flag("RDCOLL_SHM_SPLIT_PUTS")?.unwrap_or(c.shm_split_puts);
+        c.shm_fail_pushes = flag("RDCOLL_SHM_FAIL_PUSHES")?.unwrap_or(c.shm_fail_pushes);
+        if let Some(v) = number("RDCOLL_MAX_REGIONS")? {
             c.max_regions = usize::try_from(v).unwrap_or(usize::MAX);
         }
-        if let Ok(v) = std::env::var("RDCOLL_SINK_RATE") {
-            let rate = parse_rate(&v).ok_or_else(|| {
-                TransportError::InvalidArgument(format!(
-                    "RDCOLL_SINK_RATE={v:?}: expected bytes per second, such as 50M"
-                ))
-            })?;
-            c.sink_rate = Some(rate);
-        }
+        c.sink_rate = number("RDCOLL_SINK_RATE")?;
         c.validate()?;
         Ok(c)
     }
@@ -151,6 +125,9 @@ impl FabricConfig {
                 self.shm_heap_bytes
             ));
         }
+        if self.sink_rate == Some(0) {
+            return bad("RDCOLL_SINK_RATE=0: a rate must be above 0 bytes/s".into());
+        }
         if self.max_regions == 0 || self.max_regions > MAX_REGIONS_LIMIT {
             return bad(format!(
                 "RDCOLL_MAX_REGIONS={} must be from 1 to {MAX_REGIONS_LIMIT}",
@@ -159,22 +136,6 @@ impl FabricConfig {
         }
         Ok(())
     }
-}
-
-/// `123`, `64K`, `50M`, `2G` (powers of 1024), positive.
-fn parse_rate(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (digits, shift) = match s.chars().last()? {
-        'k' | 'K' => (&s[..s.len() - 1], 10),
-        'm' | 'M' => (&s[..s.len() - 1], 20),
-        'g' | 'G' => (&s[..s.len() - 1], 30),
-        _ => (s, 0),
-    };
-    digits
-        .parse::<u64>()
-        .ok()?
-        .checked_mul(1 << shift)
-        .filter(|&r| r > 0)
 }
 
 /// Paces deposits to a rate: `pace(n)` sleeps until `n` more bytes fit the rate since start.
@@ -214,10 +175,7 @@ mod pacer_tests {
     use super::*;
 
     #[test]
-    fn rates_parse_and_pacing_adds_up() {
-        assert_eq!(parse_rate("50M"), Some(50 << 20));
-        assert_eq!(parse_rate("0"), None);
-        assert_eq!(parse_rate("fast"), None);
+    fn pacing_adds_up() {
         let mut p = Pacer::new(1 << 20);
         let d = p.delay_for(1 << 20);
         assert!(

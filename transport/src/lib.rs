@@ -24,6 +24,7 @@ mod membarrier;
 #[cfg(feature = "ofi")]
 pub mod ofi;
 mod region;
+pub mod settings;
 pub mod shm;
 mod spin;
 mod stream;

@@ -76,7 +76,7 @@ impl Model {
 
     /// Where the calibration lives: `RDCOLL_ALLREDUCE_MODEL`, else under the home directory.
     pub fn path() -> Option<PathBuf> {
-        if let Some(p) = std::env::var_os("RDCOLL_ALLREDUCE_MODEL") {
+        if let Some(p) = rdcoll_transport::settings::given("RDCOLL_ALLREDUCE_MODEL") {
             return Some(PathBuf::from(p));
         }
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/rdcoll/allreduce-model"))

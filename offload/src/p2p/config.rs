@@ -39,15 +39,12 @@ impl Default for P2pConfig {
 impl P2pConfig {
     /// Defaults, overridden by the environment; a malformed or out-of-range value is an error.
     pub fn from_env() -> Result<P2pConfig> {
+        use rdcoll_transport::settings::{number, size};
         let mut c = P2pConfig::default();
-        if let Some(v) = env_size("RDCOLL_EAGER_LIMIT")? {
-            c.eager_limit = v;
-        }
-        if let Some(v) = env_size("RDCOLL_RNDV_CHUNK")? {
-            c.rndv_chunk = v;
-        }
-        if let Some(v) = env_size("RDCOLL_RNDV_CREDITS")? {
-            c.rndv_credits = v;
+        c.eager_limit = size("RDCOLL_EAGER_LIMIT")?.unwrap_or(c.eager_limit);
+        c.rndv_chunk = size("RDCOLL_RNDV_CHUNK")?.unwrap_or(c.rndv_chunk);
+        if let Some(v) = number("RDCOLL_RNDV_CREDITS")? {
+            c.rndv_credits = usize::try_from(v).unwrap_or(usize::MAX);
         }
         c.validate(crate::initiator::inline_capacity())?;
         Ok(c)
@@ -75,28 +72,8 @@ impl P2pConfig {
     }
 }
 
-/// A size from the environment: bytes, or with a `K`, `M` or `G` suffix (powers of 1024).
-fn env_size(name: &str) -> Result<Option<usize>> {
-    match std::env::var(name) {
-        Ok(v) => parse_size(&v)
-            .map(Some)
-            .ok_or_else(|| invalid(format!("{name}={v:?}: expected a size such as 8192 or 64K"))),
-        Err(_) => Ok(None),
-    }
-}
-
-/// Parses `123`, `64K`, `1M`, `2G` (case-insensitive, powers of 1024).
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (digits, shift) = match s.char_indices().last()? {
-        (i, 'k' | 'K') => (&s[..i], 10),
-        (i, 'm' | 'M') => (&s[..i], 20),
-        (i, 'g' | 'G') => (&s[..i], 30),
-        _ => (s, 0),
-    };
-    let n: usize = digits.parse().ok()?;
-    n.checked_mul(1usize << shift)
-}
+/// Parses `123`, `64K`, `1M`, `2G` (case-insensitive, powers of 1024): the settings' sizes.
+pub use rdcoll_transport::settings::parse_size;
 
 #[cfg(test)]
 mod tests {

@@ -56,19 +56,17 @@ pub enum TransportChoice {
 impl TransportChoice {
     /// Parses `RDCOLL_TRANSPORT`.
     pub fn from_env() -> Result<Self> {
-        match std::env::var("RDCOLL_TRANSPORT").as_deref() {
-            Err(_) | Ok("") | Ok("auto") => Ok(TransportChoice::Auto),
-            Ok("shm") => Ok(TransportChoice::Shm),
-            Ok("tcp") => Ok(TransportChoice::Tcp),
-            Ok("ofi") if cfg!(feature = "ofi") => Ok(TransportChoice::Ofi),
-            Ok("ofi") => Err(TransportError::InvalidArgument(
+        match crate::settings::word("RDCOLL_TRANSPORT")? {
+            None | Some("auto") => Ok(TransportChoice::Auto),
+            Some("shm") => Ok(TransportChoice::Shm),
+            Some("tcp") => Ok(TransportChoice::Tcp),
+            Some("ofi") if cfg!(feature = "ofi") => Ok(TransportChoice::Ofi),
+            // The declared words leave only `ofi` in a build without it.
+            Some(_) => Err(TransportError::InvalidArgument(
                 "RDCOLL_TRANSPORT=ofi: this build has no libfabric backend (build rdcoll with \
                  `--features ofi`, which needs libfabric-dev)"
                     .into(),
             )),
-            Ok(other) => Err(TransportError::InvalidArgument(format!(
-                "RDCOLL_TRANSPORT={other:?}: expected auto, shm, tcp or ofi"
-            ))),
         }
     }
 }
@@ -100,7 +98,7 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
             ))
         }
     };
-    let external = std::env::var("RDCOLL_STORE_SERVER").is_ok_and(|v| v == "launcher");
+    let external = crate::settings::word("RDCOLL_STORE_SERVER")? == Some("launcher");
     let handle = if let Some(dir) = spec.strip_prefix("file:") {
         StoreHandle {
             store: Arc::new(FileStore::open(dir)?),

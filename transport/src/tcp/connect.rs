@@ -15,11 +15,11 @@ const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The address this rank listens on: `RDCOLL_TCP_HOST`, else the one that reaches the store.
 fn listen_ip(local_ip: Option<IpAddr>) -> Result<IpAddr> {
-    match std::env::var("RDCOLL_TCP_HOST") {
-        Ok(h) => h.parse().map_err(|_| {
+    match crate::settings::text("RDCOLL_TCP_HOST")? {
+        Some(h) => h.parse().map_err(|_| {
             TransportError::InvalidArgument(format!("RDCOLL_TCP_HOST={h:?} is not an IP address"))
         }),
-        Err(_) => Ok(local_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))),
+        None => Ok(local_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))),
     }
 }
 
