@@ -382,10 +382,8 @@ impl Fabric for ShmFabric {
                 return Err(e);
             }
         };
-        // Zero what an earlier block left there; the rest is as the segment was created
-        // (zero), and its pages are first touched when used, not here.
-        // SAFETY: `ptr` covers `len` bytes of our own heap block, not yet handed out, and
-        // `used_before <= len`.
+        // Zero what an earlier block left; the rest is still the new segment's zeroes.
+        // SAFETY: `ptr` covers `len` bytes of our own heap block, not yet handed out.
         unsafe { std::ptr::write_bytes(ptr, 0, used_before.min(len)) };
         let heap = inner.heap.clone();
         // The region keeps the mapping alive even if it outlives the fabric.
