@@ -45,6 +45,34 @@ fn ring_example_runs_on_four_ranks_over_each_transport() {
     }
 }
 
+/// The complete programs of `examples/` (halo exchange, parallel reduction, broadcast of a
+/// model) each check their own result against one process's and fail otherwise.
+#[test]
+fn the_user_examples_run_and_check_themselves() {
+    let cases: [(&str, &[&str], &str); 6] = [
+        ("halo", &["4096", "300"], "shm"),
+        ("halo", &["1000", "200"], "tcp"),
+        ("reduce", &["1000000"], "shm"),
+        ("reduce", &["100000"], "tcp"),
+        ("model_bcast", &["8"], "shm"),
+        ("model_bcast", &["2"], "tcp"),
+    ];
+    for (name, args, transport) in cases {
+        let out = launcher()
+            .args(["-n", "4", "--transport", transport])
+            .arg(example(name))
+            .args(args)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&format!("{name}: 4 ranks")),
+            "{name} over {transport}: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn program_arguments_pass_through_untouched() {
     let out = launcher()
