@@ -11,11 +11,12 @@ mod offload;
 mod p2p;
 mod paired;
 mod stability;
+mod suite;
 mod transport;
 mod wan;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|stability|wan> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|stability|suite|wan> [options]");
     std::process::exit(2);
 }
 
@@ -33,6 +34,7 @@ fn main() {
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
         "stability" => stability::run(rest),
+        "suite" => suite::run(rest),
         "wan" => wan::run(rest),
         // A rank of a `wan` run (started by it).
         "wan-rank" => wan::rank(rest),

@@ -5,8 +5,7 @@
 //! each size, `rounds` pairs of one OSU measurement with each setting, the order alternating
 //! from pair to pair. Each pair runs within a second or so on the same cores, so the ratio of
 //! a pair is not moved by where the hypervisor placed the processes, which changes from one
-//! launch to the next and moved separately launched runs by ±10 % (docs/PERFORMANCE.md,
-//! "Chunked rendezvous vs single get"). A size reports the median of each setting and the
+//! launch to the next and moved separately launched runs by ±10 %. A size reports the median of each setting and the
 //! median of the per-pair ratios.
 
 use rdcoll::Comm;

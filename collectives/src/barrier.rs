@@ -6,7 +6,7 @@
 //! - Flat: every other rank writes its arrival byte into its own slot at rank 0; rank 0 waits
 //!   for all of them, then writes a release byte to each. Two hops instead of `log2 n`, but
 //!   one wait per rank instead of one per round: when ranks outnumber cores each wait can be
-//!   a context switch, and that is what a barrier costs there (docs/PERFORMANCE.md,
+//!   a context switch, and that is what a barrier costs there (docs/ALGORITHMS.md,
 //!   "Barrier").
 //!
 //! The byte is the barrier's number (mod 256, starting at 1; the initial 0 is barrier 0). A

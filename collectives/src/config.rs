@@ -6,12 +6,12 @@
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
 
-/// Default largest broadcast sent through counter-byte blocks (docs/PERFORMANCE.md,
-/// "Broadcast" and "RDMC straight into the receiver's buffer": at 32 KiB, 2 ranks, counter
+/// Default largest broadcast sent through counter-byte blocks (docs/ALGORITHMS.md,
+/// "Broadcast"; at 32 KiB, 2 ranks, counter
 /// blocks took 3.8-4.2 us and an RDMC write 4.9-6.2; at 64 KiB 7.3-9.0 against 6.0-7.4).
 pub const DEFAULT_BCAST_SMALL_MAX: usize = 32 << 10;
 /// The same where every rank is on one host (shm, local): beyond it, the shared-staging
-/// broadcast (docs/PERFORMANCE.md, "Broadcast through the root's own staging").
+/// broadcast (docs/ALGORITHMS.md, "Broadcast").
 pub const SHARED_BCAST_SMALL_MAX: usize = 4096;
 /// Largest RDMC block unless `RDCOLL_BCAST_BLOCK` says otherwise.
 pub const DEFAULT_MAX_BLOCK: usize = 1 << 20;
@@ -30,14 +30,14 @@ pub const SHARED_SMALL_CHUNKS_MAX: usize = 1 << 20;
 pub const MAX_SHARED_CHUNK: usize = 1 << 20;
 
 /// Default largest allreduce (and reduce) sent through the degree-k tree of RDMA writes;
-/// larger ones reduce-scatter and allgather (docs/PERFORMANCE.md, "Allreduce").
+/// larger ones reduce-scatter and allgather (docs/ALGORITHMS.md, "Allreduce and reduce").
 pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = 16 << 10;
 /// Largest `RDCOLL_ALLREDUCE_SMALL_MAX` (each rank registers one slot of it per rank).
 pub const MAX_ALLREDUCE_SMALL_MAX: usize = 1 << 20;
 
 /// Pieces a multicast aims for by default (paper 003: 600 MB in pieces of a few hundred
 /// kilobytes). Fewer, larger pieces wait longer in each relay before they can be passed on:
-/// 40 MB over the emulated WAN of docs/PERFORMANCE.md ("Robber") reached 68 % of the maximum
+/// 40 MB over the emulated WAN of `rdcoll-bench wan` (docs/PERFORMANCE.md) reached 68 % of the maximum
 /// in 256 KiB pieces, 81 % in 64 KiB, 88 % in 32 KiB and 90 % in 16 KiB.
 pub const MULTICAST_PIECES: usize = 2048;
 /// Smallest piece chosen by default.
@@ -309,8 +309,7 @@ impl CollConfig {
     /// and at least log2(ranks) (so a bigger group still pipelines), at most 16. Each block
     /// costs a ready/transfer handshake (1-3 us between cores), so blocks below 128 KiB pay
     /// more in steps than they win in pipelining: at 256-512 KiB, 4 ranks, 128 KiB blocks
-    /// took 0.55-0.7x the time of the earlier len/16 (docs/PERFORMANCE.md, "Block size of the
-    /// RDMC broadcast"). Two ranks have nothing to pipeline (one receiver, no relays), and
+    /// took 0.55-0.7x the time of the earlier len/16. Two ranks have nothing to pipeline (one receiver, no relays), and
     /// where ranks outnumber cores every handshake costs context switches: there one block up
     /// to 1 MiB, 1 MiB blocks beyond (2 ranks at 1 MiB: 128 KiB blocks took 2x the time of
     /// one; 4 ranks on 2 cores at 1-2 MiB: the default took 1.35-1.55x the time of 1 MiB

@@ -4,8 +4,7 @@
 //! rank's own puts are counted there), and failing, not hanging, once a rank of the
 //! communicator has failed. In thread mode the waiting thread notes that it polls, so the
 //! agent stands aside rather than contend with it or sleep on the fabric (a sleeping agent
-//! makes every peer's flag write ring a futex: 3x Open MPI's barrier time on a 16-core host,
-//! docs/PERFORMANCE.md "Thread mode").
+//! makes every peer's flag write ring a futex: 3x Open MPI's barrier time on a 16-core host).
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;

@@ -4,8 +4,7 @@
 //! the tag too, rendezvous get entries nothing, bounce buffers everything) and takes the
 //! earliest entry that accepts it, instead of walking the list. The rendezvous portal holds
 //! one get entry per message in flight and the message portal one entry per posted receive:
-//! walking them for every arrival made a window of n messages cost n² (docs/PERFORMANCE.md,
-//! "Releasing a memory descriptor without a scan").
+//! walking them for every arrival made a window of n messages cost n².
 
 use std::collections::{BTreeMap, BTreeSet};
 

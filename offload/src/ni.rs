@@ -396,7 +396,7 @@ impl Ni {
     /// `out`, under one acquisition of the state lock. Returns how many fabric events it
     /// handled. In thread mode too: a host thread that polls for its own requests would
     /// otherwise wait for the agent to notice each message and hand it over (2.9 us one-way
-    /// against 0.54 inline on a 16-core host, docs/PERFORMANCE.md "Thread mode").
+    /// against 0.54 inline on a 16-core host).
     pub fn progress_and_drain(&self, eq: EqHandle, out: &mut Vec<Event>) -> Result<usize> {
         let mut st = self.shared.state.lock();
         let handled = crate::agent::progress_locked(&mut st);

@@ -4,8 +4,8 @@
 //! `perf` of `rdcoll-bench bcast --ranks 4 -m 256K:256K` (counter blocks, 4 ranks on 2
 //! cores) put 41 % of all samples in the root's copies into its children's blocks and 3 % in
 //! each leaf's copy of the same bytes out of its own block. A non-temporal store writes the
-//! line past this core's caches and only invalidates the other copies (docs/PERFORMANCE.md,
-//! "Broadcast through the root's own staging").
+//! line past this core's caches and only invalidates the other copies (docs/ALGORITHMS.md,
+//! "Broadcast", shared staging).
 
 /// Copies `len` bytes from `src` to `dst` with non-temporal stores where the CPU has them
 /// (x86-64: SSE2 `movntdq` for the 16-byte-aligned middle, plain copies for the ends), and a

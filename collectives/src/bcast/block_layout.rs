@@ -5,8 +5,7 @@
 
 /// Bytes per block (the last is the counter byte): an 8 KiB message fits one block. With
 /// 4 KiB blocks, 4 KiB and 8 KiB broadcasts took two and three blocks and were 1.2x and 1.9x
-/// slower than MPICH at 2 ranks; with these, 1.1x and 1.1-1.3x (docs/PERFORMANCE.md,
-/// "Broadcast").
+/// slower than MPICH at 2 ranks; with these, 1.1x and 1.1-1.3x.
 pub(crate) const BLOCK: usize = 8192 + 64;
 /// Blocks in the broadcast buffer.
 pub(crate) const BLOCKS: usize = 32;

@@ -44,7 +44,7 @@ pub(crate) use super::block_layout::ONE_BLOCK;
 use super::block_layout::{Chunk, Layout, BLOCK, BLOCKS, EPOCH, HEADER, WINDOWS};
 
 /// Most ranks for which a one-block broadcast on one host goes flat even when every rank has
-/// a core of its own (measured: docs/PERFORMANCE.md, "Broadcast").
+/// a core of its own (docs/ALGORITHMS.md, "Broadcast").
 const FLAT_MAX: usize = 8;
 
 /// The counter byte's bit that says the block carries the header; the counter is the other

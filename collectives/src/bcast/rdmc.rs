@@ -20,7 +20,7 @@
 //! block has not arrived yet waits for that, which is the asynchronous execution of RDMC (a
 //! node runs ahead of its neighbours as far as the flow control allows).
 //!
-//! Why two ways (docs/PERFORMANCE.md, "RDMC straight into the receiver's buffer"): on shared
+//! Why two ways (docs/ALGORITHMS.md, "Broadcast"): on shared
 //! memory with a core per rank, a large write into registered memory is copied by both
 //! processes at once (the target pulls half), so a direct write finishes first (2 ranks, 1
 //! MiB: 0.66x Open MPI's time, staged 2x); where ranks outnumber cores, a direct write costs

@@ -5,7 +5,7 @@
 //! writes with non-temporal stores (`Region::write_streaming`), so that it does not first take
 //! every line back from the readers' caches.
 //!
-//! Why (docs/PERFORMANCE.md, "Broadcast through the root's own staging"): the counter-byte
+//! Why (docs/ALGORITHMS.md, "Broadcast"): the counter-byte
 //! blocks and RDMC's staged transfers write every byte into each receiver's memory and the
 //! receiver copies it out again. With 4 ranks on 2 cores a 256 KiB broadcast through counter
 //! blocks took 1.5-1.8x Open MPI's time, 41 % of its `perf` samples in the root's stores into

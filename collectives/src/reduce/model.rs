@@ -28,7 +28,7 @@ pub struct Model {
 }
 
 impl Model {
-    /// Measured on the project machine (2-vCPU VM, shm; docs/PERFORMANCE.md, "Allreduce").
+    /// Measured on the project machine (2-vCPU VM, shm).
     pub const DEFAULT: Model = Model {
         per_message_ns: 250.0,
         per_byte_ns: 0.08,

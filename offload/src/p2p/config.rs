@@ -3,13 +3,13 @@
 
 use crate::error::{invalid, Result};
 
-/// Default eager limit (see docs/PERFORMANCE.md, "Eager limit", for the measurement): with
+/// Default eager limit (docs/ALGORITHMS.md, "Point-to-point"): with
 /// rings sized by job size a 32 KiB message goes eagerly without costing bandwidth.
 pub const DEFAULT_EAGER_LIMIT: usize = 32768;
 /// Default rendezvous chunk. With shm's split puts, 1 MiB chunks made 4 MiB messages as fast
 /// as one single get (1.00-1.03x) on 2026-11-23, 0.90-0.95x a day later with faster copies
 /// (four split handshakes instead of one); 2 MiB chunks gave 0.99x and 3-8 % more bandwidth
-/// from 2 to 16 MiB (docs/PERFORMANCE.md, "Chunked rendezvous vs single get").
+/// from 2 to 16 MiB.
 pub const DEFAULT_RNDV_CHUNK: usize = 2 << 20;
 /// Default most gets in flight per rendezvous receive.
 pub const DEFAULT_RNDV_CREDITS: usize = 4;

@@ -4,7 +4,7 @@
 //! when its result is collected, so a group costs its requests no lock or atomic
 //! instruction of their own: a lock per request in the caller's own set was one more
 //! locked instruction on the message path, and each waits for the previous message's store
-//! to reach the peer (docs/PERFORMANCE.md, "Message rate").
+//! to reach the peer.
 //!
 //! Eager sends start complete ([`Started::Done`]): their data is copied out by the time the
 //! call returns, so there is nothing to record, wait for or remove.

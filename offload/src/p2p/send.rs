@@ -91,7 +91,7 @@ pub(super) struct SendBooks {
 
 /// Bytes of a rendezvous message that travel with its header. Smaller than the eager limit: on
 /// shm a 1 KiB first chunk made 16 KiB - 256 KiB messages 1-2 µs faster than an 8 KiB one
-/// (the rest is fetched by gets either way; docs/PERFORMANCE.md, "Rendezvous").
+/// (the rest is fetched by gets either way).
 pub const RNDV_FIRST_CHUNK: usize = 1024;
 
 /// A rendezvous send waiting for its receiver's gets.

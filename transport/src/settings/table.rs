@@ -265,7 +265,7 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Words(&["core", "none"]),
         default: "`none`",
         level: Level::User,
-        doc: "`core`: each rank of a job on one host binds itself to its own equal share of the cores it may run on (in order, by local rank; one core each where there are as many cores as ranks, so thread mode keeps a core for its agent where there are two per rank), as Open MPI's `mpirun` binds ranks by default; left alone where ranks outnumber cores, and over tcp. On the 2-vCPU VM it removed osu_bw's occasional collapses, but which rank gets which vCPU moved the rate by 1.5x, so it is not the default (docs/PERFORMANCE.md, \"Binding ranks to cores\")",
+        doc: "`core`: each rank of a job on one host binds itself to its own equal share of the cores it may run on (in order, by local rank; one core each where there are as many cores as ranks, so thread mode keeps a core for its agent where there are two per rank), as Open MPI's `mpirun` binds ranks by default; left alone where ranks outnumber cores, and over tcp. On the 2-vCPU VM it removed osu_bw's occasional collapses, but which rank gets which vCPU moved the rate by 1.5x, so it is not the default (docs/PERFORMANCE.md, \"Offload modes and binding\")",
     },
     Setting {
         name: "RDCOLL_OFFLOAD",
@@ -286,6 +286,6 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Number,
         default: "`100`",
         level: Level::Tuning,
-        doc: "thread mode: how long the progress thread leaves the fabric to the host after a host thread last polled in a wait; the longest the agent's asynchronous progress waits after the host leaves the library (20-50 us let it take a window of messages while the host was still posting receives: osu_bw 4x slower, docs/PERFORMANCE.md \"Thread mode on a 16-core host\")",
+        doc: "thread mode: how long the progress thread leaves the fabric to the host after a host thread last polled in a wait; the longest the agent's asynchronous progress waits after the host leaves the library (20-50 us let it take a window of messages while the host was still posting receives: osu_bw 4x slower)",
     },
 ];

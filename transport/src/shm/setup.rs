@@ -134,7 +134,7 @@ impl ShmFabric {
         // learns that we take them only from what we publish below. Not when the ranks
         // outnumber the cores: then they sleep at almost every wait, and a membarrier per sleep
         // (an interrupt to every other core) cost more than the senders' fences (4 ranks on 2
-        // cores: barrier 6.4 vs 5.1 us, docs/PERFORMANCE.md).
+        // cores: barrier 6.4 vs 5.1 us).
         let cores = crate::cores::for_ranks_here(size);
         let membarrier =
             cfg.shm_membarrier && size <= cores && crate::membarrier::register_global();
