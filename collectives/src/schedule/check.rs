@@ -9,23 +9,42 @@ use super::Schedule;
 pub enum Violation {
     /// `node`'s send at `step` names a peer that does not expect it (or a node outside the
     /// group, or itself).
-    Disagree { step: usize, node: usize },
+    Disagree {
+        /// The step.
+        step: usize,
+        /// The sender.
+        node: usize,
+    },
     /// `node` sends `block` at `step` before it has it.
     SendsMissing {
+        /// The step.
         step: usize,
+        /// The sender.
         node: usize,
+        /// The block it does not have yet.
         block: usize,
     },
     /// `node` receives `block` a second time at `step`.
     Twice {
+        /// The step.
         step: usize,
+        /// The receiver.
         node: usize,
+        /// The block it already had.
         block: usize,
     },
     /// `node` lacks `block` when the schedule ends.
-    Incomplete { node: usize, block: usize },
+    Incomplete {
+        /// The node.
+        node: usize,
+        /// The block it never got.
+        block: usize,
+    },
     /// `node` does something after the last step.
-    PastTheEnd { node: usize },
+    PastTheEnd {
+        /// The node.
+        node: usize,
+    },
 }
 
 /// Runs `s` step by step over all nodes and reports the first violation.

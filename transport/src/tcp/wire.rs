@@ -29,39 +29,61 @@ pub const ST_OUT_OF_RANGE: u8 = 2;
 #[derive(Debug, PartialEq, Eq)]
 pub enum Frame<'a> {
     /// An active message.
-    Message { data: &'a [u8] },
+    Message {
+        /// Its bytes.
+        data: &'a [u8],
+    },
     /// One chunk of a put: `chunk_off` within the range `base..base+total` of region `key`.
     Put {
+        /// The initiator's operation id, echoed in the [`Frame::PutAck`].
         op: u64,
+        /// The target's region key.
         key: u64,
+        /// Where the whole put starts in the region.
         base: u64,
+        /// The whole put's length.
         total: u64,
+        /// Where this chunk starts within the put.
         chunk_off: u64,
+        /// The immediate delivered to the target once the last chunk is in.
         imm: Option<u64>,
         /// The flag byte of `Fabric::put_flag`, stored after the data (at `base + total`)
         /// once the last chunk is in. A put has an immediate or a flag, not both.
         flag: Option<u8>,
+        /// This chunk's bytes.
         data: &'a [u8],
     },
     /// The target's answer to a put.
     PutAck {
+        /// The put's operation id.
         op: u64,
+        /// [`ST_OK`], [`ST_BAD_KEY`] or [`ST_OUT_OF_RANGE`].
         status: u8,
+        /// The region's length (for the initiator's error message).
         region_len: u64,
     },
     /// A request to read `len` bytes at `offset` of region `key`.
     Get {
+        /// The initiator's operation id, echoed in each [`Frame::GetData`].
         op: u64,
+        /// The target's region key.
         key: u64,
+        /// Where the read starts in the region.
         offset: u64,
+        /// How many bytes.
         len: u64,
     },
     /// One chunk of a get's reply (or its failure, with no data).
     GetData {
+        /// The get's operation id.
         op: u64,
+        /// Where this chunk starts within the read.
         chunk_off: u64,
+        /// [`ST_OK`], [`ST_BAD_KEY`] or [`ST_OUT_OF_RANGE`].
         status: u8,
+        /// The region's length (for the initiator's error message).
         region_len: u64,
+        /// This chunk's bytes.
         data: &'a [u8],
     },
     /// Keeps the link's liveness timer fed.
