@@ -9,7 +9,14 @@ fn quick_suite_writes_tables_and_plots() {
     let empty = out.join("no-mpi");
     std::fs::create_dir_all(&empty).unwrap();
     let run = Command::new(env!("CARGO_BIN_EXE_rdcoll-bench"))
-        .args(["suite", "--quick", "--rounds", "1", "--only", "latency,barrier-2"])
+        .args([
+            "suite",
+            "--quick",
+            "--rounds",
+            "1",
+            "--only",
+            "latency,barrier-2",
+        ])
         .arg("--out")
         .arg(&out)
         // No MPI build there: rdcoll alone, whatever this machine has.
@@ -29,6 +36,9 @@ fn quick_suite_writes_tables_and_plots() {
     let readme = std::fs::read_to_string(out.join("README.md")).unwrap();
     assert!(readme.contains("![latency](latency.svg)"), "{readme}");
     assert!(readme.contains("| 0 | "), "the barrier row: {readme}");
-    assert!(!out.join("barrier-2.svg").exists(), "one row is a table, not a plot");
+    assert!(
+        !out.join("barrier-2.svg").exists(),
+        "one row is a table, not a plot"
+    );
     std::fs::remove_dir_all(&out).unwrap();
 }
