@@ -4,7 +4,7 @@
 //! (default `docs/results`) a CSV and an SVG chart per comparison and a README.md with every
 //! table, the host and the commit. The 4-rank runs take 100 timed iterations per size after
 //! 50 untimed ones (`-i 100 -x 50`): MPICH with more ranks than cores takes milliseconds per
-//! small collective. About 10 minutes on a 2-vCPU VM; `--quick` takes a few
+//! small collective. About 13 minutes on a 2-vCPU VM; `--quick` takes a few
 //! sizes of each (under a minute).
 
 mod plot;
