@@ -219,7 +219,7 @@ impl Comm {
     #[cold]
     #[inline(never)]
     fn start_engine(&self) -> Result<&Arc<Engine>> {
-        let engine = Engine::from_env(self.fabric.clone(), ranks_on_this_host(self))?;
+        let engine = Engine::from_env(self.fabric.clone(), ranks_on_this_host(self)?)?;
         Ok(self.engine.get_or_init(|| engine))
     }
     /// This rank, in `0..size`.
@@ -329,18 +329,24 @@ fn spans_hosts(backend: &str) -> bool {
     !matches!(backend, "shm" | "local")
 }
 
-/// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`).
-fn ranks_on_this_host(comm: &Comm) -> usize {
+/// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`):
+/// `RDCOLL_LOCAL_SIZE` if set (a malformed one is an error), else the first of the other
+/// launchers' variables that holds a number, else the job size.
+fn ranks_on_this_host(comm: &Comm) -> Result<usize> {
     if !spans_hosts(comm.backend()) {
-        return comm.fabric.size();
+        return Ok(comm.fabric.size());
     }
-    [
-        "RDCOLL_LOCAL_SIZE",
+    let setting = rdcoll_transport::settings::number("RDCOLL_LOCAL_SIZE")
+        .map_err(rdcoll_transport::TransportError::from)?;
+    if let Some(n) = setting {
+        return Ok(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    Ok([
         "OMPI_COMM_WORLD_LOCAL_SIZE",
         "MPI_LOCALNRANKS",
         "SLURM_NTASKS_PER_NODE",
     ]
     .iter()
     .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(comm.fabric.size())
+    .unwrap_or(comm.fabric.size()))
 }

@@ -76,6 +76,26 @@ fn a_refused_value_stops_a_job_naming_the_variable() {
     }
 }
 
+/// The launch-level settings rdcoll itself reads (the others are the launcher's protocol):
+/// the local rank on every transport, the local size where ranks may span hosts.
+#[test]
+fn local_rank_and_size_refuse_a_bad_value_by_name() {
+    for (name, transport) in [("RDCOLL_LOCAL_RANK", "shm"), ("RDCOLL_LOCAL_SIZE", "tcp")] {
+        let out = tiny_allreduce()
+            .args(["--transport", transport])
+            .env(name, "-3")
+            .output()
+            .unwrap();
+        let all = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!out.status.success(), "{name}=-3 was accepted:\n{all}");
+        assert!(all.contains(&format!("{name}=\"-3\"")), "{name}: {all}");
+    }
+}
+
 #[test]
 fn a_blank_value_is_the_default() {
     let out = tiny_allreduce()

@@ -88,7 +88,7 @@ impl NiConfig {
         };
         Ok(NiConfig {
             mode,
-            pin_slot: Some(local_slot()),
+            pin_slot: Some(local_slot()?),
             agent_poll,
             agent_grace,
             ..NiConfig::default()
@@ -101,10 +101,14 @@ fn micros_from_env(name: &'static str) -> Result<Option<Duration>> {
     Ok(rdcoll_transport::settings::number(name)?.map(Duration::from_micros))
 }
 
-/// This rank's index among the ranks on its host, as launchers tell it (else its rank).
-fn local_slot() -> usize {
-    [
-        "RDCOLL_LOCAL_RANK",
+/// This rank's index among the ranks on its host, as launchers tell it (else its rank):
+/// `RDCOLL_LOCAL_RANK` if set (a malformed one is an error), else the first of the other
+/// launchers' variables that holds a number.
+fn local_slot() -> Result<usize> {
+    if let Some(n) = rdcoll_transport::settings::number("RDCOLL_LOCAL_RANK")? {
+        return Ok(usize::try_from(n).unwrap_or(usize::MAX));
+    }
+    Ok([
         "OMPI_COMM_WORLD_LOCAL_RANK",
         "MPI_LOCALRANKID",
         "SLURM_LOCALID",
@@ -112,5 +116,5 @@ fn local_slot() -> usize {
     ]
     .iter()
     .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(0)
+    .unwrap_or(0))
 }
