@@ -227,11 +227,13 @@ impl Collectives {
             Ok(r) => r,
             Err(e) => {
                 // A rank that said its collective failed and then left is the cause, not its
-                // absence (a put to it, say, found it gone before a wait saw its flag).
+                // absence (a put to it, say, found it gone before a wait saw its flag), nor
+                // the regions it withdrew as it dropped the communicator (a put into its area
+                // found the key stale).
                 let e = match e {
-                    CollError::Transport(TransportError::PeerFailed(r))
-                        if self.waiter.has_aborted(self.waiter.comm_rank(r)) =>
-                    {
+                    CollError::Transport(
+                        TransportError::PeerFailed(r) | TransportError::BadKey { rank: r, .. },
+                    ) if self.waiter.has_aborted(self.waiter.comm_rank(r)) => {
                         CollError::Broken(format!("the collective failed on rank {r}"))
                     }
                     e => e,
