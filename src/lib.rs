@@ -336,17 +336,16 @@ fn ranks_on_this_host(comm: &Comm) -> Result<usize> {
     if !spans_hosts(comm.backend()) {
         return Ok(comm.fabric.size());
     }
-    let setting = rdcoll_transport::settings::number("RDCOLL_LOCAL_SIZE")
-        .map_err(rdcoll_transport::TransportError::from)?;
-    if let Some(n) = setting {
-        return Ok(usize::try_from(n).unwrap_or(usize::MAX));
-    }
-    Ok([
-        "OMPI_COMM_WORLD_LOCAL_SIZE",
-        "MPI_LOCALNRANKS",
-        "SLURM_NTASKS_PER_NODE",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(comm.fabric.size()))
+    let here = rdcoll_transport::settings::number_or_launchers(
+        "RDCOLL_LOCAL_SIZE",
+        &[
+            "OMPI_COMM_WORLD_LOCAL_SIZE",
+            "MPI_LOCALNRANKS",
+            "SLURM_NTASKS_PER_NODE",
+        ],
+    )
+    .map_err(rdcoll_transport::TransportError::from)?;
+    Ok(here.map_or(comm.fabric.size(), |n| {
+        usize::try_from(n).unwrap_or(usize::MAX)
+    }))
 }

@@ -211,6 +211,16 @@ impl Default for CollConfig {
     }
 }
 
+/// The size setting `name` if set, refused outside `lo..=hi`.
+fn size_within(name: &'static str, lo: usize, hi: usize) -> Result<Option<usize>> {
+    match rdcoll_transport::settings::size(name)? {
+        Some(b) if !(lo..=hi).contains(&b) => Err(CollError::InvalidArgument(format!(
+            "{name}={b} is outside {lo}..={hi}"
+        ))),
+        b => Ok(b),
+    }
+}
+
 impl CollConfig {
     /// See [`DEFAULT_ALLREDUCE_SMALL_MAX`].
     pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = DEFAULT_ALLREDUCE_SMALL_MAX;
@@ -222,22 +232,8 @@ impl CollConfig {
             bcast_small_max: size("RDCOLL_BCAST_SMALL_MAX")?,
             ..CollConfig::default()
         };
-        if let Some(b) = size("RDCOLL_BCAST_BLOCK")? {
-            if b == 0 || b > MAX_BLOCK {
-                return Err(CollError::InvalidArgument(format!(
-                    "RDCOLL_BCAST_BLOCK={b} is outside 1..={MAX_BLOCK}"
-                )));
-            }
-            c.bcast_block = Some(b);
-        }
-        if let Some(b) = size("RDCOLL_BCAST_CHUNK")? {
-            if b == 0 || b > MAX_SHARED_CHUNK {
-                return Err(CollError::InvalidArgument(format!(
-                    "RDCOLL_BCAST_CHUNK={b} is outside 1..={MAX_SHARED_CHUNK}"
-                )));
-            }
-            c.bcast_chunk = Some(b);
-        }
+        c.bcast_block = size_within("RDCOLL_BCAST_BLOCK", 1, MAX_BLOCK)?;
+        c.bcast_chunk = size_within("RDCOLL_BCAST_CHUNK", 1, MAX_SHARED_CHUNK)?;
         c.bcast_transfer = word("RDCOLL_BCAST_TRANSFER")?.and_then(BcastTransfer::from_name);
         if let Some(w) = word("RDCOLL_BCAST_ALGORITHM")? {
             c.bcast_algorithm = BcastAlgorithm::from_name(w).ok_or_else(|| {
@@ -245,14 +241,9 @@ impl CollConfig {
             })?;
         }
         c.cluster = text("RDCOLL_CLUSTER")?;
-        if let Some(b) = size("RDCOLL_ALLREDUCE_SMALL_MAX")? {
-            if b > MAX_ALLREDUCE_SMALL_MAX {
-                return Err(CollError::InvalidArgument(format!(
-                    "RDCOLL_ALLREDUCE_SMALL_MAX={b} exceeds {MAX_ALLREDUCE_SMALL_MAX}"
-                )));
-            }
-            c.allreduce_small_max = b;
-        }
+        c.allreduce_small_max =
+            size_within("RDCOLL_ALLREDUCE_SMALL_MAX", 0, MAX_ALLREDUCE_SMALL_MAX)?
+                .unwrap_or(c.allreduce_small_max);
         match read("RDCOLL_ALLREDUCE_DEGREE")? {
             Some(Value::Number(0)) => {
                 return Err(CollError::InvalidArgument(
@@ -269,14 +260,7 @@ impl CollConfig {
                 CollError::InvalidArgument(format!("RDCOLL_BARRIER_ALGORITHM={w:?} is not known"))
             })?;
         }
-        if let Some(b) = size("RDCOLL_MULTICAST_PIECE")? {
-            if b == 0 || b > MAX_BLOCK {
-                return Err(CollError::InvalidArgument(format!(
-                    "RDCOLL_MULTICAST_PIECE={b} is outside 1..={MAX_BLOCK}"
-                )));
-            }
-            c.multicast_piece = Some(b);
-        }
+        c.multicast_piece = size_within("RDCOLL_MULTICAST_PIECE", 1, MAX_BLOCK)?;
         if let Some(g) = number("RDCOLL_MULTICAST_GETS")? {
             c.multicast_gets = usize::try_from(g)
                 .ok()

@@ -105,16 +105,14 @@ fn micros_from_env(name: &'static str) -> Result<Option<Duration>> {
 /// `RDCOLL_LOCAL_RANK` if set (a malformed one is an error), else the first of the other
 /// launchers' variables that holds a number.
 fn local_slot() -> Result<usize> {
-    if let Some(n) = rdcoll_transport::settings::number("RDCOLL_LOCAL_RANK")? {
-        return Ok(usize::try_from(n).unwrap_or(usize::MAX));
-    }
-    Ok([
-        "OMPI_COMM_WORLD_LOCAL_RANK",
-        "MPI_LOCALRANKID",
-        "SLURM_LOCALID",
-        "RDCOLL_RANK",
-    ]
-    .iter()
-    .find_map(|v| std::env::var(v).ok()?.parse().ok())
-    .unwrap_or(0))
+    let slot = rdcoll_transport::settings::number_or_launchers(
+        "RDCOLL_LOCAL_RANK",
+        &[
+            "OMPI_COMM_WORLD_LOCAL_RANK",
+            "MPI_LOCALRANKID",
+            "SLURM_LOCALID",
+            "RDCOLL_RANK",
+        ],
+    )?;
+    Ok(slot.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX)))
 }

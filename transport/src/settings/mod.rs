@@ -118,44 +118,77 @@ pub fn read(name: &'static str) -> Result<Option<Value>, SettingError> {
     })
 }
 
+/// `name`'s value picked out by `pick` (the variant of its declared kind); a variable read as
+/// another kind than it is declared is an error saying so (a bug in rdcoll), never a silent
+/// default.
+fn typed<T>(
+    name: &'static str,
+    wanted: &str,
+    pick: impl FnOnce(Value) -> Option<T>,
+) -> Result<Option<T>, SettingError> {
+    let Some(v) = read(name)? else {
+        return Ok(None);
+    };
+    let shown = format!("{v:?}");
+    pick(v).map(Some).ok_or_else(|| SettingError {
+        name,
+        value: shown,
+        expected: format!("{wanted} (rdcoll reads it as one, but declares it otherwise: a bug)"),
+    })
+}
+
 /// `name` (a size: bytes, or with a `K`, `M` or `G` suffix).
 pub fn size(name: &'static str) -> Result<Option<usize>, SettingError> {
-    Ok(read(name)?.and_then(|v| match v {
+    typed(name, "a size", |v| match v {
         Value::Size(b) => Some(b),
         _ => None,
-    }))
+    })
 }
 
 /// `name` (a whole number; rates too, in bytes per second).
 pub fn number(name: &'static str) -> Result<Option<u64>, SettingError> {
-    Ok(read(name)?.and_then(|v| match v {
+    typed(name, "a number", |v| match v {
         Value::Number(n) => Some(n),
         _ => None,
-    }))
+    })
 }
 
 /// `name` (`0` or `1`).
 pub fn flag(name: &'static str) -> Result<Option<bool>, SettingError> {
-    Ok(read(name)?.and_then(|v| match v {
+    typed(name, "0 or 1", |v| match v {
         Value::Flag(b) => Some(b),
         _ => None,
-    }))
+    })
 }
 
 /// `name` (one of its declared words).
 pub fn word(name: &'static str) -> Result<Option<&'static str>, SettingError> {
-    Ok(read(name)?.and_then(|v| match v {
+    typed(name, "a word", |v| match v {
         Value::Word(w) => Some(w),
         _ => None,
-    }))
+    })
 }
 
 /// `name` (free text, a path or an address).
 pub fn text(name: &'static str) -> Result<Option<String>, SettingError> {
-    Ok(read(name)?.and_then(|v| match v {
+    typed(name, "text", |v| match v {
         Value::Text(t) => Some(t),
         _ => None,
-    }))
+    })
+}
+
+/// The number `name` holds, else the first of `launchers` (other launchers' own variables,
+/// not rdcoll's settings: they are skipped when they hold no number) that holds one.
+pub fn number_or_launchers(
+    name: &'static str,
+    launchers: &[&str],
+) -> Result<Option<u64>, SettingError> {
+    if let Some(n) = number(name)? {
+        return Ok(Some(n));
+    }
+    Ok(launchers
+        .iter()
+        .find_map(|v| std::env::var(v).ok()?.trim().parse().ok()))
 }
 
 /// The README's table of the settings at `levels`, one row per variable.

@@ -132,7 +132,7 @@ mod tests {
             }
         );
         h.free(a.off, 100);
-        // Reuses a's 128 bytes, then reaches past b into memory never handed out.
+        // Inside a's old bytes: all of it may hold old data.
         let c = h.alloc_block(64).unwrap();
         assert_eq!(
             c,
@@ -143,6 +143,7 @@ mod tests {
         );
         h.free(b.off, 64);
         h.free(c.off, 64);
+        // From 0 over a's and b's old bytes (192) into memory never handed out.
         let d = h.alloc_block(512).unwrap();
         assert_eq!(
             d,
