@@ -528,6 +528,168 @@ int rdc_reduce(const void *sendbuf,
 int rdc_barrier(const struct rdc_comm *comm);
 
 /**
+ * Starts `rdc_gather`'s collective; `*req` names it.
+ */
+int rdc_igather(const void *sendbuf,
+                int64_t sendcount,
+                void *recvbuf,
+                int dt,
+                int root,
+                const struct rdc_comm *comm,
+                struct rdc_request **req);
+
+/**
+ * Starts `rdc_gatherv`'s collective; `*req` names it.
+ */
+int rdc_igatherv(const void *sendbuf,
+                 int64_t sendcount,
+                 void *recvbuf,
+                 const int64_t *recvcounts,
+                 const int64_t *displs,
+                 int dt,
+                 int root,
+                 const struct rdc_comm *comm,
+                 struct rdc_request **req);
+
+/**
+ * Starts `rdc_scatter`'s collective; `*req` names it.
+ */
+int rdc_iscatter(const void *sendbuf,
+                 void *recvbuf,
+                 int64_t recvcount,
+                 int dt,
+                 int root,
+                 const struct rdc_comm *comm,
+                 struct rdc_request **req);
+
+/**
+ * Starts `rdc_scatterv`'s collective; `*req` names it.
+ */
+int rdc_iscatterv(const void *sendbuf,
+                  const int64_t *sendcounts,
+                  const int64_t *displs,
+                  void *recvbuf,
+                  int64_t recvcount,
+                  int dt,
+                  int root,
+                  const struct rdc_comm *comm,
+                  struct rdc_request **req);
+
+/**
+ * Starts `rdc_allgather`'s collective; `*req` names it.
+ */
+int rdc_iallgather(const void *sendbuf,
+                   int64_t count,
+                   void *recvbuf,
+                   int dt,
+                   const struct rdc_comm *comm,
+                   struct rdc_request **req);
+
+/**
+ * Starts `rdc_allgatherv`'s collective; `*req` names it.
+ */
+int rdc_iallgatherv(const void *sendbuf,
+                    int64_t sendcount,
+                    void *recvbuf,
+                    const int64_t *recvcounts,
+                    const int64_t *displs,
+                    int dt,
+                    const struct rdc_comm *comm,
+                    struct rdc_request **req);
+
+/**
+ * Starts `rdc_alltoall`'s collective; `*req` names it.
+ */
+int rdc_ialltoall(const void *sendbuf,
+                  int64_t count,
+                  void *recvbuf,
+                  int dt,
+                  const struct rdc_comm *comm,
+                  struct rdc_request **req);
+
+/**
+ * Starts `rdc_alltoallv`'s collective; `*req` names it.
+ */
+int rdc_ialltoallv(const void *sendbuf,
+                   const int64_t *sendcounts,
+                   const int64_t *sdispls,
+                   void *recvbuf,
+                   const int64_t *recvcounts,
+                   const int64_t *rdispls,
+                   int dt,
+                   const struct rdc_comm *comm,
+                   struct rdc_request **req);
+
+/**
+ * Starts `rdc_reduce_scatter_block`'s collective; `*req` names it.
+ */
+int rdc_ireduce_scatter_block(const void *sendbuf,
+                              void *recvbuf,
+                              int64_t recvcount,
+                              int dt,
+                              int op,
+                              const struct rdc_comm *comm,
+                              struct rdc_request **req);
+
+/**
+ * Starts `rdc_reduce_scatter`'s collective; `*req` names it.
+ */
+int rdc_ireduce_scatter(const void *sendbuf,
+                        void *recvbuf,
+                        const int64_t *recvcounts,
+                        int dt,
+                        int op,
+                        const struct rdc_comm *comm,
+                        struct rdc_request **req);
+
+/**
+ * Starts `rdc_scan`'s collective; `*req` names it.
+ */
+int rdc_iscan(const void *sendbuf,
+              void *recvbuf,
+              int64_t count,
+              int dt,
+              int op,
+              const struct rdc_comm *comm,
+              struct rdc_request **req);
+
+/**
+ * Starts `rdc_exscan`'s collective; `*req` names it.
+ */
+int rdc_iexscan(const void *sendbuf,
+                void *recvbuf,
+                int64_t count,
+                int dt,
+                int op,
+                const struct rdc_comm *comm,
+                struct rdc_request **req);
+
+/**
+ * Starts `rdc_reduce`'s collective (`op` predefined or made by `rdc_op_create`,
+ * `RDC_IN_PLACE` as there); `*req` names it.
+ */
+int rdc_ireduce(const void *sendbuf,
+                void *recvbuf,
+                int64_t count,
+                int dt,
+                int op,
+                int root,
+                const struct rdc_comm *comm,
+                struct rdc_request **req);
+
+/**
+ * Starts `rdc_allreduce`'s collective (`op` predefined or made by `rdc_op_create`,
+ * `RDC_IN_PLACE` as there); `*req` names it.
+ */
+int rdc_iallreduce(const void *sendbuf,
+                   void *recvbuf,
+                   int64_t count,
+                   int dt,
+                   int op,
+                   const struct rdc_comm *comm,
+                   struct rdc_request **req);
+
+/**
  * Starts a barrier on `comm`; `*req` names it.
  */
 int rdc_ibarrier(const struct rdc_comm *comm, struct rdc_request **req);
@@ -542,19 +704,6 @@ int rdc_ibcast(void *buf,
                int root,
                const struct rdc_comm *comm,
                struct rdc_request **req);
-
-/**
- * Starts an allreduce of `count` elements of `dt` with `op` (a predefined one) from
- * `sendbuf` (or `RDC_IN_PLACE`) into `recvbuf`; both must stay valid (and `recvbuf`
- * untouched) until the request completes, and be aligned for `dt`.
- */
-int rdc_iallreduce(const void *sendbuf,
-                   void *recvbuf,
-                   int64_t count,
-                   int dt,
-                   int op,
-                   const struct rdc_comm *comm,
-                   struct rdc_request **req);
 
 /**
  * Makes `function` a reduction operation and sets `*op` to its handle, for any call that

@@ -14,7 +14,7 @@ use rdcoll_collectives::{Element, Op};
 use crate::{Comm, Error, Rank, Result};
 
 /// Byte ranges of blocks of `counts` elements of `T`, packed.
-fn byte_parts<T>(counts: &[usize]) -> Result<Vec<Range<usize>>> {
+pub(crate) fn byte_parts<T>(counts: &[usize]) -> Result<Vec<Range<usize>>> {
     let size = std::mem::size_of::<T>();
     let lens = counts
         .iter()

@@ -4,9 +4,10 @@
 
 use bytemuck::Pod;
 use rdcoll_collectives::blocks::even_parts;
-use rdcoll_collectives::reduce::op::{check, op_reducer};
+use rdcoll_collectives::reduce::op::{check, op_reducer, reducer};
 use rdcoll_collectives::{Collectives, Element, Op};
 
+use crate::blocks::byte_parts;
 use crate::nonblocking::{Buf, CollRequest, Job};
 use crate::{Error, Rank, Result, Scope};
 
@@ -37,12 +38,12 @@ impl<'scope> Scope<'scope, '_> {
         }))
     }
 
-    /// Starts a barrier ([`Comm::barrier`]).
+    /// Starts a barrier ([`Comm::barrier`](crate::Comm::barrier)).
     pub fn ibarrier(&'scope self) -> Result<CollRequest<'scope>> {
         self.start(Box::new(|c| Ok(c.barrier()?)))
     }
 
-    /// Starts a broadcast of `buf` from `root` ([`Comm::bcast`]).
+    /// Starts a broadcast of `buf` from `root` ([`Comm::bcast`](crate::Comm::bcast)).
     pub fn ibcast<T: Pod>(
         &'scope self,
         buf: &'scope mut [T],
@@ -57,7 +58,7 @@ impl<'scope> Scope<'scope, '_> {
         }))
     }
 
-    /// Starts an allreduce of `send` into `recv` with `op` ([`Comm::allreduce`]).
+    /// Starts an allreduce of `send` into `recv` with `op` ([`Comm::allreduce`](crate::Comm::allreduce)).
     ///
     /// ```
     /// let sums = rdcoll::local::run(3, |comm| {
@@ -80,6 +81,25 @@ impl<'scope> Scope<'scope, '_> {
         op: Op,
     ) -> Result<CollRequest<'scope>> {
         check::<T>(op)?;
+        self.iallreduce_by(send, recv, op_reducer::<T>(op))
+    }
+
+    /// Starts an allreduce with a reduction of the caller's ([`Comm::allreduce_with`](crate::Comm::allreduce_with)).
+    pub fn iallreduce_with<T: Pod, F: Fn(&mut T, &T) + Send + Sync + 'static>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        f: F,
+    ) -> Result<CollRequest<'scope>> {
+        self.iallreduce_by(send, recv, reducer(f))
+    }
+
+    fn iallreduce_by<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        f: impl Fn(&mut [u8], &[u8]) + Send + Sync + 'static,
+    ) -> Result<CollRequest<'scope>> {
         if send.len() != recv.len() {
             return Err(Error::InvalidArgument(format!(
                 "send has {} elements, recv {}",
@@ -92,11 +112,11 @@ impl<'scope> Scope<'scope, '_> {
             // The copy is the job's too: a long vector's copy is time the caller would not
             // compute.
             acc.copy_from_slice(send);
-            Ok(c.allreduce(acc, elem, &op_reducer::<T>(op))?)
+            Ok(c.allreduce(acc, elem, &f)?)
         })
     }
 
-    /// Starts an allgather ([`Comm::allgather`]).
+    /// Starts an allgather ([`Comm::allgather`](crate::Comm::allgather)).
     pub fn iallgather<T: Pod>(
         &'scope self,
         send: &'scope [T],
@@ -108,7 +128,7 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
-    /// Starts an alltoall ([`Comm::alltoall`]).
+    /// Starts an alltoall ([`Comm::alltoall`](crate::Comm::alltoall)).
     pub fn ialltoall<T: Pod>(
         &'scope self,
         send: &'scope [T],
@@ -129,7 +149,7 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
-    /// Starts a reduce of `send` into `root`'s `recv` with `op` ([`Comm::reduce`]; `recv`
+    /// Starts a reduce of `send` into `root`'s `recv` with `op` ([`Comm::reduce`](crate::Comm::reduce); `recv`
     /// matters at the root only).
     pub fn ireduce<T: Element>(
         &'scope self,
@@ -139,6 +159,27 @@ impl<'scope> Scope<'scope, '_> {
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
         check::<T>(op)?;
+        self.ireduce_by(send, recv, op_reducer::<T>(op), root)
+    }
+
+    /// Starts a reduce with a reduction of the caller's ([`Comm::reduce_with`](crate::Comm::reduce_with)).
+    pub fn ireduce_with<T: Pod, F: Fn(&mut T, &T) + Send + Sync + 'static>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        f: F,
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        self.ireduce_by(send, recv, reducer(f), root)
+    }
+
+    fn ireduce_by<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        f: impl Fn(&mut [u8], &[u8]) + Send + Sync + 'static,
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
         let at_root = self.comm().rank() == root;
         if at_root && send.len() != recv.len() {
             return Err(Error::InvalidArgument(format!(
@@ -149,7 +190,6 @@ impl<'scope> Scope<'scope, '_> {
         }
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, acc| {
-            let f = op_reducer::<T>(op);
             if at_root {
                 acc.copy_from_slice(send);
                 return Ok(c.reduce(acc, elem, &f, root)?);
@@ -161,7 +201,7 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
-    /// Starts a gather ([`Comm::gather`]; `recv` matters at the root only).
+    /// Starts a gather ([`Comm::gather`](crate::Comm::gather); `recv` matters at the root only).
     pub fn igather<T: Pod>(
         &'scope self,
         send: &'scope [T],
@@ -173,7 +213,7 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
-    /// Starts a scatter ([`Comm::scatter`]; `send` matters at the root only).
+    /// Starts a scatter ([`Comm::scatter`](crate::Comm::scatter); `send` matters at the root only).
     pub fn iscatter<T: Pod>(
         &'scope self,
         send: &'scope [T],
@@ -185,7 +225,94 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
-    /// Starts a reduce_scatter_block ([`Comm::reduce_scatter_block`]).
+    /// Starts a gatherv ([`Comm::gatherv`](crate::Comm::gatherv); `counts` and `recv` matter at the root only).
+    pub fn igatherv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        counts: &[usize],
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        let parts = byte_parts::<T>(counts)?;
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.gatherv(send, recv, &parts, root)?)
+        })
+    }
+
+    /// Starts a scatterv ([`Comm::scatterv`](crate::Comm::scatterv); `send` and `counts` matter at the root only).
+    pub fn iscatterv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        counts: &[usize],
+        recv: &'scope mut [T],
+        root: Rank,
+    ) -> Result<CollRequest<'scope>> {
+        let parts = byte_parts::<T>(counts)?;
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.scatterv(send, &parts, recv, root)?)
+        })
+    }
+
+    /// Starts an allgatherv ([`Comm::allgatherv`](crate::Comm::allgatherv)).
+    ///
+    /// ```
+    /// let got = rdcoll::local::run(3, |comm| {
+    ///     let r = comm.rank() as usize;
+    ///     let mine = vec![r as u8; r + 1];
+    ///     let mut all = vec![0u8; 6];
+    ///     comm.scope(|s| {
+    ///         s.iallgatherv(&mine, &mut all, &[1, 2, 3]).unwrap().wait().unwrap();
+    ///     });
+    ///     all
+    /// })
+    /// .unwrap();
+    /// assert_eq!(got[2], [0, 1, 1, 2, 2, 2]);
+    /// ```
+    pub fn iallgatherv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        counts: &[usize],
+    ) -> Result<CollRequest<'scope>> {
+        let parts = byte_parts::<T>(counts)?;
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.allgatherv(send, recv, &parts)?)
+        })
+    }
+
+    /// Starts an alltoallv ([`Comm::alltoallv`](crate::Comm::alltoallv)).
+    pub fn ialltoallv<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        send_counts: &[usize],
+        recv: &'scope mut [T],
+        recv_counts: &[usize],
+    ) -> Result<CollRequest<'scope>> {
+        let send_parts = byte_parts::<T>(send_counts)?;
+        let recv_parts = byte_parts::<T>(recv_counts)?;
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.alltoallv(send, &send_parts, recv, &recv_parts)?)
+        })
+    }
+
+    /// Starts a reduce_scatter ([`Comm::reduce_scatter`](crate::Comm::reduce_scatter): blocks of `counts[r]` elements,
+    /// the same `counts` on every rank).
+    pub fn ireduce_scatter<T: Element>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        counts: &[usize],
+        op: Op,
+    ) -> Result<CollRequest<'scope>> {
+        check::<T>(op)?;
+        let parts = byte_parts::<T>(counts)?;
+        let elem = std::mem::size_of::<T>();
+        self.start_on(send, recv, move |c, send, recv| {
+            Ok(c.reduce_scatter(send, &parts, recv, elem, &op_reducer::<T>(op))?)
+        })
+    }
+
+    /// Starts a reduce_scatter_block ([`Comm::reduce_scatter_block`](crate::Comm::reduce_scatter_block)).
     pub fn ireduce_scatter_block<T: Element>(
         &'scope self,
         send: &'scope [T],
@@ -199,37 +326,57 @@ impl<'scope> Scope<'scope, '_> {
         })
     }
 
-    /// Starts an inclusive scan ([`Comm::scan`]).
+    /// Starts an inclusive scan ([`Comm::scan`](crate::Comm::scan)).
     pub fn iscan<T: Element>(
         &'scope self,
         send: &'scope [T],
         recv: &'scope mut [T],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        self.prefix(send, recv, op, true)
+        check::<T>(op)?;
+        self.prefix(send, recv, op_reducer::<T>(op), true)
     }
 
-    /// Starts an exclusive scan ([`Comm::exscan`]).
+    /// Starts an inclusive scan with a reduction of the caller's ([`Comm::scan_with`](crate::Comm::scan_with)).
+    pub fn iscan_with<T: Pod, F: Fn(&mut T, &T) + Send + Sync + 'static>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        f: F,
+    ) -> Result<CollRequest<'scope>> {
+        self.prefix(send, recv, reducer(f), true)
+    }
+
+    /// Starts an exclusive scan ([`Comm::exscan`](crate::Comm::exscan)).
     pub fn iexscan<T: Element>(
         &'scope self,
         send: &'scope [T],
         recv: &'scope mut [T],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        self.prefix(send, recv, op, false)
+        check::<T>(op)?;
+        self.prefix(send, recv, op_reducer::<T>(op), false)
     }
 
-    fn prefix<T: Element>(
+    /// Starts an exclusive scan with a reduction of the caller's ([`Comm::exscan_with`](crate::Comm::exscan_with)).
+    pub fn iexscan_with<T: Pod, F: Fn(&mut T, &T) + Send + Sync + 'static>(
         &'scope self,
         send: &'scope [T],
         recv: &'scope mut [T],
-        op: Op,
+        f: F,
+    ) -> Result<CollRequest<'scope>> {
+        self.prefix(send, recv, reducer(f), false)
+    }
+
+    fn prefix<T: Pod>(
+        &'scope self,
+        send: &'scope [T],
+        recv: &'scope mut [T],
+        f: impl Fn(&mut [u8], &[u8]) + Send + Sync + 'static,
         inclusive: bool,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, recv| {
-            let f = op_reducer::<T>(op);
             match inclusive {
                 true => c.scan(send, recv, elem, &f)?,
                 false => c.exscan(send, recv, elem, &f)?,

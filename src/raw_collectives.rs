@@ -3,7 +3,7 @@
 //! status, once complete, is the empty one (source `PROC_NULL`, any tag, no bytes).
 
 use rdcoll_collectives::reduce::op::{check, op_reducer};
-use rdcoll_collectives::{Element, Op};
+use rdcoll_collectives::{CollError, Collectives, Element, Op};
 
 use crate::nonblocking::{Buf, Job};
 use crate::{Comm, Rank, RawRequest, Result};
@@ -13,6 +13,23 @@ impl Comm {
         let engine = self.engine()?.clone();
         let pending = self.worker()?.submit(job);
         Ok(RawRequest::collective(engine, pending))
+    }
+
+    /// Starts `job` on this communicator's collectives at the level of bytes
+    /// ([`Comm::byte_collectives`]), on its collective thread, in call order with its other
+    /// collectives: how bindings to other languages start the nonblocking forms of any
+    /// collective (the C API's `rdc_igatherv`, `rdc_ialltoallv`, ...). The job's error, if
+    /// any, is the request's.
+    ///
+    /// # Safety
+    /// Every buffer the job reads or writes must stay valid, and must not be written (those it
+    /// writes: not accessed at all) by anything else, until the request has completed or was
+    /// dropped (which waits).
+    pub unsafe fn icollective_raw(
+        &self,
+        job: impl FnOnce(&Collectives) -> std::result::Result<(), CollError> + Send + 'static,
+    ) -> Result<RawRequest> {
+        self.start_raw(Box::new(move |c| Ok(job(c)?)))
     }
 
     /// Starts a barrier.

@@ -51,6 +51,7 @@ fn rank_entry() {
             "million" => reduce_cases::million(&world),
             "reproducible" => reproducible(&world),
             "reduce_mismatch" => reduce_cases::length_mismatch(&world),
+            "not_commutative" => reduce_cases::not_commutative(&world),
             "barrier" => match std::env::var_os(DIR_VAR) {
                 Some(dir) => barrier_cases::nobody_leaves_early(&world, dir.as_ref(), 300),
                 None => Err(format!("{DIR_VAR} is not set")),
@@ -278,6 +279,7 @@ fn reductions_over_shm_for_2_to_8_processes() {
     }
     job(8, "shm", "reproducible");
     job(3, "shm", "reduce_mismatch");
+    job(5, "shm", "not_commutative");
 }
 
 /// Gather, scatter, allgather, alltoall (and `v` forms), reduce_scatter, scan and exscan, with
@@ -298,7 +300,7 @@ fn block_collectives_and_splits_across_processes() {
 
 #[test]
 fn reductions_over_tcp() {
-    job(3, "tcp", "reduce,million,reproducible");
+    job(3, "tcp", "reduce,million,reproducible,not_commutative");
 }
 
 /// The last rank dies; the survivors must fail their broadcasts (or barriers: `case`), not

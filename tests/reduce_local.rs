@@ -28,6 +28,25 @@ fn every_op_type_and_group_size() {
 }
 
 #[test]
+fn operations_that_do_not_commute_combine_in_rank_order() {
+    for n in 1..=9 {
+        run(n, reduce_cases::not_commutative);
+    }
+    for k in [1, 3] {
+        let cfg = CollConfig {
+            allreduce_degree: ReduceDegree::Fixed(k),
+            ..CollConfig::default()
+        };
+        run(7, |c| {
+            let c = c
+                .with_collectives_config(cfg.clone())
+                .map_err(|e| e.to_string())?;
+            reduce_cases::not_commutative(&c)
+        });
+    }
+}
+
+#[test]
 fn a_million_elements() {
     for n in [1, 2, 3, 5, 8] {
         run(n, reduce_cases::million);

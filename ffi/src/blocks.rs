@@ -1,15 +1,14 @@
 //! Communicator splits and the block collectives: gather(v), scatter(v), allgather(v),
-//! alltoall(v), reduce_scatter(_block), scan, exscan. Counts and displacements are in
+//! alltoall(v), reduce_scatter(_block), scan, exscan (their arguments are checked in
+//! `block_jobs`, shared with the nonblocking forms). Counts and displacements are in
 //! elements of the call's datatype, as in MPI.
 
 use std::ffi::{c_int, c_void};
-use std::ops::Range;
 use std::sync::Arc;
 
-use rdcoll::reduce::op::{op_reducer, Reducer};
-use rdcoll::{Comm, Element, Op};
+use rdcoll::Comm;
 
-use crate::p2p::{byte_len, bytes, bytes_mut, dt_size};
+use crate::block_jobs::*;
 use crate::*;
 
 /// The colour of a rank that joins no communicator of `rdc_comm_split`.
@@ -85,97 +84,14 @@ pub extern "C" fn rdc_comm_create_from_ranks(
     })
 }
 
-/// `n` non-negative integers at `p` (NULL only when `n` is 0).
-fn non_negative<T: Copy + TryInto<i64>>(p: *const T, n: c_int) -> Result<Vec<i64>, c_int> {
-    let n = usize::try_from(n).map_err(|_| RDC_ERR_COUNT)?;
-    if n == 0 {
-        return Ok(Vec::new());
-    }
-    if p.is_null() {
-        return Err(RDC_ERR_NULL);
-    }
-    // SAFETY: the caller vouches for `n` readable values at `p` (the API's contract).
-    let v = unsafe { std::slice::from_raw_parts(p, n) };
-    v.iter()
-        .map(|&x| x.try_into().ok().filter(|&x| x >= 0).ok_or(RDC_ERR_COUNT))
-        .collect()
-}
-
-/// Blocks of `counts[r]` elements of `dt` at `displs[r]` (packed when `displs` is NULL) for
-/// every rank of `c`; the bytes they span.
-fn parts(
-    c: &Comm,
-    counts_at: *const i64,
-    displs_at: *const i64,
-    dt: c_int,
-) -> Result<(Vec<Range<usize>>, usize), c_int> {
-    let n = c_int::try_from(c.size()).map_err(|_| RDC_ERR_COMM)?;
-    let counts = non_negative(counts_at, n)?;
-    let displs = if displs_at.is_null() {
-        None
-    } else {
-        Some(non_negative(displs_at, n)?)
-    };
-    let mut out = Vec::with_capacity(counts.len());
-    let (mut packed, mut span) = (0usize, 0usize);
-    for (r, &count) in counts.iter().enumerate() {
-        let len = byte_len(count, dt)?;
-        let start = match &displs {
-            Some(d) => byte_len(d[r], dt)?,
-            None => packed,
-        };
-        let end = start.checked_add(len).ok_or(RDC_ERR_COUNT)?;
-        packed = end;
-        span = span.max(end);
-        out.push(start..end);
-    }
-    Ok((out, span))
-}
-
-/// Every rank's block of `count` elements: rank `r`'s at element `r * count`.
-fn even(c: &Comm, count: i64, dt: c_int) -> Result<(Vec<Range<usize>>, usize), c_int> {
-    let len = byte_len(count, dt)?;
-    let n = c.size();
-    let span = len.checked_mul(n).ok_or(RDC_ERR_COUNT)?;
-    Ok(((0..n).map(|r| r * len..(r + 1) * len).collect(), span))
-}
-
-/// The arguments only the root reads (`at_root`: its blocks and buffer; nothing elsewhere).
-/// When they are wrong the root still takes part, through `refuse` (a call the collective
-/// refuses, so that it answers the other ranks and drains what they sent), and then returns
-/// the argument's error code.
-fn root_part<B: Default>(
-    c: &Comm,
-    root: u32,
-    at_root: impl FnOnce() -> Result<(Vec<Range<usize>>, B), c_int>,
-    refuse: impl FnOnce(&rdcoll::Collectives) -> Result<(), rdcoll::CollError>,
-) -> Result<(Vec<Range<usize>>, B), c_int> {
-    if c.rank() != root {
-        return Ok((Vec::new(), B::default()));
-    }
-    at_root().inspect_err(|_| {
-        if let Ok(coll) = bytes_level(c) {
-            let _ = refuse(coll);
-        }
-    })
-}
-
-fn root_of(c: &Comm, root: c_int) -> Result<u32, c_int> {
-    u32::try_from(root)
-        .ok()
-        .filter(|&r| (r as usize) < c.size())
-        .ok_or(RDC_ERR_RANK)
-}
-
-/// Runs `f` with the communicator behind `comm` and turns its result into a return code.
-fn call(
-    comm: *const rdc_comm,
-    f: impl FnOnce(&Comm) -> Result<Result<(), rdcoll::Error>, c_int>,
-) -> c_int {
+/// Runs the collective `plan` checks the arguments of, on the communicator behind `comm`, and
+/// turns its result into a return code.
+fn call(comm: *const rdc_comm, plan: impl FnOnce(&Comm) -> Result<Job, c_int>) -> c_int {
     guard(|| {
         finish((|| {
             let c = comm_of(comm)?;
-            f(&c)?.map_err(|e| code_of(&e))
+            let job = plan(&c)?;
+            job(bytes_level(&c)?).map_err(|e| code_of(&e.into()))
         })())
     })
 }
@@ -192,17 +108,7 @@ pub extern "C" fn rdc_gather(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let root = root_of(c, root)?;
-        let send = send_slice(sendbuf, sendcount, dt)?;
-        let at_root = || {
-            let (parts, span) = even(c, sendcount, dt)?;
-            // SAFETY: the root's receive buffer of `size * sendcount` elements (the contract).
-            Ok((parts, unsafe { bytes_mut(recvbuf, span)? }))
-        };
-        let (parts, recv) = root_part(c, root, at_root, |c| c.gatherv(send, &mut [], &[], root))?;
-        Ok(bytes_level(c)?
-            .gatherv(send, recv, &parts, root)
-            .map_err(Into::into))
+        gather_job(c, sendbuf, sendcount, recvbuf, dt, root)
     })
 }
 
@@ -221,17 +127,7 @@ pub extern "C" fn rdc_gatherv(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let root = root_of(c, root)?;
-        let send = send_slice(sendbuf, sendcount, dt)?;
-        let at_root = || {
-            let (parts, span) = parts(c, recvcounts, displs, dt)?;
-            // SAFETY: the root's receive buffer spanning every block (the contract).
-            Ok((parts, unsafe { bytes_mut(recvbuf, span)? }))
-        };
-        let (parts, recv) = root_part(c, root, at_root, |c| c.gatherv(send, &mut [], &[], root))?;
-        Ok(bytes_level(c)?
-            .gatherv(send, recv, &parts, root)
-            .map_err(Into::into))
+        gatherv_job(c, sendbuf, sendcount, recvbuf, recvcounts, displs, dt, root)
     })
 }
 
@@ -247,18 +143,7 @@ pub extern "C" fn rdc_scatter(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let root = root_of(c, root)?;
-        let recv = recv_slice(recvbuf, recvcount, dt)?;
-        let at_root = || {
-            let (parts, span) = even(c, recvcount, dt)?;
-            // SAFETY: the root's send buffer of `size * recvcount` elements (the contract).
-            Ok((parts, unsafe { bytes(sendbuf, span)? }))
-        };
-        let refuse = |c: &rdcoll::Collectives| c.scatterv(&[], &[], &mut [], root);
-        let (parts, send) = root_part(c, root, at_root, refuse)?;
-        Ok(bytes_level(c)?
-            .scatterv(send, &parts, recv, root)
-            .map_err(Into::into))
+        scatter_job(c, sendbuf, recvbuf, recvcount, dt, root)
     })
 }
 
@@ -276,18 +161,7 @@ pub extern "C" fn rdc_scatterv(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let root = root_of(c, root)?;
-        let recv = recv_slice(recvbuf, recvcount, dt)?;
-        let at_root = || {
-            let (parts, span) = parts(c, sendcounts, displs, dt)?;
-            // SAFETY: the root's send buffer spanning every block (the contract).
-            Ok((parts, unsafe { bytes(sendbuf, span)? }))
-        };
-        let refuse = |c: &rdcoll::Collectives| c.scatterv(&[], &[], &mut [], root);
-        let (parts, send) = root_part(c, root, at_root, refuse)?;
-        Ok(bytes_level(c)?
-            .scatterv(send, &parts, recv, root)
-            .map_err(Into::into))
+        scatterv_job(c, sendbuf, sendcounts, displs, recvbuf, recvcount, dt, root)
     })
 }
 
@@ -301,15 +175,7 @@ pub extern "C" fn rdc_allgather(
     dt: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
-    call(comm, |c| {
-        let send = send_slice(sendbuf, count, dt)?;
-        let (parts, span) = even(c, count, dt)?;
-        // SAFETY: the receive buffer of `size * count` elements (the contract).
-        let recv = unsafe { bytes_mut(recvbuf, span)? };
-        Ok(bytes_level(c)?
-            .allgatherv(send, recv, &parts)
-            .map_err(Into::into))
-    })
+    call(comm, |c| allgather_job(c, sendbuf, count, recvbuf, dt))
 }
 
 /// Gathers rank `r`'s `sendcount` elements into every rank's `recvbuf` at element
@@ -325,13 +191,7 @@ pub extern "C" fn rdc_allgatherv(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let send = send_slice(sendbuf, sendcount, dt)?;
-        let (parts, span) = parts(c, recvcounts, displs, dt)?;
-        // SAFETY: the receive buffer spanning every block (the contract).
-        let recv = unsafe { bytes_mut(recvbuf, span)? };
-        Ok(bytes_level(c)?
-            .allgatherv(send, recv, &parts)
-            .map_err(Into::into))
+        allgatherv_job(c, sendbuf, sendcount, recvbuf, recvcounts, displs, dt)
     })
 }
 
@@ -345,17 +205,7 @@ pub extern "C" fn rdc_alltoall(
     dt: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
-    call(comm, |c| {
-        let (parts, span) = even(c, count, dt)?;
-        // SAFETY: send and receive buffers of `size * count` elements (the contract).
-        let send = unsafe { bytes(sendbuf, span)? };
-        // SAFETY: as above.
-        let recv = unsafe { bytes_mut(recvbuf, span)? };
-        refuse_overlap(send, recv)?;
-        Ok(bytes_level(c)?
-            .alltoallv(send, &parts, recv, &parts)
-            .map_err(Into::into))
-    })
+    call(comm, |c| alltoall_job(c, sendbuf, count, recvbuf, dt))
 }
 
 /// Sends `sendcounts[j]` elements at element `sdispls[j]` of `sendbuf` to rank `j` and
@@ -373,16 +223,9 @@ pub extern "C" fn rdc_alltoallv(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let (send_parts, send_span) = parts(c, sendcounts, sdispls, dt)?;
-        let (recv_parts, recv_span) = parts(c, recvcounts, rdispls, dt)?;
-        // SAFETY: the send buffer spanning every send block (the contract).
-        let send = unsafe { bytes(sendbuf, send_span)? };
-        // SAFETY: the receive buffer spanning every receive block (the contract).
-        let recv = unsafe { bytes_mut(recvbuf, recv_span)? };
-        refuse_overlap(send, recv)?;
-        Ok(bytes_level(c)?
-            .alltoallv(send, &send_parts, recv, &recv_parts)
-            .map_err(Into::into))
+        alltoallv_job(
+            c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dt,
+        )
     })
 }
 
@@ -399,15 +242,7 @@ pub extern "C" fn rdc_reduce_scatter_block(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let (_, span) = even(c, recvcount, dt)?;
-        let (elem, f) = reducer_for(dt, op)?;
-        // SAFETY: the send buffer of `size * recvcount` elements (the contract).
-        let send = unsafe { bytes(sendbuf, span)? };
-        let recv = aligned_recv(recvbuf, byte_len(recvcount, dt)?, elem)?;
-        refuse_overlap(send, recv)?;
-        Ok(bytes_level(c)?
-            .reduce_scatter_block(send, recv, elem, &*f)
-            .map_err(Into::into))
+        reduce_scatter_block_job(c, sendbuf, recvbuf, recvcount, dt, op)
     })
 }
 
@@ -423,29 +258,8 @@ pub extern "C" fn rdc_reduce_scatter(
     comm: *const rdc_comm,
 ) -> c_int {
     call(comm, |c| {
-        let (parts, span) = parts(c, recvcounts, std::ptr::null(), dt)?;
-        reduce_scatter_parts(c, sendbuf, span, &parts, recvbuf, dt, op)
+        reduce_scatter_job(c, sendbuf, recvbuf, recvcounts, dt, op)
     })
-}
-
-fn reduce_scatter_parts(
-    c: &Comm,
-    sendbuf: *const c_void,
-    span: usize,
-    parts: &[Range<usize>],
-    recvbuf: *mut c_void,
-    dt: c_int,
-    op: c_int,
-) -> Result<Result<(), rdcoll::Error>, c_int> {
-    let (elem, f) = reducer_for(dt, op)?;
-    // SAFETY: the send buffer spanning every block (the contract).
-    let send = unsafe { bytes(sendbuf, span)? };
-    let mine = parts.get(c.rank() as usize).map_or(0, |p| p.len());
-    let recv = aligned_recv(recvbuf, mine, elem)?;
-    refuse_overlap(send, recv)?;
-    Ok(bytes_level(c)?
-        .reduce_scatter(send, parts, recv, elem, &*f)
-        .map_err(Into::into))
 }
 
 /// Rank `r`'s `recvbuf` becomes the element-wise combination with `op` of ranks `0..=r`'s
@@ -459,7 +273,7 @@ pub extern "C" fn rdc_scan(
     op: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
-    prefix(sendbuf, recvbuf, count, dt, op, comm, true)
+    call(comm, |_| prefix_job(sendbuf, recvbuf, count, dt, op, true))
 }
 
 /// Rank `r > 0`'s `recvbuf` becomes the combination of ranks `0..r`'s `sendbuf`; rank 0's
@@ -473,97 +287,5 @@ pub extern "C" fn rdc_exscan(
     op: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
-    prefix(sendbuf, recvbuf, count, dt, op, comm, false)
-}
-
-fn prefix(
-    sendbuf: *const c_void,
-    recvbuf: *mut c_void,
-    count: i64,
-    dt: c_int,
-    op: c_int,
-    comm: *const rdc_comm,
-    inclusive: bool,
-) -> c_int {
-    call(comm, |c| {
-        let (elem, f) = reducer_for(dt, op)?;
-        let send = send_slice(sendbuf, count, dt)?;
-        let recv = aligned_recv(recvbuf, send.len(), elem)?;
-        refuse_overlap(send, recv)?;
-        let b = bytes_level(c)?;
-        Ok(match inclusive {
-            true => b.scan(send, recv, elem, &*f),
-            false => b.exscan(send, recv, elem, &*f),
-        }
-        .map_err(Into::into))
-    })
-}
-
-fn bytes_level(c: &Comm) -> Result<&rdcoll::Collectives, c_int> {
-    c.byte_collectives().map_err(|e| code_of(&e))
-}
-
-fn send_slice<'a>(buf: *const c_void, count: i64, dt: c_int) -> Result<&'a [u8], c_int> {
-    let len = byte_len(count, dt)?;
-    // SAFETY: the caller's buffer of `count` elements (the API's contract).
-    unsafe { bytes(buf, len) }
-}
-
-fn recv_slice<'a>(buf: *mut c_void, count: i64, dt: c_int) -> Result<&'a mut [u8], c_int> {
-    let len = byte_len(count, dt)?;
-    // SAFETY: the caller's buffer of `count` elements (the API's contract).
-    unsafe { bytes_mut(buf, len) }
-}
-
-/// `len` bytes at `buf`, aligned for `elem`-byte elements (a reduction's result is combined
-/// in place).
-fn aligned_recv<'a>(buf: *mut c_void, len: usize, elem: usize) -> Result<&'a mut [u8], c_int> {
-    if len > 0 && !(buf as usize).is_multiple_of(elem) {
-        return Err(RDC_ERR_ARG);
-    }
-    // SAFETY: the caller's buffer of `len` bytes (the API's contract).
-    unsafe { bytes_mut(buf, len) }
-}
-
-/// Send and receive buffers that overlap cannot be read and written at once.
-fn refuse_overlap(send: &[u8], recv: &[u8]) -> Result<(), c_int> {
-    if send.is_empty() || recv.is_empty() {
-        return Ok(());
-    }
-    let (s, r) = (send.as_ptr() as usize, recv.as_ptr() as usize);
-    if s < r + recv.len() && r < s + send.len() {
-        return Err(RDC_ERR_ARG);
-    }
-    Ok(())
-}
-
-/// The element size and byte-level reducer of predefined `op` on datatype `dt`.
-fn reducer_for(dt: c_int, op: c_int) -> Result<(usize, Box<Reducer<'static>>), c_int> {
-    if let Some(f) = crate::ops::user_reducer(op, dt) {
-        return Ok((dt_size(dt)?, f?));
-    }
-    let op = Op::ALL
-        .get(usize::try_from(op).map_err(|_| RDC_ERR_OP)?)
-        .copied()
-        .ok_or(RDC_ERR_OP)?;
-    fn boxed<T: Element>(op: Op) -> Result<Box<Reducer<'static>>, c_int> {
-        if T::FLOAT && op.integers_only() {
-            return Err(RDC_ERR_OP);
-        }
-        Ok(Box::new(op_reducer::<T>(op)))
-    }
-    let f = match dt {
-        0 | 5 => boxed::<u8>(op)?,
-        1 => boxed::<i8>(op)?,
-        2 => boxed::<i16>(op)?,
-        3 => boxed::<i32>(op)?,
-        4 => boxed::<i64>(op)?,
-        6 => boxed::<u16>(op)?,
-        7 => boxed::<u32>(op)?,
-        8 => boxed::<u64>(op)?,
-        9 => boxed::<f32>(op)?,
-        10 => boxed::<f64>(op)?,
-        _ => return Err(RDC_ERR_DATATYPE),
-    };
-    Ok((dt_size(dt)?, f))
+    call(comm, |_| prefix_job(sendbuf, recvbuf, count, dt, op, false))
 }

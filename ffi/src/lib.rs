@@ -13,8 +13,10 @@
 // (valid for the counts given) is stated in the header, and they check what can be checked.
 #![allow(clippy::not_unsafe_ptr_arg_deref)]
 
+mod block_jobs;
 mod blocks;
 mod coll;
+mod iblocks;
 mod icoll;
 mod ops;
 mod p2p;
@@ -24,6 +26,7 @@ use std::ffi::{c_char, c_int};
 
 pub use blocks::*;
 pub use coll::*;
+pub use iblocks::*;
 pub use icoll::*;
 pub use ops::*;
 pub use p2p::*;

@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 use std::sync::Mutex;
 
-use rdcoll::reduce::op::Reducer;
+use crate::block_jobs::SendReducer;
 
 use crate::p2p::dt_size;
 use crate::*;
@@ -90,7 +90,7 @@ pub extern "C" fn rdc_op_free(op: *mut c_int) -> c_int {
 
 /// The byte-level reducer of user operation `op` on `dt`; `None` if `op` is not one made by
 /// `rdc_op_create` (a predefined one, or an unknown number); `RDC_ERR_OP` if it was freed.
-pub(crate) fn user_reducer(op: c_int, dt: c_int) -> Option<Result<Box<Reducer<'static>>, c_int>> {
+pub(crate) fn user_reducer(op: c_int, dt: c_int) -> Option<Result<SendReducer, c_int>> {
     let i = usize::try_from(op.checked_sub(FIRST_USER_OP)?).ok()?;
     let f = match ops().get(i) {
         Some(Some(f)) => *f,

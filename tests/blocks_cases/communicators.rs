@@ -327,5 +327,6 @@ pub fn nonblocking(world: &Comm) -> Result<(), String> {
     if x[0] != want {
         return Err(format!("split iallreduce {x:?}, expected {want}"));
     }
-    Ok(())
+    super::nonblocking_v(world)?;
+    super::nonblocking_v(&half)
 }

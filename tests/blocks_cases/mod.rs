@@ -5,8 +5,10 @@
 //! reference on every rank.
 
 mod communicators;
+mod nonblocking_v;
 
 pub use communicators::{nonblocking, splits};
+pub use nonblocking_v::nonblocking_v;
 
 use rdcoll::{Comm, Error, Op, Rank};
 

@@ -28,7 +28,7 @@ pub fn order_of(comm: &Comm, bytes: usize) -> Result<Order, String> {
         .map_err(|e| e.to_string())
 }
 
-/// Combines `vals` (by rank relative to the root) in `order`.
+/// Combines `vals` (by rank) in `order`.
 pub fn reference<T: Element>(vals: &[Vec<T>], op: Op, order: Order) -> Vec<T> {
     let n = vals.len();
     let mut acc: Vec<Vec<T>> = vals.to_vec();
@@ -143,11 +143,9 @@ pub fn check_op<T: Sample>(comm: &Comm, count: usize, op: Op, roots: &[u32]) -> 
     if let Some(d) = first_difference(&buf, &want) {
         return Err(format!("{}: {d}", what("allreduce in place")));
     }
+    // A reduce combines as the allreduce does, whatever its root (rank order, which
+    // operations that do not commute need).
     for &root in roots.iter().filter(|&&r| (r as usize) < n) {
-        let rel: Vec<Vec<T>> = (0..n)
-            .map(|i| vals[(root as usize + i) % n].clone())
-            .collect();
-        let want = reference(&rel, op, order);
         let mut out = vec![T::zeroed(); count];
         comm.reduce(&vals[me as usize], &mut out, op, root)
             .map_err(|e| format!("{} to {root}: {e}", what("reduce")))?;
@@ -233,4 +231,68 @@ pub fn reproducible(comm: &Comm, runs: usize, count: usize) -> Result<Vec<Vec<u3
         out.push(sum.iter().map(|x| x.to_bits()).collect());
     }
     Ok(out)
+}
+
+/// Reductions with operations of the caller's that are associative but do not commute: "the
+/// lower ranks' value wins" and "the higher ranks' value wins" give rank 0's and the last
+/// rank's values only when contributions are combined in rank order (MPI's rule for such
+/// operations), at every root, for small vectors (the degree-k tree) and large ones.
+pub fn not_commutative(comm: &Comm) -> Result<(), String> {
+    let (me, n) = (comm.rank() as usize, comm.size());
+    let first_wins = |_: &mut u64, _: &u64| {};
+    let last_wins = |a: &mut u64, b: &u64| *a = *b;
+    for count in [1, 100, SMALL_MAX / 8 + 1] {
+        let val = |r: usize, i: usize| (r as u64) << 32 | i as u64;
+        let mine: Vec<u64> = (0..count).map(|i| val(me, i)).collect();
+        let of = |r: usize| -> Vec<u64> { (0..count).map(|i| val(r, i)).collect() };
+        let what = |w: &str| format!("{w} of {count} elements");
+        let mut got = vec![0u64; count];
+        comm.allreduce_with(&mine, &mut got, first_wins)
+            .map_err(|e| format!("{}: {e}", what("allreduce_with")))?;
+        if got != of(0) {
+            return Err(format!("{}: not rank 0's values", what("allreduce_with")));
+        }
+        comm.allreduce_with(&mine, &mut got, last_wins)
+            .map_err(|e| format!("{}: {e}", what("allreduce_with")))?;
+        if got != of(n - 1) {
+            return Err(format!("{}: not the last rank's", what("allreduce_with")));
+        }
+        for root in 0..n as u32 {
+            for (f, want, name) in [
+                (&first_wins as &(dyn Fn(&mut u64, &u64) + Sync), 0, "first"),
+                (&last_wins, n - 1, "last"),
+            ] {
+                let mut out = vec![0u64; count];
+                comm.reduce_with(&mine, &mut out, f, root)
+                    .map_err(|e| format!("{} to {root}: {e}", what("reduce_with")))?;
+                if me == root as usize && out != of(want) {
+                    return Err(format!(
+                        "{} to {root}, {name} wins: element 0 is rank {}'s",
+                        what("reduce_with"),
+                        out[0] >> 32
+                    ));
+                }
+            }
+        }
+        comm.scan_with(&mine, &mut got, first_wins)
+            .map_err(|e| format!("{}: {e}", what("scan_with")))?;
+        if got != of(0) {
+            return Err(format!("{}: not rank 0's values", what("scan_with")));
+        }
+        if me > 0 {
+            comm.exscan_with(&mine, &mut got, last_wins)
+                .map_err(|e| format!("{}: {e}", what("exscan_with")))?;
+            if got != of(me - 1) {
+                return Err(format!(
+                    "{}: not rank {}'s values",
+                    what("exscan_with"),
+                    me - 1
+                ));
+            }
+        } else {
+            comm.exscan_with(&mine, &mut got, last_wins)
+                .map_err(|e| format!("{}: {e}", what("exscan_with")))?;
+        }
+    }
+    Ok(())
 }

@@ -194,6 +194,28 @@ impl DegreeKSlots {
         Ok(())
     }
 
+    /// Moves `acc` from rank `from` into rank `to`'s `acc` through the slots: one write.
+    /// Collective (every rank counts every operation); a length that differs at `to` is the
+    /// inner `Mismatch`.
+    pub(crate) fn forward(
+        &mut self,
+        w: &Waiter,
+        puts: &mut Puts,
+        acc: &mut [u8],
+        from: Rank,
+        to: Rank,
+    ) -> Result<Result<()>> {
+        self.check_fits(acc.len())?;
+        let counter = self.next_counter();
+        let me = w.rank();
+        if me == from && me != to {
+            self.give(w, puts, to, counter, acc, me)?;
+        } else if me == to && me != from {
+            return self.take_into(w, puts, from, counter, acc);
+        }
+        Ok(Ok(()))
+    }
+
     /// A gather of blocks of `m` bytes through the slots (the degree-(n-1) tree's shape):
     /// every other rank writes `mine` into its slot at `root`, once `root` has acknowledged
     /// its previous write, and returns; `root` copies rank `r`'s block into `out[r]` in rank

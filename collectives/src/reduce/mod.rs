@@ -103,7 +103,6 @@ impl Collectives {
                 return Ok(Ok(()));
             }
             let k = self.degree(n, &model, acc.len());
-            let tree_root = root.unwrap_or(0);
             if root.is_none() && k == n - 1 {
                 // One step: everyone combines everything, in the degree-(n-1) tree's order.
                 let Inner {
@@ -118,13 +117,21 @@ impl Collectives {
                     reduction, puts, ..
                 } = inner;
                 let state = reduction.as_mut().expect("set up by reduce_state");
-                state
-                    .slots
-                    .reduce(&self.waiter, puts, acc, reduce, k, tree_root)?;
+                // The tree is rooted at rank 0 whatever the root: its nodes combine in
+                // ascending id order, so with ids that are ranks the result is `v0 op v1 op
+                // ...` as MPI defines it for operations that do not commute (a tree rooted
+                // elsewhere combined the ranks rotated, from the root on).
+                state.slots.reduce(&self.waiter, puts, acc, reduce, k, 0)?;
+                if let Some(root) = root.filter(|&r| r != 0) {
+                    // One more write: the result from rank 0 to the root.
+                    if let Err(e) = state.slots.forward(&self.waiter, puts, acc, 0, root)? {
+                        return Ok(Err(e));
+                    }
+                }
             }
             if root.is_none() {
                 // The result, from the tree's root to everyone (counter-byte blocks).
-                self.small(inner, acc, tree_root)?;
+                self.small(inner, acc, 0)?;
             }
             Ok(Ok(()))
         })

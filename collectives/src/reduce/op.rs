@@ -142,6 +142,9 @@ fn aligned_copy<T: Pod>(b: &[u8]) -> Vec<T> {
 /// The byte-level reducer of element-wise `f` on `T`.
 pub fn reducer<T: Pod, F: Fn(&mut T, &T) + Sync>(f: F) -> impl Fn(&mut [u8], &[u8]) + Sync {
     move |acc: &mut [u8], b: &[u8]| {
+        if acc.is_empty() {
+            return; // an empty block may sit at any address (C's `&mut []` of bytes)
+        }
         let acc: &mut [T] = bytemuck::cast_slice_mut(acc);
         match bytemuck::try_cast_slice::<u8, T>(b) {
             Ok(b) => acc.iter_mut().zip(b).for_each(|(x, y)| f(x, y)),
@@ -157,6 +160,9 @@ pub fn reducer<T: Pod, F: Fn(&mut T, &T) + Sync>(f: F) -> impl Fn(&mut [u8], &[u
 /// The byte-level reducer of predefined `op` on `T`.
 pub fn op_reducer<T: Element>(op: Op) -> impl Fn(&mut [u8], &[u8]) + Sync {
     move |acc: &mut [u8], b: &[u8]| {
+        if acc.is_empty() {
+            return; // as in `reducer`
+        }
         let acc: &mut [T] = bytemuck::cast_slice_mut(acc);
         match bytemuck::try_cast_slice::<u8, T>(b) {
             Ok(b) => T::combine(op, acc, b),
@@ -185,6 +191,16 @@ mod tests {
         assert_eq!(b, [0b1000]);
         assert!(check::<f64>(Op::BitOr).is_err());
         assert!(check::<f64>(Op::Max).is_ok());
+    }
+
+    /// A rank's empty block of a reduce_scatter came from C as an empty byte slice at an
+    /// address no `u64` could have: the reducers panicked casting it.
+    #[test]
+    fn empty_blocks_at_any_address_are_left_alone() {
+        let mut words = [0u64; 2];
+        let odd = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut words)[1..1];
+        op_reducer::<u64>(Op::Sum)(odd, &[]);
+        reducer::<u64, _>(|x, y| *x += *y)(odd, &[]);
     }
 
     #[test]

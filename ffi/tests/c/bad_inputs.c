@@ -297,7 +297,46 @@ static void nonblocking_collectives(rdc_comm *world, int size) {
     RC(RDC_ERR_ARG, rdc_iallreduce(&a[0], &a[1], 2, RDC_INT64, RDC_SUM, world, &req));
     RC(RDC_ERR_ARG, rdc_iallreduce(raw + 1, raw + 24, 2, RDC_INT64, RDC_SUM, world, &req));
     RC(RDC_ERR_NULL, rdc_iallreduce(a, NULL, 4, RDC_INT64, RDC_SUM, world, &req));
+    RC(RDC_ERR_RANK, rdc_ireduce(a, b, 4, RDC_INT64, RDC_SUM, size, world, &req));
+    RC(RDC_ERR_OP, rdc_ireduce(a, b, 4, RDC_FLOAT, RDC_BXOR, 0, world, &req));
+    RC(RDC_ERR_NULL, rdc_ireduce(a, b, 4, RDC_INT64, RDC_SUM, 0, world, NULL));
     EXPECT(req == NULL, "a refused start names no request");
+}
+
+/* The nonblocking block collectives refuse what their blocking forms refuse, and name no
+ * request then. */
+static void nonblocking_block_collectives(rdc_comm *world, int rank, int size) {
+    int32_t a[64] = {0}, b[64] = {0};
+    int64_t counts[64], displs[64], bad[64];
+    char raw[64];
+    rdc_request *req = NULL;
+    rdc_status st;
+    for (int i = 0; i < 64; i++) counts[i] = 1, displs[i] = i, bad[i] = -1;
+    RC(RDC_ERR_NULL, rdc_igather(a, 1, b, RDC_INT32, 0, world, NULL));
+    RC(RDC_ERR_COMM, rdc_igather(a, 1, b, RDC_INT32, 0, BOGUS_COMM, &req));
+    RC(RDC_ERR_NULL, rdc_igather(NULL, 1, b, RDC_INT32, 0, world, &req));
+    RC(RDC_ERR_RANK, rdc_igatherv(a, 1, b, counts, displs, RDC_INT32, -2, world, &req));
+    RC(RDC_ERR_DATATYPE, rdc_iscatter(a, b, 1, 42, 0, world, &req));
+    RC(RDC_ERR_RANK, rdc_iscatterv(a, counts, displs, b, 1, RDC_INT32, size, world, &req));
+    RC(RDC_ERR_NULL, rdc_iallgather(a, 1, NULL, RDC_INT32, world, &req));
+    RC(RDC_ERR_COUNT, rdc_iallgatherv(a, 1, b, bad, NULL, RDC_INT32, world, &req));
+    RC(RDC_ERR_ARG, rdc_ialltoall(a, 1, a, RDC_INT32, world, &req)); /* overlap */
+    RC(RDC_ERR_COUNT, rdc_ialltoallv(a, counts, bad, b, counts, NULL, RDC_INT32, world, &req));
+    RC(RDC_ERR_OP, rdc_ireduce_scatter_block(a, b, 1, RDC_FLOAT, RDC_BAND, world, &req));
+    RC(RDC_ERR_OP, rdc_ireduce_scatter(a, b, counts, RDC_INT32, 17, world, &req));
+    RC(RDC_ERR_ARG, rdc_iscan(a, a, 1, RDC_INT32, RDC_SUM, world, &req)); /* overlap */
+    RC(RDC_ERR_ARG, rdc_iexscan(a, raw + 3, 1, RDC_INT32, RDC_SUM, world, &req));
+    RC(RDC_ERR_COUNT, rdc_iexscan(a, b, -4, RDC_INT32, RDC_SUM, world, &req));
+    EXPECT(req == NULL, "a refused start names no request");
+    /* Arguments only the root reads: it fails at the start, the others' requests complete. */
+    int rc = rdc_igatherv(a, 1, b, bad, displs, RDC_INT32, 0, world, &req);
+    if (rank == 0) {
+        RC(RDC_ERR_COUNT, rc);
+        EXPECT(req == NULL, "a refused start names no request");
+    } else {
+        RC(RDC_SUCCESS, rc);
+        RC(RDC_SUCCESS, rdc_wait(&req, &st));
+    }
 }
 
 static void user_ops(rdc_comm *world) {
@@ -418,6 +457,7 @@ int main(void) {
     block_collectives(world, rank, size);
     user_ops(world);
     nonblocking_collectives(world, size);
+    nonblocking_block_collectives(world, rank, size);
     still_works(world, rank, size);
     CHECK(rdc_finalize());
     after_finalize(world);
