@@ -1,16 +1,17 @@
 //! The short-message fast path: a blocking receive that finds nothing posted and nothing
 //! queued for it has the NI poll the fabric (`Ni::fast_receive_pass`) and copies a matching
 //! eager message straight from the transport's buffer into the user's, without posting a
-//! receive, raising events or allocating (the latency path of `rdcoll-bench latency`).
+//! receive, raising events or allocating (the latency path of `rdcoll-bench latency`). A
+//! matching rendezvous header is taken the same way (its first chunk copied into the user's
+//! buffer), and the receive then fetches the rest as a posted one would.
 //!
 //! Matching stays MPI's and the matching engine's: the receive opens only while the message
 //! portal's engine holds no posted receive and no queued message it matches
 //! (`Ni::fast_receive_open`), so it is the oldest receive that could take an arrival, and every
 //! arrival older than the one it takes was handled (and found not to match) first. Everything it
-//! does not take (other messages, rendezvous headers, gets, completions) goes through the agent
-//! as usual. What the agent queues as unexpected meanwhile (a rendezvous header this receive
-//! handed it, or a message another thread's progress polled, the thread-mode agent's included)
-//! is noticed through the NI's count of queued headers and looked up in the engine before each
+//! does not take (other messages, gets, completions) goes through the agent as usual. What the
+//! agent queues as unexpected meanwhile (a message another thread's progress polled, the
+//! thread-mode agent's included) is noticed through the NI's count of queued headers and looked up in the engine before each
 //! message is taken: one that matches makes the receive an ordinary one, which takes it, so a
 //! newer message never overtakes it. In thread mode the agent stands aside while the receive
 //! polls (`Ni::note_host_polling`), so it rarely gets there first. If another thread posts a
@@ -26,6 +27,7 @@ use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
 use crate::ni_mpi::{FastOpen, FastPass};
+use crate::DirectDone;
 
 /// `Engine::fast_state`: no fast receive.
 pub(super) const FAST_NONE: u8 = 0;
@@ -127,8 +129,9 @@ impl Engine {
             let mut taken = None;
             let still_open = || self.fast_state.load(Ordering::Relaxed) == FAST_OPEN;
             let close = || self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-            let take =
-                |src, bits, hdr_data, payload: &[u8]| take_eager(src, bits, hdr_data, payload, buf);
+            let take = |src, bits, hdr_data, payload: &[u8]| {
+                Some(take_message(src, bits, hdr_data, payload, buf))
+            };
             let pass = self.ni.fast_receive_pass(
                 self.pt_msg,
                 &spec,
@@ -144,10 +147,13 @@ impl Engine {
                 FastPass::Claimed => continue,
                 FastPass::Taken => {
                     self.note_activity();
-                    if let Some(result) = taken {
-                        return Some(result);
+                    match taken {
+                        Some(Taken::Eager(result)) => return Some(result),
+                        Some(Taken::Rendezvous(d)) => {
+                            return Some(self.fetch_taken(buf, source, d));
+                        }
+                        None => continue,
                     }
-                    continue;
                 }
                 // Post it as an ordinary receive, which takes the queued message. It stays
                 // open until posted: a receive another thread posts meanwhile must post this
@@ -247,20 +253,35 @@ impl FastRecv {
     }
 }
 
-/// Copies an eager message (no rendezvous chunk size in its header) for the fast receive into
-/// `buf`; `None` for a rendezvous header, which is the agent's (through the portal).
+/// What the fast receive took.
+enum Taken {
+    /// An eager message, copied into the buffer: the receive's result.
+    Eager(Result<Status>),
+    /// A rendezvous header, its first chunk copied into the buffer: what a direct receive
+    /// would be told of it (the rest is fetched as for one).
+    Rendezvous(DirectDone),
+}
+
+/// Takes a message that matches the fast receive into `buf`: an eager one whole; of a
+/// rendezvous one (a chunk size in its header) the first chunk, as a direct receive posted
+/// for it would, so that the receive goes on to fetch the rest without the header being queued
+/// and the receive posted (a copy into a bounce buffer and out again, about 0.8 us).
 #[inline]
-fn take_eager(
-    src: Rank,
-    bits: u64,
-    hdr_data: u64,
-    payload: &[u8],
-    buf: &mut [u8],
-) -> Option<Result<Status>> {
-    if Header::decode(hdr_data).chunk.is_some() {
-        return None;
+fn take_message(src: Rank, bits: u64, hdr_data: u64, payload: &[u8], buf: &mut [u8]) -> Taken {
+    if Header::decode(hdr_data).chunk.is_none() {
+        return Taken::Eager(deliver_eager(src, bits, payload, buf));
     }
-    Some(deliver_eager(src, bits, payload, buf))
+    let n = payload.len().min(buf.len());
+    rdcoll_transport::copy_bytes(&mut buf[..n], &payload[..n]);
+    Taken::Rendezvous(DirectDone {
+        user_ptr: 0,
+        initiator: src,
+        match_bits: bits,
+        hdr_data,
+        rlength: payload.len() as u64,
+        mlength: n as u64,
+        fail: crate::NiFail::Ok,
+    })
 }
 
 /// Copies an eager message from `src` into `buf`: its status, or `Truncated` (with the true

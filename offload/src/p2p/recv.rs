@@ -345,6 +345,33 @@ impl Engine {
         self.recv_posted(buf, source, tag, context)
     }
 
+    /// Goes on with a rendezvous message the fast receive into `buf` from `source` took (`d`:
+    /// its header, the first chunk already in `buf`): fetches the rest as a receive posted for
+    /// it would, and waits.
+    pub(super) fn fetch_taken(
+        &self,
+        buf: &mut [u8],
+        source: Source,
+        mut d: DirectDone,
+    ) -> Result<Status> {
+        let id = {
+            let mut inner = self.inner.lock();
+            let id = Engine::new_id(&mut inner);
+            let receive = Receive {
+                addr: buf.as_mut_ptr() as usize,
+                capacity: buf.len(),
+                source,
+                phase: Phase::Matching { posted: None },
+            };
+            inner.reqs.insert(id, Req::Recv(receive));
+            d.user_ptr = id;
+            on_direct(self, &mut inner, d);
+            id
+        };
+        // `buf` stays borrowed until the request completes: `wait` returns only then.
+        self.wait(ReqId(id))
+    }
+
     /// [`recv_into`](Engine::recv_into) where the fast path does not apply: an ordinary
     /// receive, posted and waited for (out of line, so the fast path's frame stays small).
     #[inline(never)]
