@@ -107,7 +107,12 @@ pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
             None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
         },
         FabricEvent::Completed { op, result } => {
-            if let Some((ct, _)) = st.raw_ops.remove(&op) {
+            if let Some(g) = st.direct_gets.remove(&op) {
+                if let Err(e) = &result {
+                    tracing::debug!("offload agent: a direct get failed: {e}");
+                }
+                crate::initiator::direct_get_done(st, g, result.is_ok());
+            } else if let Some((ct, _)) = st.raw_ops.remove(&op) {
                 if let Err(e) = &result {
                     tracing::debug!("offload agent: an RDMA put or get failed: {e}");
                 }

@@ -1,12 +1,12 @@
 //! The initiator side: issuing puts and gets from memory descriptors, and turning the target's
 //! answers (or its failure) into SEND, ACK and REPLY events and counts (SEMANTICS.md §12).
 
-use rdcoll_transport::Rank;
+use rdcoll_transport::{Rank, Region, RegionKey, RemoteAddr};
 
 use crate::error::{invalid, Result};
 use crate::event::{Event, EventKind};
 use crate::state::{InitOp, State};
-use crate::types::{AckReq, GetArgs, List, MdHandle, NiFail, PutArgs};
+use crate::types::{AckReq, GetArgs, List, MdHandle, NiFail, PtIndex, PutArgs};
 use crate::wire::{Msg, PutData, PUT_HEADER};
 
 /// Checks that a memory descriptor exists and holds `offset..offset + len`.
@@ -190,6 +190,18 @@ fn report_quiet_failure(st: &mut State, op: u64, target: Rank, fail: NiFail) {
     }
 }
 
+/// A direct get in flight: what its completion reports to both sides.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct DirectGet {
+    /// The operation, as for any get (`State::ops`).
+    op: u64,
+    target: Rank,
+    pt: PtIndex,
+    bits: u64,
+    remote_offset: usize,
+    len: usize,
+}
+
 /// Starts a get.
 pub(crate) fn issue_get(st: &mut State, a: GetArgs) {
     if let Err(e) = check_md(st, a.md, a.local_offset, a.len) {
@@ -212,6 +224,19 @@ pub(crate) fn issue_get(st: &mut State, a: GetArgs) {
     let Some(md) = st.mds.get(a.md.0) else {
         return;
     };
+    // A direct get where the fabric reads as fast as the target would write.
+    let direct = a.published.filter(|_| a.len <= st.fabric.direct_get_max());
+    if let Some(key) = direct {
+        let g = DirectGet {
+            op,
+            target: a.target,
+            pt: a.pt,
+            bits: a.match_bits,
+            remote_offset: a.remote_offset,
+            len: a.len,
+        };
+        return issue_direct_get(st, g, md.region.clone(), a.local_offset, key);
+    }
     let msg = Msg::Get {
         op,
         pt: a.pt,
@@ -224,6 +249,54 @@ pub(crate) fn issue_get(st: &mut State, a: GetArgs) {
     if st.fabric.send(a.target, &msg.encode()).is_err() {
         fail_op(st, op, NiFail::Undeliverable);
     }
+}
+
+/// Reads `g`'s bytes of the target's published region `key` into `region` at `offset`: the
+/// fabric's one-sided get, no work for the target's agent on the way (SEMANTICS.md §12). Its
+/// completion (`direct_get_done`) reports it here and notifies the target.
+fn issue_direct_get(st: &mut State, g: DirectGet, region: Region, offset: usize, key: u64) {
+    if g.len == 0 {
+        // Nothing to read; the target still counts the get.
+        return direct_get_done(st, g, true);
+    }
+    let src = RemoteAddr {
+        rank: g.target,
+        key: RegionKey(key),
+        offset: g.remote_offset,
+    };
+    match st.fabric.get(&region, offset, g.len, src) {
+        Ok(fop) => {
+            st.direct_gets.insert(fop, g);
+        }
+        Err(_) => direct_get_done(st, g, false),
+    }
+}
+
+/// A direct get finished (`ok`): the target is told (it counts its entry, which stands for
+/// having served the get) and the initiator gets its REPLY and counts, as for any get.
+pub(crate) fn direct_get_done(st: &mut State, g: DirectGet, ok: bool) {
+    let fail = if ok {
+        NiFail::Ok
+    } else {
+        NiFail::Undeliverable
+    };
+    let notice = Msg::GetNotice {
+        pt: g.pt,
+        bits: g.bits,
+        remote_offset: g.remote_offset as u64,
+        rlength: g.len as u64,
+        fail,
+    };
+    // A dead target is reported by the transport; its entry has nobody left to count for.
+    let _ = st.fabric.send(g.target, &notice.encode());
+    let answer = Answer {
+        fail,
+        no_ack: false,
+        list: Some(List::Priority),
+        mlength: if ok { g.len as u64 } else { 0 },
+        remote_offset: g.remote_offset as u64,
+    };
+    on_done(st, g.target, g.op, answer);
 }
 
 /// Raises SEND (and CT_SEND) for a put whose buffer may now be reused.
@@ -344,7 +417,9 @@ pub(crate) fn on_peer_failed(st: &mut State, rank: Rank) {
         fail_op(st, op, NiFail::Undeliverable);
     }
     // Transfers this rank serves for the dead peer complete through the transport (with an
-    // error), and `target::finish` settles them.
+    // error), and `target::finish` settles them. Direct gets from it failed with their
+    // operations just now: their records go.
+    st.direct_gets.retain(|_, g| g.target != rank);
 }
 
 /// Bytes of a put that travel inside its header message.

@@ -33,6 +33,7 @@ mod portal;
 mod state;
 mod table;
 mod target;
+mod target_direct;
 mod types;
 mod wire;
 

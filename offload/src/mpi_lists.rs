@@ -74,6 +74,9 @@ pub struct DirectDone {
     pub mlength: u64,
     /// `Ok`, or why the data could not be delivered.
     pub fail: NiFail,
+    /// The key of the region of the initiator's that the message published (the rest of a
+    /// rendezvous message, for gets that name it: `GetArgs::published`).
+    pub published: Option<u64>,
 }
 
 /// Names a direct receive that is still posted, for `Ni::cancel_direct`.

@@ -13,7 +13,7 @@ use crate::me::Me;
 use crate::mpi_lists::{spec_of, DirectDone, DirectHandle, DirectRecv, Posted, PostedAs};
 use crate::state::{State, Taker};
 use crate::types::{EqHandle, MatchId, PtIndex};
-use crate::wire::peek_quiet_put;
+use crate::wire::{peek_quiet_put, QuietPut};
 use crate::Ni;
 
 /// What posting a direct receive did.
@@ -252,7 +252,7 @@ impl Ni {
     /// MPI portal `pt` with `spec` from `source` (`None`: any) without posting it: under the
     /// state lock, while `still_open()`, polls up to 16 fabric events; an inline put to `pt`
     /// that `spec` matches (`bits`: `spec.match_bits()`, computed once by the caller; `source`:
-    /// `spec`'s source) is offered to `take` (bits, header data, payload) straight from the
+    /// `spec`'s source) is offered to `take` (its sender and the put read in place) straight from the
     /// transport's buffer, and one it accepts ends the pass; anything else is the agent's.
     /// Before each event, headers queued meanwhile (counted by `seen`) are compared with `spec`,
     /// so that a queued match is taken first. `close()` runs under the lock when the pass
@@ -269,7 +269,7 @@ impl Ni {
         still_open: impl Fn() -> bool,
         close: impl Fn(),
         taken: &mut Option<T>,
-        mut take: impl FnMut(Rank, u64, u64, &[u8]) -> Option<T>,
+        mut take: impl FnMut(Rank, &QuietPut<'_>) -> Option<T>,
     ) -> FastPass {
         let mut st = self.lock_state();
         if !still_open() {
@@ -289,15 +289,15 @@ impl Ni {
                 }
             }
             let mut accept = |src: Rank, data: &[u8]| {
-                let (to, bits, hdr_data, payload) = peek_quiet_put(data)?;
+                let q = peek_quiet_put(data)?;
                 // The engine's rule in its Portals form (`ReceiveSpec::match_bits`), computed
                 // once per pass: a few instructions on the latency path.
                 let mine =
-                    (bits ^ match_bits) & !ignore_bits == 0 && source.is_none_or(|s| s == src);
-                if to != pt || !mine {
+                    (q.bits ^ match_bits) & !ignore_bits == 0 && source.is_none_or(|s| s == src);
+                if q.pt != pt || !mine {
                     return None;
                 }
-                take(src, bits, hdr_data, payload)
+                take(src, &q)
             };
             match poll_one(&mut st, taken, &mut accept) {
                 Polled::Nothing | Polled::Taken => break,

@@ -105,6 +105,43 @@ impl Ni {
         }
     }
 
+    /// [`put_inline_unsignalled`](Ni::put_inline_unsignalled) that also publishes `region`
+    /// of this rank's to the target: the message says that `region` holds the rest of what
+    /// the put is the start of, and gets that name it (`GetArgs::published`, from the
+    /// target's `DirectDone::published`) read it directly instead of asking this NI to serve
+    /// them (SEMANTICS.md §12). The caller keeps `region` registered, and a get entry over all
+    /// of it appended, until those gets are counted there.
+    pub fn put_inline_published(&self, a: PutArgs, bytes: &[u8], region: &Region) -> Result<()> {
+        if a.ack_req != crate::types::AckReq::None
+            || a.remote_offset != 0
+            || bytes.len() > self.inline_max
+        {
+            return Err(invalid(
+                "a publishing put is inline, at offset 0, and asks for no acknowledgement",
+            ));
+        }
+        let op = crate::initiator::QUIET_OP | a.md.0 as u64;
+        let mut header = crate::wire::StackBuf::<{ crate::wire::QUIET_HEADER_MAX }>::new();
+        let key = region.key().0;
+        if !crate::wire::encode_published_header(
+            &mut header,
+            op,
+            a.pt,
+            a.match_bits,
+            a.hdr_data,
+            key,
+            bytes.len(),
+        ) {
+            return Err(invalid(
+                "a publishing put's descriptor or length is out of range",
+            ));
+        }
+        match self.fabric.send_parts(a.target, &[header.bytes(), bytes]) {
+            Ok(()) => Ok(()),
+            Err(_) => self.unsignalled_put_failed(&a),
+        }
+    }
+
     /// Reports a failed [`put_inline_unsignalled`](Ni::put_inline_unsignalled) on its
     /// descriptor; out of line, as the put's path is the latency path.
     #[cold]

@@ -20,6 +20,8 @@ pub(crate) struct Unexpected {
     pub(crate) mlength: usize,
     pub(crate) remote_offset: usize,
     pub(crate) hdr_data: u64,
+    /// The initiator's region the rest of the message can be read from (a publishing put).
+    pub(crate) published: Option<u64>,
     /// Where the data lies (or is being pulled to), in the overflow entry's buffer.
     pub(crate) start: Location,
     /// The transfer still bringing the data in, if it has not finished.

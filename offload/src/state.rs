@@ -55,6 +55,8 @@ pub(crate) struct Transfer {
     pub(crate) rlength: usize,
     pub(crate) remote_offset: usize,
     pub(crate) hdr_data: u64,
+    /// The initiator's region the rest of the message can be read from (a publishing put).
+    pub(crate) published: Option<u64>,
     pub(crate) user_ptr: u64,
     pub(crate) counting: crate::types::MeCounting,
     pub(crate) unlinked: bool,
@@ -106,6 +108,8 @@ pub(crate) struct State {
     /// operation: the counter their completion bumps, and the peer they involve (their
     /// failure is counted when it fails, as a dead target never completes them).
     pub(crate) raw_ops: HashMap<OpId, (CtHandle, rdcoll_transport::Rank)>,
+    /// Direct gets in flight (`GetArgs::published`), by fabric operation.
+    pub(crate) direct_gets: HashMap<OpId, crate::initiator::DirectGet>,
     /// Completions of fabric operations nobody had recorded yet (an `rdma_put` whose event
     /// the agent handled before the put was recorded), with their success.
     pub(crate) early_completions: HashMap<OpId, bool>,
@@ -142,6 +146,7 @@ impl State {
             wire_buf: Vec::new(),
             failed_peers: Vec::new(),
             raw_ops: HashMap::default(),
+            direct_gets: HashMap::default(),
             early_completions: HashMap::default(),
             queued_unexpected: Arc::new(AtomicU64::new(0)),
             poller: None,

@@ -4,27 +4,29 @@
 
 use std::sync::atomic::Ordering;
 
-use rdcoll_transport::{Rank, Region, RegionKey, RemoteAddr};
+use rdcoll_transport::{Rank, RegionKey, RemoteAddr};
 
 use crate::event::{Event, EventKind, Location};
-use crate::me::{Me, Placement};
-use crate::mpi_lists::{DirectDone, DirectRecv};
+use crate::me::Me;
+use crate::mpi_lists::DirectRecv;
 use crate::portal::{Chosen, Unexpected};
 use crate::state::{State, Taker, Transfer};
+pub(crate) use crate::target_direct::{copy_out, direct_from_header};
+use crate::target_direct::{direct_done, put_direct};
 use crate::types::{List, MeCounting, NiFail, PtIndex};
 use crate::wire::{Msg, PutData};
 
 /// What the answer to a served put or get says of its deposit.
 #[derive(Debug, Clone, Copy)]
-struct Deposit {
-    no_ack: bool,
-    list: List,
-    mlength: usize,
-    offset: usize,
+pub(crate) struct Deposit {
+    pub(crate) no_ack: bool,
+    pub(crate) list: List,
+    pub(crate) mlength: usize,
+    pub(crate) offset: usize,
 }
 
 impl Deposit {
-    fn of(t: &Transfer) -> Deposit {
+    pub(crate) fn of(t: &Transfer) -> Deposit {
         Deposit {
             no_ack: t.ack_disabled,
             list: t.list,
@@ -34,7 +36,14 @@ impl Deposit {
     }
 }
 
-fn answer(st: &mut State, to: Rank, reply: bool, op: u64, fail: NiFail, done: Option<Deposit>) {
+pub(crate) fn answer(
+    st: &mut State,
+    to: Rank,
+    reply: bool,
+    op: u64,
+    fail: NiFail,
+    done: Option<Deposit>,
+) {
     let msg = Msg::Done {
         reply,
         op,
@@ -83,15 +92,17 @@ enum Selected {
 }
 
 /// An incoming put or get, as matching and depositing see it.
-struct Arrival {
-    from: Rank,
-    pt: PtIndex,
-    get: bool,
-    op: u64,
-    bits: u64,
-    remote_offset: usize,
-    rlength: usize,
-    hdr_data: u64,
+pub(crate) struct Arrival {
+    pub(crate) from: Rank,
+    pub(crate) pt: PtIndex,
+    pub(crate) get: bool,
+    pub(crate) op: u64,
+    pub(crate) bits: u64,
+    pub(crate) remote_offset: usize,
+    pub(crate) rlength: usize,
+    pub(crate) hdr_data: u64,
+    /// The initiator's region the rest of the message can be read from (a publishing put).
+    pub(crate) published: Option<u64>,
 }
 
 /// Selects the entry for a message and applies its side effects on the entry (offset advance,
@@ -162,6 +173,7 @@ fn entry_transfer(a: &Arrival, list: List, me: &mut Me) -> Result<(Transfer, boo
         rlength: a.rlength,
         remote_offset: a.remote_offset,
         hdr_data: a.hdr_data,
+        published: a.published,
         user_ptr: me.user_ptr,
         counting: me.options.counting,
         unlinked: unlink,
@@ -205,6 +217,7 @@ fn header_of(t: &Transfer, pending: Option<rdcoll_transport::OpId>) -> Unexpecte
         mlength: t.place.mlength,
         remote_offset: t.remote_offset,
         hdr_data: t.hdr_data,
+        published: t.published,
         start: Location {
             region: t.region.clone(),
             offset: t.place.offset,
@@ -265,7 +278,8 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
         } else {
             0
         };
-        let done = direct_done(d, t.initiator, t.bits, t.hdr_data, t.rlength, mlength, fail);
+        let mut done = direct_done(d, t.initiator, t.bits, t.hdr_data, t.rlength, mlength, fail);
+        done.published = t.published;
         st.direct_done.push(done);
         if fail != NiFail::Ok {
             t.place.mlength = 0;
@@ -354,9 +368,13 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
                 remote_offset: to_usize(remote_offset),
                 rlength: to_usize(rlength),
                 hdr_data,
+                published: match data {
+                    PutData::Published { key, .. } => Some(key),
+                    _ => None,
+                },
             };
             let quiet = ack == crate::types::AckReq::None
-                && matches!(data, PutData::Inline(_))
+                && !matches!(data, PutData::Pull { .. })
                 && op & crate::initiator::QUIET_OP != 0;
             let mut t = match select(st, &a) {
                 Ok(Selected::Entry(t)) => t,
@@ -365,7 +383,7 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
             };
             t.quiet = quiet;
             match data {
-                PutData::Inline(bytes) => {
+                PutData::Inline(bytes) | PutData::Published { bytes, .. } => {
                     let n = t.place.mlength;
                     // A zero-length deposit (offset at or past the end) touches no memory.
                     let written = n == 0 || t.region.write(t.place.offset, &bytes[..n]).is_ok();
@@ -415,6 +433,7 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
                 remote_offset: to_usize(remote_offset),
                 rlength: to_usize(rlength),
                 hdr_data: 0,
+                published: None,
             };
             let t = match select(st, &a) {
                 Ok(Selected::Entry(t)) => t,
@@ -446,11 +465,56 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
                 Err(_) => finish(st, t, NiFail::Undeliverable),
             }
         }
+        Msg::GetNotice {
+            pt,
+            bits,
+            remote_offset,
+            rlength,
+            fail,
+        } => {
+            let a = Arrival {
+                from,
+                pt,
+                get: true,
+                op: 0,
+                bits,
+                remote_offset: to_usize(remote_offset),
+                rlength: to_usize(rlength),
+                hdr_data: 0,
+                published: None,
+            };
+            on_get_notice(st, &a, fail);
+        }
         Msg::Done { .. } => {}
     }
 }
 
-fn to_usize(x: u64) -> usize {
+/// A direct get read the region the entry `a` selects covers (or failed to, `fail`): the
+/// entry is counted, its events raised and its offset and unlinking applied as for a get it
+/// served, and nobody is answered. A notice that finds no entry counts nothing: the read has
+/// happened anyway (the initiator was told by its own completion).
+fn on_get_notice(st: &mut State, a: &Arrival, fail: NiFail) {
+    let mut t = match select(st, a) {
+        Ok(Selected::Entry(t)) => t,
+        _ => {
+            tracing::debug!(
+                "offload: a direct get's notice from rank {} found no entry on portal {}",
+                a.from,
+                a.pt.0
+            );
+            return;
+        }
+    };
+    if fail != NiFail::Ok {
+        // The read failed: the entry's owner learns it on its counter.
+        st.count(t.counting.ct, false, 1);
+        return;
+    }
+    t.quiet = true;
+    finish(st, t, NiFail::Ok);
+}
+
+pub(crate) fn to_usize(x: u64) -> usize {
     usize::try_from(x).unwrap_or(usize::MAX)
 }
 
@@ -477,123 +541,5 @@ pub(crate) fn settle_taken(st: &mut State, pt: PtIndex, u: &Unexpected, taker: T
     match u.pending.and_then(|id| st.transfers.get_mut(&id)) {
         Some(t) => t.taken_by = Some(taker),
         None => overflow_event(st, pt, u, taker, NiFail::Ok),
-    }
-}
-
-/// A direct receive took the header `u`: copies its data out of the overflow entry.
-fn direct_from_header(st: &mut State, d: DirectRecv, u: &Unexpected, fail: NiFail) {
-    let done = copy_out(d, u, fail);
-    st.direct_done.push(done);
-}
-
-/// Copies the data of the taken header `u` (as much as fits) into direct receive `d`'s
-/// buffer: what `d` is told.
-pub(crate) fn copy_out(d: DirectRecv, u: &Unexpected, fail: NiFail) -> DirectDone {
-    let mut mlength = 0;
-    if fail == NiFail::Ok {
-        let n = u.mlength.min(d.capacity);
-        if n > 0 {
-            // SAFETY: as in `DirectRecv::deposit`: the buffer is lent to this receive until it
-            // completes, which this does; `n <= capacity`.
-            let out = unsafe { std::slice::from_raw_parts_mut(d.addr as *mut u8, n) };
-            match u.start.region.read(u.start.offset, out) {
-                Ok(()) => mlength = n,
-                Err(e) => tracing::error!("copying an unexpected message out failed: {e}"),
-            }
-        }
-    }
-    let (from, bits, hdr_data) = (u.initiator, u.match_bits, u.hdr_data);
-    direct_done(d, from, bits, hdr_data, u.rlength, mlength, fail)
-}
-
-/// A put that matched a direct receive: inline data is copied into its buffer at once (no
-/// region, transfer or event: the message layer's common case), other data pulled into it.
-fn put_direct(st: &mut State, a: &Arrival, d: DirectRecv, quiet: bool, data: PutData<'_>) {
-    match data {
-        PutData::Inline(bytes) => {
-            let n = d.deposit(&bytes[..a.rlength.min(bytes.len())]);
-            let done = direct_done(d, a.from, a.bits, a.hdr_data, a.rlength, n, NiFail::Ok);
-            st.direct_done.push(done);
-            if !quiet {
-                let deposit = Deposit {
-                    no_ack: false,
-                    list: List::Priority,
-                    mlength: n,
-                    offset: 0,
-                };
-                answer(st, a.from, false, a.op, NiFail::Ok, Some(deposit));
-            }
-        }
-        PutData::Pull { key, offset } => {
-            let t = pull_transfer(st.rank(), a, d);
-            if t.place.mlength == 0 {
-                return finish(st, t, NiFail::Ok);
-            }
-            let src = RemoteAddr {
-                rank: a.from,
-                key: RegionKey(key),
-                offset: to_usize(offset),
-            };
-            match st.fabric.get(&t.region, 0, t.place.mlength, src) {
-                Ok(id) => {
-                    st.transfers.insert(id, t);
-                }
-                Err(_) => finish(st, t, NiFail::Undeliverable),
-            }
-        }
-    }
-}
-
-/// The transfer that pulls a put's data into a direct receive's buffer (reported by `finish`
-/// as a `DirectDone`).
-fn pull_transfer(rank: Rank, a: &Arrival, d: DirectRecv) -> Transfer {
-    // SAFETY: the buffer `Ni::post_direct`'s caller lent to this receive, valid and untouched
-    // by anything else until it completes; the region is only written by this transfer.
-    let region = unsafe { Region::private(rank, d.addr as *mut u8, d.capacity) };
-    Transfer {
-        get: false,
-        initiator: a.from,
-        op: a.op,
-        pt: a.pt,
-        list: List::Priority,
-        region,
-        place: Placement {
-            offset: 0,
-            mlength: a.rlength.min(d.capacity),
-        },
-        bits: a.bits,
-        rlength: a.rlength,
-        remote_offset: 0,
-        hdr_data: a.hdr_data,
-        user_ptr: d.user_ptr,
-        counting: MeCounting::default(),
-        unlinked: true,
-        ack_disabled: false,
-        me_options: crate::types::MeOptions::default(),
-        quiet: false,
-        header: None,
-        taken_by: None,
-        direct: Some(d),
-    }
-}
-
-/// What direct receive `d` is told of the message that matched it.
-fn direct_done(
-    d: DirectRecv,
-    from: Rank,
-    bits: u64,
-    hdr_data: u64,
-    rlength: usize,
-    mlength: usize,
-    fail: NiFail,
-) -> DirectDone {
-    DirectDone {
-        user_ptr: d.user_ptr,
-        initiator: from,
-        match_bits: bits,
-        hdr_data,
-        rlength: rlength as u64,
-        mlength: mlength as u64,
-        fail,
     }
 }

@@ -281,6 +281,12 @@ pub struct GetArgs {
     pub remote_offset: usize,
     /// Handed back in the initiator's events.
     pub user_ptr: u64,
+    /// The key of the region the target published for the entry this get is for
+    /// (`DirectDone::published`; the entry covers that whole region from its offset 0, and
+    /// manages no offset of its own): the initiator reads the region itself, a direct get, and
+    /// tells the target afterwards, which counts the entry as if it had served the get
+    /// (SEMANTICS.md §12). `None`: the target serves the get.
+    pub published: Option<u64>,
 }
 
 /// How a search over the unexpected headers treats what it finds.

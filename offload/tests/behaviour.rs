@@ -512,6 +512,7 @@ fn large_puts_are_pulled_by_the_target_and_gets_are_served_on(backend: Backend) 
             match_bits: 1,
             remote_offset: 0,
             user_ptr: 4,
+            published: None,
         })
         .unwrap();
     j.settle();
@@ -657,6 +658,7 @@ fn a_get_landing_on_the_overflow_list_leaves_a_header_too() {
             match_bits: 3,
             remote_offset: 5,
             user_ptr: 0,
+            published: None,
         })
         .unwrap();
     j.settle();
@@ -669,4 +671,82 @@ fn a_get_landing_on_the_overflow_list_leaves_a_header_too() {
     assert_eq!(kinds(&evs), [EventKind::GetOverflow, EventKind::Link]);
     let s = evs[0].start.clone().unwrap();
     assert_eq!(read(&s.region, s.offset, 4), b"the ");
+}
+
+#[test]
+fn direct_gets_read_the_published_region_and_count_at_the_target() {
+    direct_gets_read_the_published_region_and_count_at_the_target_on(Backend::Local);
+}
+
+#[test]
+fn direct_gets_read_the_published_region_and_count_at_the_target_over_shm() {
+    direct_gets_read_the_published_region_and_count_at_the_target_on(Backend::Shm);
+}
+
+/// A get that names the region the target published (`GetArgs::published`) is read by the
+/// initiator itself: the initiator sees what a served get gives (the bytes, REPLY, its count),
+/// and the target's entry counts it and raises GET as if it had served it. A key that names
+/// nothing fails on both sides' counters. 20,000 bytes: below shm's direct-get limit.
+fn direct_gets_read_the_published_region_and_count_at_the_target_on(backend: Backend) {
+    let j = job_on(backend, NiConfig::default(), false);
+    let len = 20_000;
+    let data: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
+    let r = j.tgt_region(len);
+    r.write(0, &data).unwrap();
+    let tgt_ct = j.tgt.ct_alloc().unwrap();
+    let entry = MeOptions {
+        op_put: false,
+        op_get: true,
+        counting: MeCounting {
+            ct: Some(tgt_ct),
+            comm: true,
+            ..MeCounting::default()
+        },
+        ..opts()
+    };
+    j.append(List::Priority, r.clone(), 9, 0, entry, 5);
+    j.tgt_events();
+    let ini_ct = j.ini.ct_alloc().unwrap();
+    let out = j.ini.fabric().alloc_region(len).unwrap();
+    let md_opts = MdOptions {
+        ct: Some(ini_ct),
+        ct_reply: true,
+        ..MdOptions::default()
+    };
+    let md = j.ini.md_bind(out.clone(), Some(j.ini_eq), md_opts).unwrap();
+    let get = |published: u64, user_ptr: u64| GetArgs {
+        md,
+        local_offset: 0,
+        len: len - 100,
+        target: 1,
+        pt: j.pt,
+        match_bits: 9,
+        remote_offset: 100,
+        user_ptr,
+        published: Some(published),
+    };
+    j.ini.get(get(r.key().0, 4)).unwrap();
+    j.settle();
+    assert_eq!(read(&out, 0, len - 100), &data[100..]);
+    assert_eq!(j.ini.ct_get(ini_ct).unwrap().success, 1);
+    let reply = j
+        .ini_events()
+        .into_iter()
+        .find(|e| e.kind == EventKind::Reply);
+    let reply = reply.expect("a REPLY event");
+    assert_eq!((reply.fail, reply.mlength), (NiFail::Ok, len as u64 - 100));
+    assert_eq!(j.tgt.ct_get(tgt_ct).unwrap().success, 1);
+    let evs = data_events(j.tgt_events());
+    assert_eq!(kinds(&evs), [EventKind::Get]);
+    assert_eq!((evs[0].user_ptr, evs[0].mlength), (5, len as u64 - 100));
+    // A key that names no region: both counters hear of the failure.
+    j.ini.get(get(r.key().0 ^ (1 << 40), 6)).unwrap();
+    j.settle();
+    assert_eq!(j.ini.ct_get(ini_ct).unwrap().failure, 1);
+    let reply = j
+        .ini_events()
+        .into_iter()
+        .find(|e| e.kind == EventKind::Reply);
+    assert_ne!(reply.expect("a REPLY event").fail, NiFail::Ok);
+    assert_eq!(j.tgt.ct_get(tgt_ct).unwrap().failure, 1);
 }

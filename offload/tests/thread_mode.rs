@@ -75,6 +75,7 @@ fn chain_of_triggered_gets(backend: Backend) {
             match_bits: 0x77,
             remote_offset: i * CHUNK,
             user_ptr: i as u64,
+            published: None,
         };
         if i < CREDITS {
             j.ini.triggered_get(get, header_ct, 1).unwrap();

@@ -332,19 +332,25 @@ pub fn random_traffic(world: &Comm, count: u32) -> Outcome {
 }
 
 /// Rank 0 sends `len` bytes to rank 1, whose deposits are slowed by `RDCOLL_SINK_RATE`; then
-/// rank 0 reports the most put bytes it ever had in flight toward rank 1 (transport counters).
+/// rank 0 reports the most bytes that were ever in flight between them (transport counters):
+/// puts rank 0 had toward rank 1 (gets its NI served), or gets rank 1 had toward rank 0
+/// (direct gets), whichever carried the message.
 pub fn slow_receiver(world: &Comm, len: usize) -> Result<Option<u64>, String> {
+    let counters = |peer| {
+        world
+            .fabric()
+            .counters(peer)
+            .ok_or("this transport keeps no counters")
+    };
     match world.rank() {
         0 => {
             world.send(&pattern(0, 1, len), 1, 1).map_err(e)?;
-            // The receiver says when it has checked every byte.
-            world.recv::<u8>(&mut [], 1, 2).map_err(e)?;
-            let c = world
-                .fabric()
-                .counters(1)
-                .ok_or("this transport keeps no counters")?;
+            // The receiver says when it has checked every byte, and its peak of gets.
+            let mut gets_peak = [0u64];
+            world.recv(&mut gets_peak, 1, 2).map_err(e)?;
+            let c = counters(1)?;
             ensure!(c.put_bytes_in_flight == 0, "puts still in flight: {c:?}");
-            Ok(Some(c.put_bytes_in_flight_peak))
+            Ok(Some(c.put_bytes_in_flight_peak.max(gets_peak[0])))
         }
         1 => {
             let mut buf = vec![0u8; len];
@@ -353,7 +359,9 @@ pub fn slow_receiver(world: &Comm, len: usize) -> Result<Option<u64>, String> {
                 st.len == len && buf == pattern(0, 1, len),
                 "slow receive corrupted"
             );
-            world.send::<u8>(&[], 0, 2).map_err(e)?;
+            let c = counters(0)?;
+            ensure!(c.get_bytes_in_flight == 0, "gets still in flight: {c:?}");
+            world.send(&[c.get_bytes_in_flight_peak], 0, 2).map_err(e)?;
             Ok(None)
         }
         _ => Ok(None),

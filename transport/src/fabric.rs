@@ -109,6 +109,15 @@ pub trait Fabric: Send + Sync {
     /// RDMA read: `len` bytes from `src` into `dst` at `dst_offset`.
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId>;
 
+    /// The longest [`get`](Fabric::get) this backend does at least as fast as the target
+    /// could write the same bytes with [`put`](Fabric::put): the offload NI reads a region a
+    /// target published itself up to this length, and has the target serve longer reads (shm
+    /// splits a large put between both processes, so each copies half, where a get is one
+    /// process's copy). No limit by default.
+    fn direct_get_max(&self) -> usize {
+        usize::MAX
+    }
+
     /// Sends an active message to `dest` (which may be this rank).
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()>;
 

@@ -195,4 +195,8 @@ pub struct PeerCounters {
     pub put_bytes_in_flight: u64,
     /// The most `put_bytes_in_flight` has been.
     pub put_bytes_in_flight_peak: u64,
+    /// Bytes of gets issued toward the peer whose data has not all landed.
+    pub get_bytes_in_flight: u64,
+    /// The most `get_bytes_in_flight` has been.
+    pub get_bytes_in_flight_peak: u64,
 }

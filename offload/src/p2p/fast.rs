@@ -27,6 +27,7 @@ use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
 use crate::ni_mpi::{FastOpen, FastPass};
+use crate::wire::QuietPut;
 use crate::DirectDone;
 
 /// `Engine::fast_state`: no fast receive.
@@ -129,9 +130,7 @@ impl Engine {
             let mut taken = None;
             let still_open = || self.fast_state.load(Ordering::Relaxed) == FAST_OPEN;
             let close = || self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-            let take = |src, bits, hdr_data, payload: &[u8]| {
-                Some(take_message(src, bits, hdr_data, payload, buf))
-            };
+            let take = |src, q: &QuietPut<'_>| Some(take_message(src, q, buf));
             let pass = self.ni.fast_receive_pass(
                 self.pt_msg,
                 &spec,
@@ -267,20 +266,21 @@ enum Taken {
 /// for it would, so that the receive goes on to fetch the rest without the header being queued
 /// and the receive posted (a copy into a bounce buffer and out again, about 0.8 us).
 #[inline]
-fn take_message(src: Rank, bits: u64, hdr_data: u64, payload: &[u8], buf: &mut [u8]) -> Taken {
-    if Header::decode(hdr_data).chunk.is_none() {
-        return Taken::Eager(deliver_eager(src, bits, payload, buf));
+fn take_message(src: Rank, q: &QuietPut<'_>, buf: &mut [u8]) -> Taken {
+    if Header::decode(q.hdr_data).chunk.is_none() {
+        return Taken::Eager(deliver_eager(src, q.bits, q.payload, buf));
     }
-    let n = payload.len().min(buf.len());
-    rdcoll_transport::copy_bytes(&mut buf[..n], &payload[..n]);
+    let n = q.payload.len().min(buf.len());
+    rdcoll_transport::copy_bytes(&mut buf[..n], &q.payload[..n]);
     Taken::Rendezvous(DirectDone {
         user_ptr: 0,
         initiator: src,
-        match_bits: bits,
-        hdr_data,
-        rlength: payload.len() as u64,
+        match_bits: q.bits,
+        hdr_data: q.hdr_data,
+        rlength: q.payload.len() as u64,
         mlength: n as u64,
         fail: crate::NiFail::Ok,
+        published: q.published,
     })
 }
 

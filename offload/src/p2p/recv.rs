@@ -222,6 +222,8 @@ fn fetch(
             match_bits: d.match_bits,
             remote_offset,
             user_ptr: id,
+            // The sender published its buffer with the header: the gets read it directly.
+            published: d.published,
         };
         let issued = if i < credits {
             ni.get(a)

@@ -291,7 +291,9 @@ impl Engine {
             }
         };
         let header = Header::rendezvous(data.len(), chunk);
-        if let Err(e) = self.put_first(dest, bits, header, &data[..first]) {
+        // The buffer's region published with the header: the receiver's gets read it directly.
+        let a = self.first_put(dest, bits, header, first);
+        if let Err(e) = self.ni.put_inline_published(a, &data[..first], region) {
             let _ = self.ni.me_unlink(me);
             let _ = self.ni.ct_free(ct);
             return Err(e);
@@ -302,10 +304,18 @@ impl Engine {
     /// Puts `data` (at most the eager limit) with its header to `dest`'s message portal.
     #[inline]
     fn put_first(&self, dest: Rank, bits: u64, hdr_data: u64, data: &[u8]) -> Result<()> {
-        let a = PutArgs {
+        let a = self.first_put(dest, bits, hdr_data, data.len());
+        // The eager descriptor raises no SEND event and counts nothing (see `Engine::new`).
+        self.ni.put_inline_unsignalled(a, data)
+    }
+
+    /// The put of a message's first `len` bytes with its header to `dest`'s message portal.
+    #[inline]
+    fn first_put(&self, dest: Rank, bits: u64, hdr_data: u64, len: usize) -> PutArgs {
+        PutArgs {
             md: self.eager_md,
             local_offset: 0,
-            len: data.len(),
+            len,
             ack_req: AckReq::None,
             target: dest,
             pt: self.pt_msg,
@@ -313,9 +323,7 @@ impl Engine {
             remote_offset: 0,
             user_ptr: EAGER,
             hdr_data,
-        };
-        // The eager descriptor raises no SEND event and counts nothing (see `Engine::new`).
-        self.ni.put_inline_unsignalled(a, data)
+        }
     }
 }
 

@@ -57,3 +57,36 @@ pub(crate) fn parse<const N: usize>(payload: &[u8]) -> Option<([u64; N], &[u8])>
     }
     Some((out, &payload[N * 8..]))
 }
+
+/// What follows a put's data at the target: nothing, an immediate event, or a flag byte
+/// stored after the data (`Fabric::put_flag`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum PutTail {
+    None,
+    Imm(u64),
+    Flag(u8),
+}
+
+impl PutTail {
+    /// The two words a record carries it in.
+    pub(crate) fn words(self) -> [u64; 2] {
+        match self {
+            PutTail::None => [0, 0],
+            PutTail::Imm(v) => [1, v],
+            PutTail::Flag(v) => [2, v as u64],
+        }
+    }
+    /// Read back from a record (`None` for a malformed pair).
+    pub(crate) fn from_words(kind: u64, value: u64) -> Option<PutTail> {
+        match kind {
+            0 => Some(PutTail::None),
+            1 => Some(PutTail::Imm(value)),
+            2 => u8::try_from(value).ok().map(PutTail::Flag),
+            _ => None,
+        }
+    }
+    /// Bytes the target range covers beyond the data.
+    pub(crate) fn extra(self) -> usize {
+        matches!(self, PutTail::Flag(_)) as usize
+    }
+}

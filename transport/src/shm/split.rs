@@ -49,6 +49,16 @@ impl Inner {
     pub(super) fn splits_put(&self, len: usize) -> bool {
         self.split_puts && len >= SPLIT_MIN
     }
+
+    /// `Fabric::direct_get_max`: below the split puts' threshold a get (one
+    /// `process_vm_readv`) is as fast as a put; from it a put copies in both processes.
+    pub(super) fn direct_get_max(&self) -> usize {
+        if self.split_puts {
+            SPLIT_MIN - 1
+        } else {
+            usize::MAX
+        }
+    }
 }
 
 /// The initiator's side: asks the target to pull the first part, writes the rest itself into

@@ -35,11 +35,16 @@ impl Shared {
         if self.peers[p.peer as usize].failed.load(Ordering::Acquire) {
             return Err(TransportError::PeerFailed(p.peer));
         }
-        if matches!(p.kind, PendingKind::Put) {
+        {
             let mut f = self.flight.lock();
             let c = &mut f[p.peer as usize];
-            c.put_bytes_in_flight += p.len as u64;
-            c.put_bytes_in_flight_peak = c.put_bytes_in_flight_peak.max(c.put_bytes_in_flight);
+            if matches!(p.kind, PendingKind::Put) {
+                c.put_bytes_in_flight += p.len as u64;
+                c.put_bytes_in_flight_peak = c.put_bytes_in_flight_peak.max(c.put_bytes_in_flight);
+            } else {
+                c.get_bytes_in_flight += p.len as u64;
+                c.get_bytes_in_flight_peak = c.get_bytes_in_flight_peak.max(c.get_bytes_in_flight);
+            }
         }
         pending.insert(op.0, p);
         Ok(())
@@ -47,10 +52,15 @@ impl Shared {
 
     /// A pending operation left the pending table (completed or failed).
     pub(super) fn landed(&self, p: &Pending) {
-        if matches!(p.kind, PendingKind::Put) {
-            let mut f = self.flight.lock();
-            let c = &mut f[p.peer as usize];
-            c.put_bytes_in_flight = c.put_bytes_in_flight.saturating_sub(p.len as u64);
+        let mut f = self.flight.lock();
+        let c = &mut f[p.peer as usize];
+        match p.kind {
+            PendingKind::Put => {
+                c.put_bytes_in_flight = c.put_bytes_in_flight.saturating_sub(p.len as u64);
+            }
+            PendingKind::Get { .. } => {
+                c.get_bytes_in_flight = c.get_bytes_in_flight.saturating_sub(p.len as u64);
+            }
         }
     }
 
