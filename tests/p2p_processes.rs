@@ -47,6 +47,7 @@ fn rank_entry() {
             "many_sends" => limits_cases::many_sends_received_late(&world, 100_000, 2048),
             "past_nonces" => limits_cases::same_envelope_past_the_nonces(&world, 2048),
             "flood" => limits_cases::flood_then_reply(&world, 300_000),
+            "read_through_flood" => limits_cases::read_through_a_flood(&world, 3.0),
             "intruder" => limits_cases::intruder_learns_nothing(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
@@ -139,6 +140,16 @@ fn many_sends_in_flight_to_one_peer() {
 fn a_busy_peer_behind_a_flood_is_not_declared_dead() {
     let short = [("RDCOLL_PEER_TIMEOUT_MS", "500".to_string())];
     job_with(2, "tcp", "flood", &short);
+}
+
+/// A rank whose host thread reads a flood for three peer timeouts keeps beating toward a third
+/// rank that hears nothing else from it (tcp: the I/O thread does not wait for the reading host
+/// thread, which reads at most 4 MiB per peer and poll). Before, the I/O thread waited for the
+/// reader's lock and the third rank declared the reader dead in 3 runs of 4.
+#[test]
+fn a_rank_reading_a_flood_keeps_beating() {
+    let short = [("RDCOLL_PEER_TIMEOUT_MS", "1000".to_string())];
+    job_with(3, "tcp", "read_through_flood", &short);
 }
 
 /// A process that can reach the store's port but holds no secret learns nothing from it, and

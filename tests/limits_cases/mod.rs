@@ -153,6 +153,46 @@ pub fn flood_then_reply(world: &Comm, count: usize) -> Outcome {
     }
 }
 
+/// Rank 1 floods rank 0 with 16 KiB messages for `secs` seconds, which rank 0 receives as
+/// they come (its host thread reading the socket, tcp's `read_now`); rank 2 meanwhile waits for
+/// one message rank 0 sends only at the end, so all it hears of rank 0 for those seconds are
+/// the heartbeats of rank 0's I/O thread. Nobody may be declared dead (with a peer timeout
+/// shorter than the flood, that thread must keep beating while the host thread reads).
+pub fn read_through_a_flood(world: &Comm, secs: f64) -> Outcome {
+    let msg = vec![3u8; 16 << 10];
+    let done = u32::MAX - 1;
+    match world.rank() {
+        0 => {
+            let mut buf = vec![0u8; 16 << 10];
+            let mut n = 0u64;
+            loop {
+                let st = world.recv(&mut buf, 1, rdcoll::Tag::Any).map_err(e)?;
+                if st.tag == done {
+                    break;
+                }
+                n += 1;
+            }
+            world.send(&n.to_le_bytes(), 2, 5).map_err(e)
+        }
+        1 => {
+            let until = std::time::Instant::now() + std::time::Duration::from_secs_f64(secs);
+            while std::time::Instant::now() < until {
+                world.send(&msg, 0, 1).map_err(e)?;
+            }
+            world.send(&[0u8], 0, done).map_err(e)
+        }
+        2 => {
+            let mut n = [0u8; 8];
+            world.recv(&mut n, 0, 5).map_err(e)?;
+            if u64::from_le_bytes(n) == 0 {
+                return Err("rank 0 received nothing of the flood".into());
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Rank 1 plays a process that can reach the job's store port but holds no secret (or a wrong
 /// one): the store answers it nothing; and a connection to rank 0's tcp endpoint (its address
 /// leaked by an insider: rank 1 reads it with the real secret) with a made-up handshake gets

@@ -29,7 +29,9 @@ impl ReadBuf {
 
 pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
     let mut events = mio::Events::with_capacity(256);
-    let mut last_heard = vec![Instant::now(); sh.size];
+    for r in 0..sh.size {
+        sh.heard_now(r);
+    }
     let beat = (sh.peer_timeout / 5).max(Duration::from_millis(20));
     let mut last_beat = Instant::now();
     let mut unread: Vec<usize> = Vec::new();
@@ -41,7 +43,9 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
         // Peers left with bytes to read (a reading budget ran out): poll without sleeping, and
         // read them again after the events.
         let timeout = if unread.is_empty() {
-            beat
+            // Until the next beat is due: beats go out every `beat`, not every one to two
+            // (peers allow five before they give up, and a busy host delays the wake-up).
+            beat.saturating_sub(last_beat.elapsed())
         } else {
             Duration::ZERO
         };
@@ -62,7 +66,7 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
                 continue;
             }
             if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                last_heard[r] = Instant::now();
+                sh.heard_now(r);
                 if !read_some(&sh, r, &mut unread) {
                     continue;
                 }
@@ -77,20 +81,24 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
                 }
             }
         }
+        for (r, left) in sh.host_left.iter().enumerate() {
+            if left.swap(false, Ordering::AcqRel) && !unread.contains(&r) {
+                unread.push(r);
+            }
+        }
         for r in std::mem::take(&mut unread) {
             if !sh.peers[r].failed.load(Ordering::Acquire) {
-                last_heard[r] = Instant::now();
                 read_some(&sh, r, &mut unread);
             }
         }
         let now = Instant::now();
         if now.duration_since(last_beat) >= beat {
             last_beat = now;
-            for (r, heard) in last_heard.iter().enumerate() {
+            for r in 0..sh.size {
                 if r as Rank == sh.rank || sh.peers[r].failed.load(Ordering::Acquire) {
                     continue;
                 }
-                if now.duration_since(*heard) > sh.peer_timeout {
+                if sh.silent_for(r) > sh.peer_timeout {
                     sh.fail_peer(r as Rank, "silent for longer than the peer timeout");
                 } else {
                     let _ = sh.enqueue(r as Rank, Frame::Heartbeat.encode());
@@ -103,12 +111,14 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
 /// Bytes the I/O thread reads from one peer before it turns to the others, to its heartbeats
 /// and to failing silent peers: a peer that floods this rank must not starve them (a rank
 /// working through a backlog was declared dead by its peers, its heartbeats never sent).
-const READ_BUDGET: usize = 4 << 20;
+pub(super) const READ_BUDGET: usize = 4 << 20;
 
 /// Reads what peer `r` has (up to [`READ_BUDGET`]; noted in `unread` if more may be there).
 /// Returns `false` if the peer failed.
 fn read_some(sh: &Shared, r: usize, unread: &mut Vec<usize>) -> bool {
-    // Waits for a host thread reading this peer (it may have taken the bytes).
+    // Waits for a host thread reading this peer (it may have taken the bytes); that thread
+    // reads at most a budget's worth too (`Shared::read_now`), so this wait is short and the
+    // heartbeats and silence checks go on behind a flood.
     match read_peer(sh, r as Rank, &mut sh.readers[r].lock(), READ_BUDGET) {
         Ok(more) => {
             if more && !unread.contains(&r) {
@@ -222,6 +232,9 @@ pub(super) fn read_peer(
             Ok(n) => {
                 rb.filled += n;
                 read += n;
+                // Heard, whoever reads (a host thread's read consumes bytes the I/O thread's
+                // poller then no longer reports).
+                sh.heard_now(from as usize);
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(false),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

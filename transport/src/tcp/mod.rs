@@ -62,6 +62,13 @@ pub(crate) struct Shared {
     /// What was read from each peer and not yet handled; whoever holds a peer's lock reads
     /// its socket (the I/O thread, or a host thread polling: `read_now`).
     readers: Vec<Mutex<engine::ReadBuf>>,
+    /// When each peer was last heard from (nanoseconds since `start`): bytes read from it, by
+    /// the I/O thread or a host thread, or its socket reporting an event. Silence past the peer
+    /// timeout fails it.
+    heard: Vec<AtomicU64>,
+    /// Peers a host thread stopped reading with bytes left (its budget ran out): the I/O
+    /// thread reads them next (readiness is edge-triggered: no event would say so).
+    host_left: Vec<AtomicBool>,
     /// Pending operations; peer failure is decided under this lock so none is missed.
     pending: Mutex<HashMap<u64, Pending>>,
     /// Put bytes in flight toward each peer, and their peak (under the `pending` lock's
@@ -134,6 +141,8 @@ impl TcpFabric {
             readers: (0..size)
                 .map(|_| Mutex::new(engine::ReadBuf::new()))
                 .collect(),
+            host_left: (0..size).map(|_| AtomicBool::new(false)).collect(),
+            heard: (0..size).map(|_| AtomicU64::new(0)).collect(),
             pending: Mutex::new(HashMap::new()),
             flight: Mutex::new(vec![PeerCounters::default(); size]),
             sink: cfg
@@ -160,7 +169,8 @@ impl Shared {
     /// Reads, on the polling host thread, what the peers' sockets hold and handles it: a
     /// message is then ready as soon as it arrives instead of once the I/O thread has woken
     /// up (10-20 us on a busy host). A peer whose reader is busy (the I/O thread reading it)
-    /// is skipped.
+    /// is skipped. At most `engine::READ_BUDGET` bytes per peer: a peer that floods this rank
+    /// must not keep the host thread from what it polls for (the rest is the I/O thread's).
     fn read_now(&self) {
         if self.sink.is_some() {
             // `RDCOLL_SINK_RATE` paces deposits by sleeping: not on a host thread, which may
@@ -174,11 +184,30 @@ impl Shared {
             let Some(mut rb) = self.readers[r].try_lock() else {
                 continue;
             };
-            if let Err(why) = engine::read_peer(self, r as Rank, &mut rb, usize::MAX) {
-                drop(rb);
-                self.fail_peer(r as Rank, &why);
+            match engine::read_peer(self, r as Rank, &mut rb, engine::READ_BUDGET) {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.host_left[r].store(true, Ordering::Release);
+                    let _ = self.waker.wake();
+                }
+                Err(why) => {
+                    drop(rb);
+                    self.fail_peer(r as Rank, &why);
+                }
             }
         }
+    }
+
+    /// Notes that peer `r` was heard from now.
+    pub(super) fn heard_now(&self, r: usize) {
+        let now = self.start.elapsed().as_nanos() as u64;
+        self.heard[r].store(now, Ordering::Relaxed);
+    }
+
+    /// How long peer `r` has been silent.
+    pub(super) fn silent_for(&self, r: usize) -> Duration {
+        let now = self.start.elapsed().as_nanos() as u64;
+        Duration::from_nanos(now.saturating_sub(self.heard[r].load(Ordering::Relaxed)))
     }
 
     fn check_rank(&self, rank: Rank) -> Result<()> {
