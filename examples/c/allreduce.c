@@ -81,6 +81,14 @@ int main(void) {
         EXPECT(out64[i] == (size > 1 ? 1 : 0), "first non-zero %lld", (long long)out64[i]);
     CHECK(rdc_scan(mine64, out64, 4, RDC_INT64, op, world));
     EXPECT(out64[0] == (rank >= 1 ? 1 : 0), "scan with a user op: %lld", (long long)out64[0]);
+    /* Reduce to every root: rank order whatever the root. */
+    for (int root = 0; root < size; root++) {
+        out64[0] = -1;
+        CHECK(rdc_reduce(mine64, out64, 4, RDC_INT64, op, root, world));
+        if (rank == root)
+            EXPECT(out64[0] == (size > 1 ? 1 : 0), "reduce to %d with a user op: %lld", root,
+                   (long long)out64[0]);
+    }
     CHECK(rdc_op_free(&op));
 
     /* Nonblocking: an allreduce, a broadcast and a barrier in flight at once, with a

@@ -191,16 +191,21 @@ fn refuse_overlap(send: CBuf, recv: CBuf) -> Result<(), c_int> {
     Ok(())
 }
 
+/// The predefined reduction `op` names.
+pub(crate) fn op_of(op: c_int) -> Result<Op, c_int> {
+    Op::ALL
+        .get(usize::try_from(op).map_err(|_| RDC_ERR_OP)?)
+        .copied()
+        .ok_or(RDC_ERR_OP)
+}
+
 /// The element size and byte-level reducer of `op` (predefined, or made by `rdc_op_create`)
 /// on datatype `dt`.
 pub(crate) fn reducer_for(dt: c_int, op: c_int) -> Result<(usize, SendReducer), c_int> {
     if let Some(f) = crate::ops::user_reducer(op, dt) {
         return Ok((dt_size(dt)?, f?));
     }
-    let op = Op::ALL
-        .get(usize::try_from(op).map_err(|_| RDC_ERR_OP)?)
-        .copied()
-        .ok_or(RDC_ERR_OP)?;
+    let op = op_of(op)?;
     fn boxed<T: Element>(op: Op) -> Result<SendReducer, c_int> {
         if T::FLOAT && op.integers_only() {
             return Err(RDC_ERR_OP);
@@ -485,11 +490,14 @@ pub(crate) fn reduction_job(
 ) -> Result<Job, c_int> {
     let len = byte_len(count, dt)?;
     let (elem, f) = reducer_for(dt, op)?;
+    // A predefined operation reads its buffers as elements; one of the caller's gets them as
+    // pointers, in place, whatever their alignment.
+    let align = if crate::ops::is_user_op(op) { 1 } else { elem };
     let root = root.map(|r| root_of(c, r)).transpose()?;
     let at_root = root.is_none_or(|r| r == c.rank());
     let in_place = sendbuf == RDC_IN_PLACE || (at_root && std::ptr::eq(sendbuf, recvbuf));
     let recv = if at_root {
-        aligned_write_buf(recvbuf, len, elem)?
+        aligned_write_buf(recvbuf, len, align)?
     } else {
         CBuf { addr: 0, len: 0 }
     };
@@ -502,7 +510,7 @@ pub(crate) fn reduction_job(
     };
     // Aligned as the blocking call requires (it reads the elements where they are).
     let send = send
-        .map(|s| match len > 0 && !(s as usize).is_multiple_of(elem) {
+        .map(|s| match len > 0 && !(s as usize).is_multiple_of(align) {
             true => Err(RDC_ERR_ARG),
             false => read_buf(s, len),
         })

@@ -4,23 +4,9 @@ use std::ffi::{c_int, c_void};
 
 use rdcoll::{Comm, Element, Op};
 
+use crate::block_jobs::{bytes_level, op_of, reduction_job, root_of};
 use crate::p2p::{byte_len, bytes_mut};
 use crate::*;
-
-/// The reduction `op` names.
-fn op_of(op: c_int) -> Result<Op, c_int> {
-    Op::ALL
-        .get(usize::try_from(op).map_err(|_| RDC_ERR_OP)?)
-        .copied()
-        .ok_or(RDC_ERR_OP)
-}
-
-fn root_rank(comm: &Comm, root: c_int) -> Result<u32, c_int> {
-    u32::try_from(root)
-        .ok()
-        .filter(|&r| (r as usize) < comm.size())
-        .ok_or(RDC_ERR_RANK)
-}
 
 /// Where a reduction's contribution comes from.
 #[derive(Clone, Copy)]
@@ -185,20 +171,16 @@ fn reduction(
 ) -> c_int {
     guard(|| {
         finish((|| {
-            let len = byte_len(count, dt)?;
-            if let Some(f) = crate::ops::user_reducer(op, dt) {
-                let r = UserReduction {
-                    send: sendbuf,
-                    recv: recvbuf,
-                    len,
-                    elem: crate::p2p::dt_size(dt)?,
-                    root,
-                };
-                return r.run(comm_of(comm)?.as_ref(), &*f?);
+            if crate::ops::is_user_op(op) {
+                // An operation of the caller's runs on bytes, as the nonblocking form does.
+                let c = comm_of(comm)?;
+                let job = reduction_job(&c, sendbuf, recvbuf, count, dt, op, root)?;
+                return job(bytes_level(&c)?).map_err(|e| code_of(&e.into()));
             }
+            let len = byte_len(count, dt)?;
             let op = op_of(op)?;
             let c = comm_of(comm)?;
-            let root = root.map(|r| root_rank(&c, r)).transpose()?;
+            let root = root.map(|r| root_of(&c, r)).transpose()?;
             let recv_used = root.is_none_or(|r| r == c.rank());
             let send = contribution(sendbuf, recvbuf, len, recv_used)?;
             if recv_used && recvbuf.is_null() && len > 0 {
@@ -234,7 +216,7 @@ pub extern "C" fn rdc_bcast(
             // SAFETY: the caller's buffer of `count` elements (the API's contract).
             let data = unsafe { bytes_mut(buf, len)? };
             let c = comm_of(comm)?;
-            let root = root_rank(&c, root)?;
+            let root = root_of(&c, root)?;
             c.bcast(data, root).map_err(|e| code_of(&e))
         })())
     })
@@ -265,7 +247,7 @@ pub extern "C" fn rdc_multicast(
             // SAFETY: the caller's buffer of `count` elements (the API's contract).
             let data = unsafe { bytes_mut(buf, len)? };
             let c = comm_of(comm)?;
-            let root = root_rank(&c, root)?;
+            let root = root_of(&c, root)?;
             c.multicast(data, root, how).map_err(|e| code_of(&e))
         })())
     })
@@ -309,54 +291,4 @@ pub extern "C" fn rdc_reduce(
 #[no_mangle]
 pub extern "C" fn rdc_barrier(comm: *const rdc_comm) -> c_int {
     guard(|| finish(comm_of(comm).and_then(|c| c.barrier().map_err(|e| code_of(&e)))))
-}
-
-/// A reduction with an operation of the caller's (`rdc_op_create`), run on bytes.
-struct UserReduction {
-    send: *const c_void,
-    recv: *mut c_void,
-    len: usize,
-    elem: usize,
-    /// `None` for an allreduce.
-    root: Option<c_int>,
-}
-
-impl UserReduction {
-    fn run(self, c: &Comm, f: &rdcoll::reduce::op::Reducer<'_>) -> Result<(), c_int> {
-        let root = self.root.map(|r| root_rank(c, r)).transpose()?;
-        let at_root = root.is_none_or(|r| r == c.rank());
-        let send = contribution(self.send, self.recv, self.len, at_root)?;
-        if at_root && self.recv.is_null() && self.len > 0 {
-            return Err(RDC_ERR_NULL);
-        }
-        let code = |e: rdcoll::Error| code_of(&e);
-        let coll = c.byte_collectives().map_err(code)?;
-        // This rank's contribution: in the receive buffer where the result goes, else in an
-        // aligned copy.
-        let mut scratch = Vec::new();
-        let acc: &mut [u8] = match (send, at_root) {
-            (Contribution::InPlace, _) | (_, true) => {
-                // SAFETY: the caller's receive buffer of `len` bytes (the contract).
-                let acc = unsafe { crate::p2p::bytes_mut(self.recv, self.len)? };
-                if let Contribution::Separate(s) = send {
-                    // SAFETY: the caller's send buffer, checked not to overlap the receive one.
-                    acc.copy_from_slice(unsafe { crate::p2p::bytes(s, self.len)? });
-                }
-                acc
-            }
-            (Contribution::Separate(s), false) => {
-                scratch = vec![0u128; self.len.div_ceil(16)];
-                let acc = &mut bytemuck::cast_slice_mut::<u128, u8>(&mut scratch)[..self.len];
-                // SAFETY: the caller's send buffer of `len` bytes.
-                acc.copy_from_slice(unsafe { crate::p2p::bytes(s, self.len)? });
-                acc
-            }
-        };
-        let r = match root {
-            None => coll.allreduce(acc, self.elem, f),
-            Some(root) => coll.reduce(acc, self.elem, f, root),
-        };
-        drop(scratch);
-        r.map_err(|e| code(e.into()))
-    }
 }

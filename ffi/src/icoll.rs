@@ -51,10 +51,7 @@ pub extern "C" fn rdc_ibcast(
         if buf.is_null() && len > 0 {
             return Err(RDC_ERR_NULL);
         }
-        let root = u32::try_from(root)
-            .ok()
-            .filter(|&r| (r as usize) < c.size())
-            .ok_or(RDC_ERR_RANK)?;
+        let root = crate::block_jobs::root_of(c, root)?;
         // SAFETY: the caller keeps `buf` valid and untouched until the request completes (the
         // API's contract); a dropped request waits first.
         unsafe { c.ibcast_raw(buf as *mut u8, len, root) }.map_err(|e| code_of(&e))

@@ -88,6 +88,11 @@ pub extern "C" fn rdc_op_free(op: *mut c_int) -> c_int {
     })
 }
 
+/// Whether `op` is a handle `rdc_op_create` hands out (live or freed), not a predefined one.
+pub(crate) fn is_user_op(op: c_int) -> bool {
+    op >= FIRST_USER_OP
+}
+
 /// The byte-level reducer of user operation `op` on `dt`; `None` if `op` is not one made by
 /// `rdc_op_create` (a predefined one, or an unknown number); `RDC_ERR_OP` if it was freed.
 pub(crate) fn user_reducer(op: c_int, dt: c_int) -> Option<Result<SendReducer, c_int>> {

@@ -333,8 +333,8 @@ pub fn random_traffic(world: &Comm, count: u32) -> Outcome {
 
 /// Rank 0 sends `len` bytes to rank 1, whose deposits are slowed by `RDCOLL_SINK_RATE`; then
 /// rank 0 reports the most bytes that were ever in flight between them (transport counters):
-/// puts rank 0 had toward rank 1 (gets its NI served), or gets rank 1 had toward rank 0
-/// (direct gets), whichever carried the message.
+/// the gets rank 1 had toward rank 0 (direct gets; rank 0's NI serves no get, so its put
+/// counters stay at zero, which is checked).
 pub fn slow_receiver(world: &Comm, len: usize) -> Result<Option<u64>, String> {
     let counters = |peer| {
         world
@@ -350,6 +350,15 @@ pub fn slow_receiver(world: &Comm, len: usize) -> Result<Option<u64>, String> {
             world.recv(&mut gets_peak, 1, 2).map_err(e)?;
             let c = counters(1)?;
             ensure!(c.put_bytes_in_flight == 0, "puts still in flight: {c:?}");
+            // Over tcp every rendezvous get is a direct get: the receiver reads the sender's
+            // published buffer itself (its get bytes), rank 0's NI serves nothing.
+            ensure!(
+                gets_peak[0] > 0 && c.put_bytes_in_flight_peak == 0,
+                "the rest of the message did not travel by direct gets: receiver's get peak {}, \
+                 sender's put peak {}",
+                gets_peak[0],
+                c.put_bytes_in_flight_peak
+            );
             Ok(Some(c.put_bytes_in_flight_peak.max(gets_peak[0])))
         }
         1 => {
