@@ -6,10 +6,11 @@
 //! and leave all of them in O(1). A bucket's ends live in a small vector addressed by bucket id;
 //! the hash map only finds a bucket by key. A bucket that empties stays in the map, idle, so a
 //! key that is used again soon (the same tag every iteration) costs one lookup instead of a
-//! removal and an insertion; once idle buckets outnumber both the busy ones and a small floor,
-//! one sweep drops them all. Each sweep costs O(map size) and follows at least that many
-//! releases, so it is O(1) amortized, and the table's size follows what is queued now, not
-//! every tag ever seen.
+//! removal and an insertion; while [`IDLE_FLOOR`] buckets are idle already, a bucket that empties
+//! is removed at once instead (one hash removal of a key just looked up, so its slot is in
+//! cache). The table's size follows what is queued now plus at most the floor, not every tag
+//! ever seen, and no release costs more than O(1) (an earlier design swept all idle buckets at
+//! once: O(1) amortized, but a fifth of a receive's time when draining 10,000 queued tags).
 
 use std::hash::Hash;
 
@@ -111,13 +112,15 @@ pub(crate) fn next_on<N: Linked + Copy, V>(slab: &Slab<N, V>, index: u32, lane: 
 /// form, so a burst does not pin its memory.
 const KEEP_CAPACITY: usize = 256;
 
-/// Idle buckets are swept only when there are more than this many (and more than busy ones).
+/// Most idle buckets kept for keys that come back.
 const IDLE_FLOOR: usize = 64;
 
 /// FIFO lists keyed by `K`, created on first use and dropped some time after they empty.
 pub(crate) struct BucketTable<K> {
     index: FastMap<K, u32>,
     buckets: Vec<ListEnds>,
+    /// The key of each bucket id in use (stale for free ids), to remove an emptied bucket.
+    keys: Vec<K>,
     free: Vec<u32>,
     idle: usize,
 }
@@ -128,6 +131,7 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         BucketTable {
             index: FastMap::default(),
             buckets: Vec::new(),
+            keys: Vec::new(),
             free: Vec::new(),
             idle: 0,
         }
@@ -163,8 +167,7 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
     /// into it right away.
     #[inline]
     pub(crate) fn get_or_create(&mut self, key: K) -> u32 {
-        let buckets = &mut self.buckets;
-        let free = &mut self.free;
+        let (buckets, keys, free) = (&mut self.buckets, &mut self.keys, &mut self.free);
         let mut revived = false;
         let id = *self
             .index
@@ -173,10 +176,12 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
             .or_insert_with(|| match free.pop() {
                 Some(id) => {
                     buckets[id as usize] = ListEnds::EMPTY;
+                    keys[id as usize] = key;
                     id
                 }
                 None => {
                     buckets.push(ListEnds::EMPTY);
+                    keys.push(key);
                     (buckets.len() - 1) as u32
                 }
             });
@@ -186,29 +191,19 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         id
     }
 
-    /// Notes that a node left bucket `id`; an emptied bucket turns idle, and idle buckets are
-    /// swept once there are too many.
+    /// Notes that a node left bucket `id`; an emptied bucket turns idle, or is removed if
+    /// [`IDLE_FLOOR`] buckets are idle already.
     #[inline]
     pub(crate) fn release_if_empty(&mut self, id: u32) {
-        if self.buckets[id as usize].is_empty() {
-            self.idle += 1;
-            if self.idle > IDLE_FLOOR && self.idle > self.index.len() - self.idle {
-                self.sweep();
-            }
+        if !self.buckets[id as usize].is_empty() {
+            return;
         }
-    }
-
-    /// Drops every idle bucket.
-    fn sweep(&mut self) {
-        let (buckets, free) = (&self.buckets, &mut self.free);
-        self.index.retain(|_, &mut id| {
-            let busy = !buckets[id as usize].is_empty();
-            if !busy {
-                free.push(id);
-            }
-            busy
-        });
-        self.idle = 0;
+        if self.idle < IDLE_FLOOR {
+            self.idle += 1;
+        } else {
+            self.index.remove(&self.keys[id as usize]);
+            self.free.push(id);
+        }
     }
 
     /// Forgets every bucket (the caller relinks or drops the nodes); large maps are freed.
@@ -218,6 +213,7 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         } else {
             self.index.clear();
             self.buckets.clear();
+            self.keys.clear();
             self.free.clear();
             self.idle = 0;
         }
@@ -320,7 +316,7 @@ mod tests {
     }
 
     #[test]
-    fn idle_buckets_of_ever_new_keys_are_swept() {
+    fn idle_buckets_of_ever_new_keys_are_dropped() {
         let (mut slab, mut table) = (Slab::new(), BucketTable::new());
         for key in 0..100_000u64 {
             touch(&mut slab, &mut table, key);
@@ -332,7 +328,7 @@ mod tests {
     }
 
     #[test]
-    fn sweep_keeps_busy_buckets() {
+    fn dropping_idle_buckets_keeps_busy_ones() {
         let (mut slab, mut table) = (Slab::new(), BucketTable::new());
         let busy: Vec<(u64, u32)> = (0..10u64)
             .map(|key| {

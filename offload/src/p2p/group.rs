@@ -57,7 +57,7 @@ impl Engine {
         // SAFETY: passed on from the caller.
         let started = unsafe { self.isend_started(ptr, len, dest, tag, context)? };
         if let Started::Pending(id) = started {
-            self.inner.lock().grouped.insert(id.0, group.0);
+            self.inner.lock().reqs.set_group(id.0, group.0);
         }
         Ok(started)
     }
@@ -107,7 +107,7 @@ impl Engine {
         let mut inner = self.inner.lock();
         // SAFETY: passed on from the caller.
         let id = unsafe { self.irecv_locked(&mut inner, ptr, len, source, tag, context)? };
-        inner.grouped.insert(id.0, group.0);
+        inner.reqs.set_group(id.0, group.0);
         Ok(id)
     }
 
@@ -115,22 +115,13 @@ impl Engine {
     /// after an error from `test`, which a failed progress pass can return while the request
     /// is still in flight (`wait` never does).
     pub fn is_pending(&self, id: ReqId) -> bool {
-        self.inner.lock().reqs.contains_key(&id.0)
+        self.inner.lock().reqs.contains(id.0)
     }
 
     /// Waits for every request of `group` whose result was not collected yet, oldest first;
     /// their ids and results.
     pub fn wait_group(&self, group: Group) -> Vec<(ReqId, Result<Status>)> {
-        let mut left: Vec<u64> = {
-            let inner = self.inner.lock();
-            inner
-                .grouped
-                .iter()
-                .filter(|&(_, &g)| g == group.0)
-                .map(|(&id, _)| id)
-                .collect()
-        };
-        left.sort_unstable();
+        let left = self.inner.lock().reqs.of_group(group.0);
         left.into_iter()
             .map(|id| (ReqId(id), self.wait(ReqId(id))))
             .collect()

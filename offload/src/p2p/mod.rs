@@ -24,6 +24,7 @@ mod group;
 mod members;
 mod probe;
 mod recv;
+mod requests;
 mod send;
 mod status;
 
@@ -124,8 +125,7 @@ enum Req {
 }
 
 struct Inner {
-    next_id: u64,
-    reqs: HashMap<u64, Req>,
+    reqs: requests::Requests,
     /// Nonces and buffer registrations of the rendezvous sends in flight.
     books: send::SendBooks,
     /// Results of probes, by their id.
@@ -138,8 +138,6 @@ struct Inner {
     fast: Option<fast::FastRecv>,
     /// Matched direct receives, collected by a progress pass (reused).
     directs: Vec<crate::DirectDone>,
-    /// The group of each grouped request whose result was not collected yet (`group`).
-    grouped: HashMap<u64, u64>,
 }
 
 /// One rank's point-to-point engine.
@@ -262,8 +260,7 @@ impl Engine {
             crowded: fabric.size() > rdcoll_transport::cores::for_ranks_here(fabric.size()),
             home: None,
             inner: SpinLock::new(Inner {
-                next_id: 0,
-                reqs: HashMap::default(),
+                reqs: requests::Requests::default(),
                 books: send::SendBooks::default(),
                 searches: HashMap::default(),
                 scratch: Vec::new(),
@@ -271,7 +268,6 @@ impl Engine {
                 delivery_failure: None,
                 fast: None,
                 directs: Vec::new(),
-                grouped: HashMap::default(),
             }),
         })
     }
@@ -372,12 +368,6 @@ impl Engine {
         ))
     }
 
-    fn new_id(inner: &mut Inner) -> u64 {
-        inner.next_id += 1;
-        debug_assert!(inner.next_id < RESERVED_IDS);
-        inner.next_id
-    }
-
     /// Runs the agent's work from this thread (in thread mode too, beside the agent) and hands
     /// queued events to the requests they concern.
     pub fn progress(&self) -> Result<()> {
@@ -472,7 +462,7 @@ impl Engine {
 
     fn test_locked(&self, inner: &mut Inner, id: ReqId) -> Result<Option<Status>> {
         let Inner { reqs, books, .. } = inner;
-        let Some(req) = reqs.get_mut(&id.0) else {
+        let Some(req) = reqs.get_mut(id.0) else {
             return Err(invalid(format!("no request {id:?} is in flight")));
         };
         let finished = match req {
@@ -495,10 +485,7 @@ impl Engine {
         if !finished {
             return Ok(None);
         }
-        if !inner.grouped.is_empty() {
-            inner.grouped.remove(&id.0);
-        }
-        match inner.reqs.remove(&id.0) {
+        match inner.reqs.remove(id.0) {
             Some(Req::Done(r)) => r.map(Some),
             _ => unreachable!("a finished request is Done"),
         }
@@ -535,12 +522,12 @@ impl Engine {
     pub fn cancel(&self, id: ReqId) -> Result<bool> {
         let mut inner = self.inner.lock();
         self.progress_locked(&mut inner)?;
-        match inner.reqs.get_mut(&id.0) {
+        match inner.reqs.get_mut(id.0) {
             None => Err(invalid(format!("no request {id:?} is in flight"))),
             Some(Req::Recv(r)) => {
                 let done = recv::cancel(self, r);
                 if let Some(result) = done {
-                    inner.reqs.insert(id.0, Req::Done(result));
+                    inner.reqs.set(id.0, Req::Done(result));
                     return Ok(true);
                 }
                 Ok(false)

@@ -23,7 +23,9 @@ impl Engine {
         };
         let mut inner = self.inner.lock();
         self.progress_locked(&mut inner)?;
-        let id = Engine::new_id(&mut inner);
+        // An id no request has meanwhile, for the search event.
+        let id = inner.reqs.reserve();
+        inner.reqs.release(id);
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
         let spec = MeSpec {
             region: self.probe_region.clone(),

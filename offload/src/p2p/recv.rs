@@ -70,10 +70,7 @@ impl Engine {
         context: Context,
     ) -> Result<ReqId> {
         if source == Source::Rank(super::PROC_NULL) {
-            let id = Engine::new_id(inner);
-            inner
-                .reqs
-                .insert(id, Req::Done(Ok(Status::from_proc_null())));
+            let id = inner.reqs.insert(Req::Done(Ok(Status::from_proc_null())));
             return Ok(ReqId(id));
         }
         self.take_delivery_failure(inner)?;
@@ -103,14 +100,21 @@ impl Engine {
                 MatchId::Rank(r)
             }
         };
-        let id = Engine::new_id(inner);
+        let id = inner.reqs.reserve();
         let (match_bits, ignore_bits) = bits::receive_bits(context, tag);
         // SAFETY: the caller keeps the buffer valid and otherwise untouched until the receive
         // completes; the NI writes into it only while the receive is posted or matched, and
         // completion (or cancelling) ends that.
         let posted = unsafe {
             self.ni
-                .post_direct(self.pt_msg, match_bits, ignore_bits, match_id, id, ptr, len)?
+                .post_direct(self.pt_msg, match_bits, ignore_bits, match_id, id, ptr, len)
+        };
+        let posted = match posted {
+            Ok(p) => p,
+            Err(e) => {
+                inner.reqs.release(id);
+                return Err(e);
+            }
         };
         let posted = match posted {
             DirectPost::Posted(h) => Some(h),
@@ -122,7 +126,7 @@ impl Engine {
             source,
             phase: Phase::Matching { posted },
         };
-        inner.reqs.insert(id, Req::Recv(receive));
+        inner.reqs.fill(id, Req::Recv(receive));
         if posted.is_none() {
             // It took an unexpected message: its completion is queued now.
             if let Err(e) = self.progress_locked(inner) {
@@ -136,7 +140,7 @@ impl Engine {
 /// A direct receive matched: finish an eager message, start fetching a rendezvous.
 pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
     let id = d.user_ptr;
-    let Some(Req::Recv(r)) = inner.reqs.get_mut(&id) else {
+    let Some(Req::Recv(r)) = inner.reqs.get_mut(id) else {
         return;
     };
     if !matches!(r.phase, Phase::Matching { .. }) {
@@ -358,14 +362,13 @@ impl Engine {
     ) -> Result<Status> {
         let id = {
             let mut inner = self.inner.lock();
-            let id = Engine::new_id(&mut inner);
             let receive = Receive {
                 addr: buf.as_mut_ptr() as usize,
                 capacity: buf.len(),
                 source,
                 phase: Phase::Matching { posted: None },
             };
-            inner.reqs.insert(id, Req::Recv(receive));
+            let id = inner.reqs.insert(Req::Recv(receive));
             d.user_ptr = id;
             on_direct(self, &mut inner, d);
             id

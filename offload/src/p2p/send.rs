@@ -126,9 +126,8 @@ impl Engine {
     ) -> Result<ReqId> {
         if dest == super::PROC_NULL {
             let mut inner = self.inner.lock();
-            let id = Engine::new_id(&mut inner);
             let status = self.sent_status(tag, 0);
-            inner.reqs.insert(id, Req::Done(Ok(status)));
+            let id = inner.reqs.insert(Req::Done(Ok(status)));
             return Ok(ReqId(id));
         }
         self.check_rank(dest, "destination")?;
@@ -141,16 +140,13 @@ impl Engine {
         }
         let mut inner = self.inner.lock();
         self.take_delivery_failure(&mut inner)?;
-        let id = Engine::new_id(&mut inner);
         // SAFETY: the caller keeps the buffer valid and unmodified while the request is in
         // flight; eager sends copy it before returning.
         let data = unsafe { slice_or_empty(ptr, len) };
         if len <= self.cfg.eager_limit {
             let bits = bits::message_bits(context, tag, 0);
             self.put_first(dest, bits, Header::eager(len), data)?;
-            inner
-                .reqs
-                .insert(id, Req::Done(Ok(self.sent_status(tag, len))));
+            let id = inner.reqs.insert(Req::Done(Ok(self.sent_status(tag, len))));
             return Ok(ReqId(id));
         }
         let envelope = bits::message_bits(context, tag, 0);
@@ -164,10 +160,7 @@ impl Engine {
         // SAFETY: passed on from the caller.
         let started = unsafe { self.start_rendezvous(books, dest, tag, context, nonce, ptr, data) };
         match started {
-            Ok(r) => {
-                inner.reqs.insert(id, Req::Send(r));
-                Ok(ReqId(id))
-            }
+            Ok(r) => Ok(ReqId(inner.reqs.insert(Req::Send(r)))),
             Err(e) => {
                 inner.books.nonces.give_back(dest, envelope, nonce);
                 Err(e)
