@@ -18,6 +18,8 @@ mod copy;
 pub mod cores;
 mod error;
 mod fabric;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod launch;
 pub mod local;
 mod membarrier;

@@ -331,4 +331,6 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+mod fuzz;
+#[cfg(test)]
 mod tests;

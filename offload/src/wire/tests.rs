@@ -3,9 +3,9 @@
 use super::quiet::*;
 use super::*;
 
-#[test]
-fn round_trips_and_rejects_truncation() {
-    let msgs = [
+/// One message of each kind and layout (the fuzz tests mutate these too).
+pub(super) fn sample_msgs() -> Vec<Msg<'static>> {
+    vec![
         Msg::Put {
             op: 1,
             pt: PtIndex(2),
@@ -87,7 +87,12 @@ fn round_trips_and_rejects_truncation() {
             mlength: 2,
             remote_offset: 1,
         },
-    ];
+    ]
+}
+
+#[test]
+fn round_trips_and_rejects_truncation() {
+    let msgs = sample_msgs();
     // The eager message's short layout: header and 8 bytes in one 64-byte ring record.
     assert_eq!(msgs[2].encode()[0], K_PUT_QUIET_SHORT);
     assert_eq!(msgs[2].encode().len(), PUT_QUIET_SHORT_HEADER + 8);

@@ -109,6 +109,19 @@ fn read_bytes(r: &mut impl Read, max: usize) -> std::io::Result<Vec<u8>> {
     Ok(v)
 }
 
+/// A request in the wire format (see the module's text).
+fn encode_request(op: u8, key: &[u8], val: &[u8], arg: i64, timeout_ms: u64) -> Vec<u8> {
+    let mut req = Vec::with_capacity(25 + key.len() + val.len());
+    req.push(op);
+    req.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    req.extend_from_slice(key);
+    req.extend_from_slice(&(val.len() as u32).to_le_bytes());
+    req.extend_from_slice(val);
+    req.extend_from_slice(&arg.to_le_bytes());
+    req.extend_from_slice(&timeout_ms.to_le_bytes());
+    req
+}
+
 /// The job's secret, as the store and the tcp handshake check it.
 pub type Secret = [u8; 16];
 
@@ -117,10 +130,9 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Reads the first request of a connection to a secured store: an `AUTH` with `secret`.
-fn authenticate(stream: &mut TcpStream, secret: &Secret) -> bool {
-    // A client that holds the secret sends it at once.
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+/// Reads the first request of a connection to a secured store: an `AUTH` with `secret`,
+/// answered; anything else is not answered at all.
+fn authenticate(stream: &mut (impl Read + Write), secret: &Secret) -> bool {
     let mut op = [0u8; 1];
     if stream.read_exact(&mut op).is_err() || op[0] != OP_AUTH {
         return false;
@@ -133,31 +145,37 @@ fn authenticate(stream: &mut TcpStream, secret: &Secret) -> bool {
         Ok(val)
     })();
     let ok = req.is_ok_and(|val| same_secret(&val, secret));
-    let _ = stream.set_read_timeout(None);
     ok && stream.write_all(&[ST_OK, 0, 0, 0, 0]).is_ok()
 }
+
+/// Longest a `GET` or `WAIT` request may wait at the server.
+const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
 fn serve_connection(table: Arc<Table>, mut stream: TcpStream, secret: Option<Secret>) {
     let _ = stream.set_nodelay(true);
     if let Some(secret) = &secret {
+        // A client that holds the secret sends it at once.
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
         if !authenticate(&mut stream, secret) {
             return;
         }
+        let _ = stream.set_read_timeout(None);
     }
+    serve_requests(&table, &mut stream, MAX_WAIT);
+}
+
+/// Answers requests on `stream` until it ends or sends something malformed (which closes it
+/// unanswered); a `GET` or `WAIT` waits at most `max_wait`.
+fn serve_requests(table: &Table, stream: &mut (impl Read + Write), max_wait: Duration) {
     loop {
         let mut op = [0u8; 1];
         if stream.read_exact(&mut op).is_err() {
             return;
         }
         let req = (|| -> std::io::Result<_> {
-            let key = read_bytes(&mut stream, MAX_KEY)?;
-            let val = read_bytes(&mut stream, MAX_VALUE)?;
-            Ok((
-                key,
-                val,
-                read_u64(&mut stream)? as i64,
-                read_u64(&mut stream)?,
-            ))
+            let key = read_bytes(stream, MAX_KEY)?;
+            let val = read_bytes(stream, MAX_VALUE)?;
+            Ok((key, val, read_u64(stream)? as i64, read_u64(stream)?))
         })();
         let Ok((key, val, arg, timeout_ms)) = req else {
             return;
@@ -165,13 +183,8 @@ fn serve_connection(table: Arc<Table>, mut stream: TcpStream, secret: Option<Sec
         let Ok(key) = String::from_utf8(key) else {
             return;
         };
-        let (status, payload) = table.handle(
-            op[0],
-            key,
-            val,
-            arg,
-            Duration::from_millis(timeout_ms.min(86_400_000)),
-        );
+        let timeout = Duration::from_millis(timeout_ms).min(max_wait);
+        let (status, payload) = table.handle(op[0], key, val, arg, timeout);
         let mut reply = Vec::with_capacity(5 + payload.len());
         reply.push(status);
         reply.extend_from_slice(&(payload.len() as u32).to_le_bytes());
@@ -311,14 +324,7 @@ impl TcpStore {
                 val.len()
             )));
         }
-        let mut req = Vec::with_capacity(25 + key.len() + val.len());
-        req.push(op);
-        req.extend_from_slice(&(key.len() as u32).to_le_bytes());
-        req.extend_from_slice(key.as_bytes());
-        req.extend_from_slice(&(val.len() as u32).to_le_bytes());
-        req.extend_from_slice(val);
-        req.extend_from_slice(&arg.to_le_bytes());
-        req.extend_from_slice(&(timeout.as_millis() as u64).to_le_bytes());
+        let req = encode_request(op, key.as_bytes(), val, arg, timeout.as_millis() as u64);
         let mut conn = self.conn.lock();
         let io = |e| TransportError::io(format!("store at {}", self.addr), e);
         conn.set_read_timeout(Some(timeout + Duration::from_secs(10)))
@@ -358,6 +364,10 @@ impl Store for TcpStore {
         self.call(OP_WAIT, key, &[], target, timeout).map(drop)
     }
 }
+
+#[cfg(test)]
+#[path = "store_fuzz.rs"]
+mod fuzz;
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,8 @@
 //!   and later operation that involves it.
 
 mod copy_slot;
+#[cfg(test)]
+mod fuzz;
 mod heap;
 mod layout;
 mod liveness;

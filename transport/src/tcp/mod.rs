@@ -13,6 +13,8 @@ mod connect;
 mod engine;
 mod pending;
 pub mod wire;
+#[cfg(test)]
+mod wire_fuzz;
 
 pub(crate) use pending::{Pending, PendingKind};
 
