@@ -10,13 +10,14 @@ mod matching;
 mod offload;
 mod p2p;
 mod paired;
+mod soak;
 mod stability;
 mod suite;
 mod transport;
 mod wan;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|stability|suite|wan> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|soak|stability|suite|wan> [options]");
     std::process::exit(2);
 }
 
@@ -33,6 +34,9 @@ fn main() {
         "match" => matching::run(rest),
         "offload" => offload::run(rest),
         "transport" => transport::run(rest),
+        "soak" => soak::run(rest),
+        // A rank of a `soak` job (started by it).
+        "soak-rank" => soak::rank(rest),
         "stability" => stability::run(rest),
         "suite" => suite::run(rest),
         "wan" => wan::run(rest),
