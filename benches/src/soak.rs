@@ -62,7 +62,7 @@ fn schedule(seed: u64, round: u64, size: u32, next_seq: &mut [Vec<u64>]) -> Vec<
 
 /// Byte `i` of the message `seq` from `src`.
 fn byte(src: u32, seq: u64, i: usize) -> u8 {
-    (seq.wrapping_mul(131) ^ (i as u64).wrapping_mul(7) ^ u64::from(src) * 29) as u8
+    (seq.wrapping_mul(131) ^ (i as u64).wrapping_mul(7) ^ (u64::from(src) * 29)) as u8
 }
 
 fn payload(m: &Planned) -> Vec<u8> {
