@@ -27,11 +27,14 @@ use crate::types::{MatchId, NiFail};
 
 /// A receive posted on an MPI portal.
 pub(crate) enum Posted {
-    /// A match list entry appended to the priority list, with its sequence number.
-    Entry { seq: u64, me: Me },
+    /// A match list entry appended to the priority list, with its sequence number (boxed, so
+    /// that the matching engine moves direct receives, the message path's case, as 32 bytes
+    /// rather than an entry's size).
+    Entry { seq: u64, me: Box<Me> },
     /// A direct receive.
     Direct(DirectRecv),
 }
+const _: () = assert!(std::mem::size_of::<Posted>() <= 32);
 
 /// A direct receive: where an inline put that matches it is copied.
 #[derive(Debug, Clone, Copy)]
@@ -147,7 +150,7 @@ impl MpiLists {
     pub(crate) fn unlink_entry(&mut self, seq: u64) -> Option<Me> {
         let handle = self.entries.remove(&seq)?;
         match self.matcher.cancel(handle).ok()? {
-            Posted::Entry { me, .. } => Some(me),
+            Posted::Entry { me, .. } => Some(*me),
             Posted::Direct(_) => None,
         }
     }

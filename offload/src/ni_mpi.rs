@@ -37,6 +37,16 @@ pub(crate) enum FastOpen {
     Closed,
 }
 
+/// What a blocking receive found among the queued messages ([`Ni::take_queued`]).
+pub(crate) enum Queued {
+    /// It took one: what a direct receive would be told of it.
+    Took(DirectDone),
+    /// None is queued; the count of headers queued so far (the queue was empty then).
+    Empty(u64),
+    /// It must go the ordinary way (nothing it may take, or another receive is open).
+    Other,
+}
+
 /// How one pass of the blocking receive's fast path ended ([`Ni::fast_receive_pass`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FastPass {
@@ -75,7 +85,7 @@ pub(crate) fn append_mpi(st: &mut State, pt: PtIndex, seq: u64, me: Me) -> Resul
         .mpi
         .as_mut()
         .ok_or_else(|| invalid("not an MPI portal"))?;
-    match mpi.post(spec, Posted::Entry { seq, me }) {
+    match mpi.post(spec, Posted::Entry { seq, me: Box::new(me) }) {
         PostedAs::Took(u) => {
             let taker = Taker {
                 user_ptr,
@@ -240,6 +250,46 @@ impl Ni {
         }
         open();
         FastOpen::Open(st.queued_unexpected.load(Ordering::Relaxed))
+    }
+
+    /// The first step of a blocking receive with `spec` on MPI portal `pt` into `buf` when
+    /// messages may be queued: under the state lock only, unless `others_open()` (another
+    /// thread's fast receive, which is older), the oldest queued message it matches is taken
+    /// and copied as by [`Ni::fast_receive_open`] if it is all in and `takes` its header data.
+    /// The caller's other receives need not be held off: this takes only what a receive
+    /// posted now would take, and receives of other threads that race with it have no order.
+    #[inline]
+    pub(crate) fn take_queued(
+        &self,
+        pt: PtIndex,
+        spec: &ReceiveSpec,
+        buf: &mut [u8],
+        takes: impl FnOnce(u64) -> bool,
+        others_open: impl FnOnce() -> bool,
+    ) -> Queued {
+        let mut st = self.lock_state();
+        let queued = st.queued_unexpected.load(Ordering::Relaxed);
+        let Some(mpi) = st.portals.get_mut(pt.0).and_then(|p| p.mpi.as_deref_mut()) else {
+            return Queued::Other;
+        };
+        if mpi.unexpected_len() == 0 {
+            return Queued::Empty(queued);
+        }
+        if others_open() {
+            return Queued::Other;
+        }
+        let taken = mpi.take_header_if(spec, |u| u.pending.is_none() && takes(u.hdr_data));
+        match taken {
+            Some(u) => {
+                let d = DirectRecv {
+                    user_ptr: 0,
+                    addr: buf.as_mut_ptr() as usize,
+                    capacity: buf.len(),
+                };
+                Queued::Took(crate::target::copy_out(d, &u, crate::NiFail::Ok))
+            }
+            None => Queued::Other,
+        }
     }
 
     /// Runs `f` under the state lock, which serialises it with fast-receive passes.

@@ -60,7 +60,7 @@ pub(crate) enum Chosen {
     /// overflow list of MPI portals).
     Linked(List, u64),
     /// A use-once entry of an MPI portal's priority list, taken off it.
-    Taken(Me),
+    Taken(Box<Me>),
     /// A direct receive of an MPI portal, taken off it.
     Direct(DirectRecv),
 }

@@ -26,7 +26,8 @@ use rdcoll_transport::{Rank, TransportError};
 use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
-use crate::ni_mpi::{FastOpen, FastPass};
+use crate::ni_mpi::{FastOpen, FastPass, Queued};
+use rdcoll_matching::ReceiveSpec;
 use crate::wire::QuietPut;
 use crate::DirectDone;
 
@@ -73,6 +74,9 @@ impl Engine {
             Source::Any => None,
             Source::Rank(r) => Some(r),
         };
+        if let Some(done) = self.take_queued(buf, &spec) {
+            return Some(done);
+        }
         // Unexpected headers queued when this receive last looked (see the loop).
         let mut seen;
         {
@@ -169,6 +173,32 @@ impl Engine {
             if !polled_any {
                 self.idle(&mut backoff);
             }
+        }
+    }
+
+    /// Takes a queued eager message `spec` matches into `buf` without the engine lock (see
+    /// `Ni::take_queued`), when messages may be queued: unless no header was queued since
+    /// the queue was last seen empty (the latency path's case, which then costs one load).
+    #[inline]
+    fn take_queued(&self, buf: &mut [u8], spec: &ReceiveSpec) -> Option<Result<Status>> {
+        let queued = self.ni.queued_unexpected();
+        if queued == self.empty_at.load(Ordering::Relaxed)
+            || self.delivery_failed.load(Ordering::Relaxed)
+        {
+            return None;
+        }
+        let eager = |hdr_data| Header::decode(hdr_data).chunk.is_none();
+        let others_open = || self.fast_state.load(Ordering::Relaxed) != FAST_NONE;
+        match self
+            .ni
+            .take_queued(self.pt_msg, spec, buf, eager, others_open)
+        {
+            Queued::Took(d) => Some(super::recv::queued_eager(d, buf.len())),
+            Queued::Empty(at) => {
+                self.empty_at.store(at, Ordering::Relaxed);
+                None
+            }
+            Queued::Other => None,
         }
     }
 

@@ -161,6 +161,8 @@ pub struct Engine {
     delivery_failed: std::sync::atomic::AtomicBool,
     /// Whether a fast receive is in progress (`fast::FAST_*`; see `fast::FastRecv`).
     fast_state: std::sync::atomic::AtomicU8,
+    /// `Ni::queued_unexpected` when the message queue was last seen empty (`take_queued`).
+    empty_at: std::sync::atomic::AtomicU64,
     /// Ranks of the job on this host.
     ranks_here: usize,
     /// More of them than cores: waits yield at once instead of spinning (a spinning rank
@@ -256,6 +258,7 @@ impl Engine {
             activity: std::sync::atomic::AtomicU64::new(0),
             delivery_failed: std::sync::atomic::AtomicBool::new(false),
             fast_state: std::sync::atomic::AtomicU8::new(fast::FAST_NONE),
+            empty_at: std::sync::atomic::AtomicU64::new(0),
             ranks_here: fabric.size(),
             crowded: fabric.size() > rdcoll_transport::cores::for_ranks_here(fabric.size()),
             home: None,
