@@ -85,7 +85,13 @@ pub(crate) fn append_mpi(st: &mut State, pt: PtIndex, seq: u64, me: Me) -> Resul
         .mpi
         .as_mut()
         .ok_or_else(|| invalid("not an MPI portal"))?;
-    match mpi.post(spec, Posted::Entry { seq, me: Box::new(me) }) {
+    match mpi.post(
+        spec,
+        Posted::Entry {
+            seq,
+            me: Box::new(me),
+        },
+    ) {
         PostedAs::Took(u) => {
             let taker = Taker {
                 user_ptr,

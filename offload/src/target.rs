@@ -167,7 +167,8 @@ fn entry_transfer(a: &Arrival, list: List, me: &mut Me) -> Result<(Transfer, boo
         op: a.op,
         pt: a.pt,
         list,
-        region: me.region.clone(),
+        // The bytes only: the transfer copies into or out of them, peers never name it.
+        region: me.region.clone_memory(),
         place,
         bits: a.bits,
         rlength: a.rlength,
@@ -219,7 +220,8 @@ fn header_of(t: &Transfer, pending: Option<rdcoll_transport::OpId>) -> Unexpecte
         hdr_data: t.hdr_data,
         published: t.published,
         start: Location {
-            region: t.region.clone(),
+            // The bytes only (an unexpected message is read here, never named by a peer).
+            region: t.region.clone_memory(),
             offset: t.place.offset,
         },
         pending,

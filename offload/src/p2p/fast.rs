@@ -27,9 +27,9 @@ use super::bits::{self, Header};
 use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
 use crate::error::Result;
 use crate::ni_mpi::{FastOpen, FastPass, Queued};
-use rdcoll_matching::ReceiveSpec;
 use crate::wire::QuietPut;
 use crate::DirectDone;
+use rdcoll_matching::ReceiveSpec;
 
 /// `Engine::fast_state`: no fast receive.
 pub(super) const FAST_NONE: u8 = 0;
