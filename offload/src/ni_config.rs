@@ -45,7 +45,7 @@ pub struct NiConfig {
     /// when `auto` picks thread mode, else 0).
     pub agent_poll: Duration,
     /// In thread mode, how long the agent leaves the fabric to host threads after one last
-    /// polled in a wait (`RDCOLL_AGENT_GRACE_US`, default [`DEFAULT_AGENT_GRACE`]).
+    /// polled in a wait (`RDCOLL_AGENT_GRACE_US`, default `DEFAULT_AGENT_GRACE`).
     pub agent_grace: Duration,
 }
 

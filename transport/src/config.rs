@@ -97,7 +97,7 @@ impl FabricConfig {
     }
 
     /// Bytes of each shm ring in a job of `size` ranks: the setting, or by default 4 MiB of
-    /// incoming rings per rank, each from [`MIN_RING_BYTES`] to 1 MiB (1 MiB up to 4 ranks,
+    /// incoming rings per rank, each from `MIN_RING_BYTES` to 1 MiB (1 MiB up to 4 ranks,
     /// 512 KiB at 8, the minimum from 16). Large rings let `osu_bw`'s window of 32 KiB eager
     /// messages (2 MiB) flow without backlog: 13.0 against 5.5 GB/s with 256 KiB rings.
     pub fn shm_ring_bytes_for(&self, size: usize) -> usize {

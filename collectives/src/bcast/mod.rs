@@ -1,13 +1,13 @@
 //! Broadcast: counter-byte RDMA-write blocks for small messages (paper 004), the RDMC family
 //! for large ones (papers 000/001); where every rank shares one host (shm, local), large ones
-//! go through the root's own staging instead ([`shared_staging`]: one copy per rank, no
+//! go through the root's own staging instead (`shared_staging`: one copy per rank, no
 //! store into lines another rank reads).
 //!
 //! Every broadcast starts with a counter-byte broadcast: the message itself when it is
 //! small, or a header alone announcing a large broadcast of the root's length (RDMC or
 //! shared staging: every rank picks the same from that length and the shared settings).
 //! The root alone chooses small or large, from its length; the receivers follow what comes
-//! ([`Heard`]), so a rank whose buffer has another length still takes part in full (through
+//! (`Heard`), so a rank whose buffer has another length still takes part in full (through
 //! a buffer of the root's length) and then reports the mismatch (except between two lengths
 //! that each fit one counter block, which carries no length, as in the paper), and
 //! `bcast_any_size` needs no separate round for the length.

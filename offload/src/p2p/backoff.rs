@@ -53,7 +53,7 @@ const CLOCK_EVERY: u32 = 32;
 /// `core_share`), then yields until [`Backoff::YIELD`] has passed (so ranks
 /// sharing a core take turns), then sleeps on the fabric in 1 ms slices (woken by arrivals).
 /// Any progress starts it over. In thread mode a spinning or yielding wait notes that it polls
-/// ([`Ni::note_host_polling`]), so the agent leaves the messages to it; asleep, it waits for
+/// (`Ni::note_host_polling`), so the agent leaves the messages to it; asleep, it waits for
 /// the agent's notifications instead.
 #[derive(Debug, Default)]
 pub struct Backoff {

@@ -19,9 +19,9 @@ pub const CONTEXT_IDS: usize = COLLECTIVE_CONTEXT_BIT as usize;
 /// The first id of the pool of communicators over part of the job (below: the job's own and
 /// its duplicates).
 const GROUP_FIRST: usize = CONTEXT_IDS / 2;
-/// Words of a [`Contexts::free_mask`] (the duplicates' pool).
+/// Words of a `Contexts::free_mask` (the duplicates' pool).
 pub const CONTEXT_MASK_WORDS: usize = GROUP_FIRST / 64;
-/// Words of a [`Contexts::group_free_mask`].
+/// Words of a `Contexts::group_free_mask`.
 pub const GROUP_MASK_WORDS: usize = (CONTEXT_IDS - GROUP_FIRST) / 64;
 
 /// One rank's context ids.

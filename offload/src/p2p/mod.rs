@@ -177,7 +177,7 @@ impl Engine {
     /// An engine over `fabric` with the network interface set up by `ni_cfg` and the protocol
     /// settings `cfg`, for a job with `ranks_here` ranks on this host. Shared: the NI's agent
     /// (and any thread's progress pass) hands it matched receives through a weak reference
-    /// ([`Engine::collect_matched`]).
+    /// (`Engine::collect_matched`).
     pub fn new(
         fabric: Arc<dyn Fabric>,
         ni_cfg: NiConfig,

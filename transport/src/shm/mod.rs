@@ -1,10 +1,10 @@
 //! `shm`: processes on one host.
 //!
-//! Each rank creates one segment ([`layout`]) holding its control words, its region table, the
+//! Each rank creates one segment (`layout`) holding its control words, its region table, the
 //! rings its peers write messages into, and a heap. Every rank maps every segment; each is
 //! unlinked as soon as all have mapped it.
 //!
-//! - Messages: one SPSC ring per ordered pair ([`ring`]), in the receiver's segment; no locks
+//! - Messages: one SPSC ring per ordered pair (`ring`), in the receiver's segment; no locks
 //!   shared between processes. A sender whose ring is full keeps a private backlog, flushed by
 //!   its own progress, and the receiver wakes it when space frees up.
 //! - Regions the fabric allocates live in the heap: a peer's put is a direct store, a get a
