@@ -244,12 +244,7 @@ impl Ni {
             None
         };
         if let Some(u) = taken {
-            let d = DirectRecv {
-                user_ptr: 0,
-                addr: buf.as_mut_ptr() as usize,
-                capacity: buf.len(),
-            };
-            return FastOpen::Took(crate::target::copy_out(d, &u, crate::NiFail::Ok));
+            return FastOpen::Took(copy_into(buf, &u));
         }
         if matched || !mpi.nothing_posted() {
             return FastOpen::Closed;
@@ -286,14 +281,7 @@ impl Ni {
         }
         let taken = mpi.take_header_if(spec, |u| u.pending.is_none() && takes(u.hdr_data));
         match taken {
-            Some(u) => {
-                let d = DirectRecv {
-                    user_ptr: 0,
-                    addr: buf.as_mut_ptr() as usize,
-                    capacity: buf.len(),
-                };
-                Queued::Took(crate::target::copy_out(d, &u, crate::NiFail::Ok))
-            }
+            Some(u) => Queued::Took(copy_into(buf, &u)),
             None => Queued::Other,
         }
     }
@@ -461,4 +449,15 @@ fn sender_gone(st: &State, source: Option<Rank>) -> Option<Rank> {
             last
         }
     }
+}
+
+/// Copies the data of the taken header `u` into a blocking receive's `buf` (as much as fits):
+/// what a direct receive would be told of it.
+fn copy_into(buf: &mut [u8], u: &crate::portal::Unexpected) -> DirectDone {
+    let d = DirectRecv {
+        user_ptr: 0,
+        addr: buf.as_mut_ptr() as usize,
+        capacity: buf.len(),
+    };
+    crate::target::copy_out(d, u, crate::NiFail::Ok)
 }

@@ -1,0 +1,142 @@
+//! The region table and handles: keys, ownership, deregistration, range checks.
+
+use super::*;
+
+fn alloc(table: &Arc<RegionTable>, len: usize) -> Region {
+    table
+        .insert(|key, p| Region::alloc_owned(0, key, len, p))
+        .unwrap()
+}
+
+#[test]
+fn a_peers_lookup_does_not_keep_a_dropped_region_reachable() {
+    let table = RegionTable::new(0, 4);
+    let r = alloc(&table, 64);
+    let key = r.key();
+    let held_by_peer = table.lookup(key).unwrap();
+    let owner_clone = r.clone();
+    drop(r);
+    assert!(table.lookup(key).is_ok(), "the owner still holds a clone");
+    drop(owner_clone);
+    assert!(
+        table.lookup(key).is_err(),
+        "a peer's copy in progress kept the key alive"
+    );
+    // The peer's copy may still finish: the memory lives until its handle goes.
+    held_by_peer.write(0, &[1, 2, 3]).unwrap();
+}
+
+#[test]
+fn a_memory_clone_keeps_the_bytes_not_the_key() {
+    let table = RegionTable::new(0, 4);
+    let r = alloc(&table, 64);
+    r.write(0, &[5; 8]).unwrap();
+    let key = r.key();
+    let bytes = r.clone_memory();
+    drop(r);
+    assert!(
+        table.lookup(key).is_err(),
+        "only the owner's handles keep the key"
+    );
+    let mut out = [0u8; 8];
+    bytes.read(0, &mut out).unwrap();
+    assert_eq!(out, [5; 8]);
+    // Caller memory: an ordinary clone, which keeps it registered.
+    let mut mem = vec![0u8; 64];
+    let ptr = NonNull::new(mem.as_mut_ptr()).unwrap();
+    let ext = table
+        .insert(|key, p| Ok(Region::from_raw(0, key, ptr, 64, Backing::External, p)))
+        .unwrap();
+    let held = ext.clone_memory();
+    drop(ext);
+    assert!(table.lookup(held.key()).is_ok());
+    held.write(0, &[1]).unwrap();
+    drop(held);
+    assert_eq!(mem[0], 1);
+}
+
+#[test]
+fn stale_key_is_rejected_after_drop() {
+    let table = RegionTable::new(0, 4);
+    let r = alloc(&table, 16);
+    let key = r.key();
+    assert!(table.lookup(key).is_ok());
+    drop(r);
+    assert_eq!(
+        table.lookup(key).unwrap_err(),
+        TransportError::BadKey {
+            rank: 0,
+            key: key.0
+        }
+    );
+    let r2 = alloc(&table, 16);
+    assert_eq!(r2.key().index(), key.index());
+    assert_ne!(r2.key(), key);
+    assert!(table.lookup(key).is_err());
+    assert_eq!(table.live(), 1);
+}
+
+#[test]
+fn dropping_the_last_handle_to_caller_memory_waits_for_copies_inside_it() {
+    let table = RegionTable::new(0, 4);
+    let mut mem = vec![0u8; 64];
+    let ptr = NonNull::new(mem.as_mut_ptr()).unwrap();
+    let r = table
+        .insert(|key, p| Ok(Region::from_raw(0, key, ptr, 64, Backing::External, p)))
+        .unwrap();
+    let peer = table.lookup(r.key()).unwrap();
+    let (inside, started) = std::sync::mpsc::channel();
+    let copier = std::thread::spawn(move || {
+        peer.with_range(0, 64, |p| {
+            inside.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            // SAFETY: 64 bytes of `mem`, held alive by the range.
+            unsafe { std::ptr::write_bytes(p, 1, 64) };
+        })
+        .unwrap();
+        peer
+    });
+    started.recv().unwrap();
+    drop(r);
+    // The copy ended before the drop returned: its bytes are all there.
+    assert!(mem.iter().all(|&b| b == 1));
+    let peer = copier.join().unwrap();
+    assert!(peer.with_range(0, 1, |_| ()).is_err());
+    assert!(table.lookup(peer.key()).is_err());
+}
+
+#[test]
+fn deregister_blocks_peer_access() {
+    let table = RegionTable::new(0, 4);
+    let r = alloc(&table, 16);
+    r.deregister();
+    assert!(table.lookup(r.key()).is_err());
+    assert!(r.write(0, &[1]).is_err());
+}
+
+#[test]
+fn ranges_are_checked() {
+    let table = RegionTable::new(0, 4);
+    let r = alloc(&table, 16);
+    r.write(8, &[7; 8]).unwrap();
+    assert!(matches!(
+        r.write(9, &[7; 8]),
+        Err(TransportError::OutOfRange { .. })
+    ));
+    assert!(r.read(usize::MAX, &mut [0; 2]).is_err());
+    let mut out = [0u8; 8];
+    r.read(8, &mut out).unwrap();
+    assert_eq!(out, [7; 8]);
+    assert!(r.atomic_u64(4).is_err());
+    r.atomic_u64(8).unwrap().store(5, Ordering::Release);
+}
+
+#[test]
+fn slot_limit_is_an_error() {
+    let table = RegionTable::new(0, 1);
+    let _a = alloc(&table, 1);
+    assert!(matches!(
+        table.insert(|key, p| Region::alloc_owned(0, key, 1, p)),
+        Err(TransportError::OutOfResources { .. })
+    ));
+}
