@@ -5,8 +5,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdcoll_transport::Event as FabricEvent;
 use rdcoll_transport::SpinGuard;
+use rdcoll_transport::{Event as FabricEvent, EventRef};
 
 use crate::state::State;
 use crate::types::NiFail;
@@ -62,16 +62,14 @@ fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
 pub(crate) fn progress_locked(st: &mut State) -> usize {
     let mut handled = 0;
     while handled < BATCH {
-        let ev = match st.poll_fabric() {
-            Ok(Some(ev)) => ev,
-            Ok(None) => break,
+        match st.poll_fabric(&mut handle_ref) {
+            Ok(true) => handled += 1,
+            Ok(false) => break,
             Err(e) => {
                 tracing::error!("offload agent: polling the fabric failed: {e}");
                 break;
             }
-        };
-        handled += 1;
-        handle(st, ev);
+        }
     }
     if handled > 0 {
         if let Err(e) = st.fire_ready() {
@@ -81,31 +79,45 @@ pub(crate) fn progress_locked(st: &mut State) -> usize {
     handled
 }
 
-/// Handles one fabric event (the fast receive path hands over what it does not take).
-pub(crate) fn handle(st: &mut State, ev: FabricEvent) {
+/// Handles one fabric event, a message's bytes read where the transport holds them (the fast
+/// receive path hands over what it does not take).
+pub(crate) fn handle_ref(st: &mut State, ev: EventRef<'_>) {
     match ev {
-        FabricEvent::Message { src, data } => match Msg::decode(&data) {
-            Some(Msg::Done {
-                op,
+        EventRef::Message { src, data } => handle_message(st, src, data),
+        EventRef::Owned(ev) => handle(st, ev),
+    }
+}
+
+/// Handles one message from `src`.
+fn handle_message(st: &mut State, src: rdcoll_transport::Rank, data: &[u8]) {
+    match Msg::decode(data) {
+        Some(Msg::Done {
+            op,
+            fail,
+            no_ack,
+            list,
+            mlength,
+            remote_offset,
+            ..
+        }) => {
+            let answer = crate::initiator::Answer {
                 fail,
                 no_ack,
                 list,
                 mlength,
                 remote_offset,
-                ..
-            }) => {
-                let answer = crate::initiator::Answer {
-                    fail,
-                    no_ack,
-                    list,
-                    mlength,
-                    remote_offset,
-                };
-                crate::initiator::on_done(st, src, op, answer)
-            }
-            Some(msg) => crate::target::on_message(st, src, msg),
-            None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
-        },
+            };
+            crate::initiator::on_done(st, src, op, answer)
+        }
+        Some(msg) => crate::target::on_message(st, src, msg),
+        None => tracing::warn!("offload agent: malformed message from rank {src} dropped"),
+    }
+}
+
+/// Handles one fabric event.
+fn handle(st: &mut State, ev: FabricEvent) {
+    match ev {
+        FabricEvent::Message { src, data } => handle_message(st, src, &data),
         FabricEvent::Completed { op, result } => {
             if let Some(g) = st.direct_gets.remove(&op) {
                 if let Err(e) = &result {

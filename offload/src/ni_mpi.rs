@@ -388,19 +388,20 @@ enum Polled {
 /// Polls one fabric event: a message `take` accepts (it returns `Some`) is the caller's, taken
 /// straight from the transport's buffer, and what taking it gave is left in `taken` (a slot
 /// of the caller's, not a return value: the result is large and this is the latency path);
-/// anything else is handed to the agent.
+/// anything else is handed to the agent, in place too.
 fn poll_one<T>(
     st: &mut State,
     taken: &mut Option<T>,
     take: &mut impl FnMut(Rank, &[u8]) -> Option<T>,
 ) -> Polled {
-    let mut other = None;
-    let polled = st.poll_fabric_with(&mut |ev| match ev {
-        EventRef::Message { src, data } => match take(src, data) {
-            Some(t) => *taken = Some(t),
-            None => other = Some(ev.into_owned()),
-        },
-        EventRef::Owned(e) => other = Some(e),
+    let polled = st.poll_fabric(&mut |st, ev| {
+        if let EventRef::Message { src, data } = ev {
+            if let Some(t) = take(src, data) {
+                *taken = Some(t);
+                return;
+            }
+        }
+        crate::agent::handle_ref(st, ev);
     });
     match polled {
         Ok(false) => Polled::Nothing,
@@ -408,15 +409,8 @@ fn poll_one<T>(
             log_poll_failure(&e);
             Polled::Nothing
         }
-        Ok(true) => {
-            if taken.is_some() {
-                return Polled::Taken;
-            }
-            if let Some(ev) = other {
-                crate::agent::handle(st, ev);
-            }
-            Polled::Other
-        }
+        Ok(true) if taken.is_some() => Polled::Taken,
+        Ok(true) => Polled::Other,
     }
 }
 

@@ -159,23 +159,29 @@ impl State {
         self.poller = self.fabric.take_poller();
     }
 
-    /// The next fabric event, if one is ready.
-    pub(crate) fn poll_fabric(&mut self) -> rdcoll_transport::Result<Option<FabricEvent>> {
-        match &mut self.poller {
-            Some(p) => p.poll(),
-            None => self.fabric.poll(),
-        }
-    }
-
-    /// Hands the next fabric event, if one is ready, to `f` (see `Fabric::poll_with`).
-    pub(crate) fn poll_fabric_with(
+    /// Hands the next fabric event, if one is ready, to `f` with the state; returns whether
+    /// there was one. `f` must not poll the fabric.
+    pub(crate) fn poll_fabric(
         &mut self,
-        f: &mut dyn FnMut(EventRef<'_>),
+        f: &mut dyn FnMut(&mut State, EventRef<'_>),
     ) -> rdcoll_transport::Result<bool> {
-        match &mut self.poller {
-            Some(p) => p.poll_with(f),
-            None => self.fabric.poll_with(f),
-        }
+        let Some(mut poller) = self.poller.take() else {
+            let Some(ev) = self.fabric.poll()? else {
+                return Ok(false);
+            };
+            match &ev {
+                FabricEvent::Message { src, data } => {
+                    f(self, EventRef::Message { src: *src, data })
+                }
+                _ => f(self, EventRef::Owned(ev)),
+            }
+            return Ok(true);
+        };
+        // The poller lends a message in the transport's buffer while `f` handles it (no copy);
+        // `f` does not poll, so it does not miss the poller meanwhile.
+        let polled = poller.poll_with(&mut |ev| f(self, ev));
+        self.poller = Some(poller);
+        polled
     }
 
     pub(crate) fn rank(&self) -> Rank {
