@@ -65,6 +65,24 @@ mod request;
 
 use std::sync::{Arc, OnceLock};
 
+/// The `bytemuck` crate whose [`Pod`] the buffers of every call are made of, for the derive
+/// attribute of a program that does not depend on it itself:
+///
+/// ```
+/// #[derive(Clone, Copy, rdcoll::Pod, rdcoll::Zeroable)]
+/// #[bytemuck(crate = "rdcoll::bytemuck")]
+/// #[repr(C)]
+/// struct Particle {
+///     position: [f64; 3],
+///     mass: f64,
+/// }
+/// let p = [Particle { position: [1.0, 2.0, 3.0], mass: 4.0 }];
+/// assert_eq!(rdcoll::bytemuck::cast_slice::<Particle, u8>(&p).len(), 32);
+/// ```
+pub use bytemuck;
+/// The element types of buffers (plain data: any bit pattern is a valid value), and their
+/// derive macros (with `#[bytemuck(crate = "rdcoll::bytemuck")]`, see [`bytemuck`]).
+pub use bytemuck::{Pod, Zeroable};
 pub use nonblocking::CollRequest;
 pub use raw::RawRequest;
 pub use rdcoll_collectives::reduce;

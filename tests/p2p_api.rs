@@ -310,3 +310,34 @@ fn proc_null_operations_complete_at_once() {
     })
     .unwrap();
 }
+
+/// A user type sent and received through the re-exported derive, with no bytemuck dependency
+/// of the program's own.
+#[derive(Clone, Copy, Debug, PartialEq, rdcoll::Pod, rdcoll::Zeroable)]
+#[bytemuck(crate = "rdcoll::bytemuck")]
+#[repr(C)]
+struct Particle {
+    position: [f64; 3],
+    mass: f64,
+}
+
+#[test]
+fn a_type_with_the_reexported_derive_travels_as_itself() {
+    let got = rdcoll::local::run(2, |world| {
+        let sent = [Particle {
+            position: [1.0, -2.0, 3.5],
+            mass: 7.25,
+        }; 3];
+        if world.rank() == 0 {
+            world.send(&sent, 1, 4).unwrap();
+            None
+        } else {
+            let mut got = [<Particle as rdcoll::Zeroable>::zeroed(); 3];
+            let st = world.recv(&mut got, 0, 4).unwrap();
+            assert_eq!(st.count::<Particle>().unwrap(), 3);
+            Some(got == sent)
+        }
+    })
+    .unwrap();
+    assert_eq!(got[1], Some(true));
+}
