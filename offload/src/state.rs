@@ -5,7 +5,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use rdcoll_transport::{Event as FabricEvent, EventRef, Fabric, OpId, Poller, Rank, Region};
+use rdcoll_transport::{EventRef, Fabric, OpId, Poller, Rank, Region};
 
 use crate::counter::{Counter, TriggeredOp};
 use crate::error::{OffloadError, Result};
@@ -166,16 +166,11 @@ impl State {
         f: &mut dyn FnMut(&mut State, EventRef<'_>),
     ) -> rdcoll_transport::Result<bool> {
         let Some(mut poller) = self.poller.take() else {
-            let Some(ev) = self.fabric.poll()? else {
-                return Ok(false);
-            };
-            match &ev {
-                FabricEvent::Message { src, data } => {
-                    f(self, EventRef::Message { src: *src, data })
-                }
-                _ => f(self, EventRef::Owned(ev)),
-            }
-            return Ok(true);
+            // No exclusive poller (ofi, tcp): the fabric's own `poll_with`, which lends the
+            // message in place where the backend can (ofi); a handle of our own to call it
+            // through while `f` has the state.
+            let fabric = Arc::clone(&self.fabric);
+            return fabric.poll_with(&mut |ev| f(self, ev));
         };
         // The poller lends a message in the transport's buffer while `f` handles it (no copy);
         // `f` does not poll, so it does not miss the poller meanwhile.

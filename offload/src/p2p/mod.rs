@@ -530,7 +530,7 @@ impl Engine {
             Some(Req::Recv(r)) => {
                 let done = recv::cancel(self, r);
                 if let Some(result) = done {
-                    inner.reqs.set(id.0, Req::Done(result));
+                    inner.reqs.fill(id.0, Req::Done(result));
                     return Ok(true);
                 }
                 Ok(false)

@@ -64,7 +64,7 @@ impl Requests {
         (u64::from(slot.generation) << 32) | u64::from(index)
     }
 
-    /// Stores `req` under the reserved `id`.
+    /// Stores `req` under the reserved `id`, or replaces the state of request `id`.
     pub(super) fn fill(&mut self, id: u64, req: Req) {
         if let Some(slot) = self.slot_mut(id) {
             slot.req = Some(req);
@@ -76,11 +76,6 @@ impl Requests {
         let id = self.reserve();
         self.fill(id, req);
         id
-    }
-
-    /// Replaces request `id`'s state (it stays the same request).
-    pub(super) fn set(&mut self, id: u64, req: Req) {
-        self.fill(id, req);
     }
 
     /// Records request `id` in `group`.
