@@ -62,6 +62,7 @@ mod p2p;
 mod raw;
 mod raw_collectives;
 mod request;
+pub mod sim;
 
 use std::sync::{Arc, OnceLock};
 

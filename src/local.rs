@@ -14,17 +14,34 @@ where
     F: Fn(Comm) -> T + Sync,
 {
     let fabrics = rdcoll_transport::local::create(n)?;
+    let job = fabrics[0].job();
+    run_ranks(fabrics, &|| job.end(), f)
+}
+
+/// Runs `f` on every endpoint of an in-process job, each on a thread of its own with a
+/// [`Comm`] over it; a rank that panics ends the job (`end`), and the lowest rank that
+/// panicked is returned as [`Error::RankPanicked`] once all have ended.
+pub(crate) fn run_ranks<Fab, T, F>(
+    fabrics: Vec<Fab>,
+    end: &(dyn Fn() + Sync),
+    f: F,
+) -> Result<Vec<T>>
+where
+    Fab: rdcoll_transport::Fabric + 'static,
+    T: Send,
+    F: Fn(Comm) -> T + Sync,
+{
+    let n = fabrics.len();
     std::thread::scope(|s| {
         let handles: Vec<_> = fabrics
             .into_iter()
             .map(|fabric| {
                 let f = &f;
-                let job = fabric.job();
                 s.spawn(move || {
                     let comm = Comm::from_fabric(Box::new(fabric));
                     let result = std::panic::catch_unwind(AssertUnwindSafe(|| f(comm)));
                     result.unwrap_or_else(|panic| {
-                        job.end();
+                        end();
                         std::panic::resume_unwind(panic)
                     })
                 })

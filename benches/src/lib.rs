@@ -7,3 +7,4 @@ pub mod coll_blocks;
 pub mod depth;
 pub mod osu;
 pub mod overlap;
+pub mod sim;

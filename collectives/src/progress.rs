@@ -177,9 +177,11 @@ impl Waiter {
             }
             let now = self.fabric.now();
             let waited = now.saturating_sub(*since.get_or_insert(now));
-            if waited < core_share::spin_budget(SPIN) && !self.crowded {
+            // A simulated clock moves only while every rank sleeps: sleep at once there.
+            let virtual_clock = self.fabric.clock_is_virtual();
+            if waited < core_share::spin_budget(SPIN) && !self.crowded && !virtual_clock {
                 std::hint::spin_loop();
-            } else if waited < poll_for {
+            } else if waited < poll_for && !virtual_clock {
                 core_share::yield_core(self.fabric.as_ref(), self.engine.home());
             } else {
                 sleeping = true;

@@ -537,7 +537,7 @@ impl Ni {
                     idle = 0;
                 } else {
                     idle += 1;
-                    if idle > 100 {
+                    if idle > 100 || fabric.clock_is_virtual() {
                         self.fabric.block(Duration::from_millis(1));
                     } else {
                         std::thread::yield_now();

@@ -196,6 +196,14 @@ pub trait Fabric: Send + Sync {
     /// virtual time.
     fn now(&self) -> Duration;
 
+    /// Whether [`now`](Fabric::now) is a simulated clock that moves only while every rank
+    /// waits in [`block`](Fabric::block) (the `sim` backend). A waiter must then block at once
+    /// rather than spin or yield for a while first: by that clock its spinning takes no time,
+    /// so a wait that spins until time has passed would never end. `false` by default.
+    fn clock_is_virtual(&self) -> bool {
+        false
+    }
+
     /// What this endpoint has in flight toward `peer`, where the backend counts it (`tcp`);
     /// `None` elsewhere.
     fn counters(&self, peer: Rank) -> Option<crate::types::PeerCounters> {

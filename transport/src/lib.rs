@@ -28,6 +28,7 @@ pub mod ofi;
 mod region;
 pub mod settings;
 pub mod shm;
+pub mod sim;
 mod spin;
 mod stream;
 pub mod tcp;

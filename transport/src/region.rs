@@ -28,7 +28,8 @@ pub(crate) enum Backing {
     Owned(Layout),
     /// The caller's memory, registered with `register_memory`; never freed here.
     External,
-    /// A block of a shared-memory heap; handed back to it on drop.
+    /// A block of a shared-memory heap or pages mapped for the region; handed back (by the
+    /// closure) on drop.
     Shared(Box<dyn FnOnce() + Send + Sync>),
 }
 
@@ -90,6 +91,9 @@ impl Drop for RegionInner {
     }
 }
 
+/// Regions this large are mapped pages of their own rather than heap memory.
+const MAPPED_FROM: usize = 256 << 10;
+
 /// A handle to registered memory that peers can name by its [`RegionKey`]. Cloning is cheap;
 /// peers can no longer reach the region once the owner's last clone is dropped, and memory the
 /// fabric allocated is freed once no copy uses it any more.
@@ -145,6 +149,9 @@ impl Region {
         len: usize,
         publisher: Weak<dyn Publisher>,
     ) -> Result<Region> {
+        if len >= MAPPED_FROM {
+            return Self::alloc_mapped(rank, key, len, publisher);
+        }
         let layout = Layout::from_size_align(len.max(1), REGION_ALIGN)
             .map_err(|_| TransportError::InvalidArgument(format!("region of {len} bytes")))?;
         // SAFETY: the layout has a non-zero size.
@@ -156,6 +163,47 @@ impl Region {
             ptr,
             len,
             Backing::Owned(layout),
+            publisher,
+        ))
+    }
+
+    /// A region of fresh anonymous pages: zero without being written, so a large region
+    /// costs memory only where it is used (the heap's `calloc` may clear reused memory, which
+    /// touches every page: a job of many ranks, each with a slot per peer, paid for all).
+    fn alloc_mapped(
+        rank: Rank,
+        key: RegionKey,
+        len: usize,
+        publisher: Weak<dyn Publisher>,
+    ) -> Result<Region> {
+        // SAFETY: an anonymous private mapping at an address of the kernel's choosing; no
+        // existing memory is affected.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(TransportError::OutOfResources { what: "memory" });
+        }
+        let ptr = NonNull::new(p.cast::<u8>())
+            .ok_or(TransportError::OutOfResources { what: "memory" })?;
+        let addr = p as usize;
+        let release = move || {
+            // SAFETY: the mapping made above, of `len` bytes; the region's last handle is gone.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+        };
+        Ok(Self::from_raw(
+            rank,
+            key,
+            ptr,
+            len,
+            Backing::Shared(Box::new(release)),
             publisher,
         ))
     }

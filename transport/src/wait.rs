@@ -4,7 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex};
 
@@ -24,9 +24,15 @@ pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
     fabric: &F,
     timeout: Option<Duration>,
 ) -> Result<Option<Event>> {
-    // A timeout too long to represent is no timeout.
-    let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-    for i in 0..SPIN_POLLS + YIELD_POLLS {
+    // A timeout too long to represent is no timeout. By the fabric's clock: a simulated one
+    // is virtual, and a waiter there blocks at once (its spinning would take no time).
+    let deadline = timeout.and_then(|t| fabric.now().checked_add(t));
+    let spins = if fabric.clock_is_virtual() {
+        0
+    } else {
+        SPIN_POLLS + YIELD_POLLS
+    };
+    for i in 0..spins {
         if let Some(ev) = fabric.poll()? {
             return Ok(Some(ev));
         }
@@ -36,7 +42,7 @@ pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
             std::hint::spin_loop();
         }
         // The clock every 16th poll: a read costs more than a poll.
-        if i % 16 == 15 && deadline.is_some_and(|d| Instant::now() >= d) {
+        if i % 16 == 15 && deadline.is_some_and(|d| fabric.now() >= d) {
             return Ok(None);
         }
     }
@@ -46,7 +52,7 @@ pub(crate) fn wait_with_backoff<F: Fabric + ?Sized>(
         }
         let slice = match deadline {
             Some(d) => {
-                let now = Instant::now();
+                let now = fabric.now();
                 if now >= d {
                     return Ok(None);
                 }

@@ -184,9 +184,12 @@ impl Engine {
         cfg: P2pConfig,
         ranks_here: usize,
     ) -> Result<Arc<Engine>> {
+        // A simulated fabric's ranks are threads that take turns: no core of their own.
+        let simulated = fabric.clock_is_virtual();
         let mut engine = Engine::build(fabric, ni_cfg, cfg)?;
         engine.ranks_here = ranks_here.max(1);
-        engine.crowded = engine.ranks_here > rdcoll_transport::cores::for_ranks_here(ranks_here);
+        engine.crowded =
+            simulated || engine.ranks_here > rdcoll_transport::cores::for_ranks_here(ranks_here);
         engine.home =
             (!engine.crowded && engine.ranks_here == engine.ni.fabric().size()).then(|| {
                 crate::core_share::Home {
@@ -203,6 +206,11 @@ impl Engine {
     }
 
     fn build(fabric: Arc<dyn Fabric>, mut ni_cfg: NiConfig, cfg: P2pConfig) -> Result<Engine> {
+        if fabric.clock_is_virtual() {
+            // Simulated time moves only while every rank's thread sleeps in the fabric: an
+            // agent thread of its own would keep it from moving.
+            ni_cfg.mode = crate::Mode::Inline;
+        }
         // Unexpected messages are limited by memory, as in MPI, not by a header count.
         ni_cfg.max_unexpected = usize::MAX;
         ni_cfg.max_objects = ni_cfg.max_objects.max(1 << 20);

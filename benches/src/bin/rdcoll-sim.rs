@@ -1,0 +1,90 @@
+//! `rdcoll-sim`: runs an experiment of the simulated fabric and writes its figure (CSV and
+//! SVG) under a directory.
+//!
+//! ```text
+//! rdcoll-sim rdmc  [--out DIR] [--ranks 4,8,...,512] [--bytes 256M] [--block 1M]
+//! rdcoll-sim scale [--out DIR] [--ranks 16,64,256,1024]
+//! ```
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use rdcoll_bench::sim::{rdmc, scale};
+
+const USAGE: &str =
+    "usage: rdcoll-sim EXPERIMENT [--out DIR] [--ranks N,N,...] [--bytes SIZE] [--block SIZE]
+experiments:
+  rdmc   sequential, chain, binomial tree and binomial pipeline broadcasts (papers 000, 001)
+  scale  broadcast and allreduce on up to 1,024 ranks, byte-accurate";
+
+fn main() -> ExitCode {
+    match run(std::env::args().skip(1).collect()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rdcoll-sim: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `256M`, `1K`, `4096`.
+fn size(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match s.as_bytes().last() {
+        Some(b'K' | b'k') => (&s[..s.len() - 1], 1 << 10),
+        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
+        Some(b'G' | b'g') => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .filter(|&n| n > 0)
+        .ok_or_else(|| format!("{s:?} is not a size"))
+}
+
+fn run(args: Vec<String>) -> Result<(), String> {
+    let mut it = args.into_iter();
+    let experiment = it.next().ok_or(USAGE)?;
+    let mut out = PathBuf::from("sim-results");
+    let mut ranks: Option<Vec<usize>> = None;
+    let (mut bytes, mut block) = (None, None);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
+        match flag.as_str() {
+            "--out" => out = PathBuf::from(value()?),
+            "--ranks" => {
+                let list = value()?
+                    .split(',')
+                    .map(|n| n.parse::<usize>().ok().filter(|&n| n >= 2))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or("--ranks takes a list of job sizes of 2 or more")?;
+                ranks = Some(list);
+            }
+            "--bytes" => bytes = Some(size(&value()?)?),
+            "--block" => block = Some(size(&value()?)?),
+            _ => return Err(format!("unknown option {flag}\n{USAGE}")),
+        }
+    }
+    let mut say = |line: &str| eprintln!("{line}");
+    let figure = match experiment.as_str() {
+        "rdmc" => {
+            let mut e = rdmc::Rdmc::default();
+            e.ranks = ranks.unwrap_or(e.ranks);
+            e.bytes = bytes.unwrap_or(e.bytes);
+            e.block = block.unwrap_or(e.block);
+            rdmc::run(&e, &mut say)?
+        }
+        "scale" => {
+            let mut e = scale::Scale::default();
+            e.ranks = ranks.unwrap_or(e.ranks);
+            e.bcast_bytes = bytes.unwrap_or(e.bcast_bytes);
+            scale::run(&e, &mut say)?
+        }
+        other => return Err(format!("no experiment {other:?}\n{USAGE}")),
+    };
+    figure.write(&out)?;
+    print!("{}", figure.csv());
+    eprintln!("wrote {}/{}.csv and .svg", out.display(), figure.name);
+    Ok(())
+}

@@ -1,0 +1,84 @@
+//! `rdcoll-sim`: experiments on the simulated fabric (`rdcoll::sim`), the real library code at
+//! scales this machine does not have. Each experiment writes its figure as a CSV file and an
+//! SVG chart.
+
+pub mod plot;
+pub mod rdmc;
+pub mod scale;
+
+use std::path::Path;
+
+/// One line of a figure.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Its legend.
+    pub name: String,
+    /// (x, y) points.
+    pub points: Vec<(f64, f64)>,
+}
+
+impl Series {
+    /// An empty series called `name`.
+    pub fn new(name: &str) -> Series {
+        Series {
+            name: name.into(),
+            points: Vec::new(),
+        }
+    }
+}
+
+/// What an experiment found: series over a common x axis.
+#[derive(Debug, Clone)]
+pub struct Figure {
+    /// File name stem.
+    pub name: String,
+    /// Chart title.
+    pub title: String,
+    /// What x is.
+    pub x_label: String,
+    /// What y is.
+    pub y_label: String,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+impl Figure {
+    /// The figure as CSV: one row per x, one column per series.
+    pub fn csv(&self) -> String {
+        let mut xs: Vec<f64> = self
+            .series
+            .iter()
+            .flat_map(|s| s.points.iter().map(|p| p.0))
+            .collect();
+        xs.sort_by(f64::total_cmp);
+        xs.dedup();
+        let mut out = self.x_label.replace(',', ";");
+        for s in &self.series {
+            out.push(',');
+            out.push_str(&s.name.replace(',', ";"));
+        }
+        out.push('\n');
+        for x in xs {
+            out.push_str(&format!("{x}"));
+            for s in &self.series {
+                out.push(',');
+                if let Some(p) = s.points.iter().find(|p| p.0 == x) {
+                    out.push_str(&format!("{:.6}", p.1));
+                }
+            }
+            out.push('\n');
+        }
+        out
+    }
+
+    /// Writes `<dir>/<name>.csv` and `<dir>/<name>.svg`.
+    pub fn write(&self, dir: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let write = |ext: &str, text: String| {
+            let path = dir.join(format!("{}.{ext}", self.name));
+            std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
+        };
+        write("csv", self.csv())?;
+        write("svg", plot::svg(self)?)
+    }
+}

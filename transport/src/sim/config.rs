@@ -1,0 +1,265 @@
+//! What a simulated network looks like ([`SimConfig`], [`Topology`]) and the routes through it.
+
+use std::time::Duration;
+
+use crate::error::{Result, TransportError};
+use crate::types::Rank;
+
+/// A simulated job: how many ranks, the network between them and what each operation costs.
+///
+/// The model is flow-level, LogGP-shaped: an operation leaves its initiator `overhead` after
+/// the call, waits for the earlier operations on its channel (one per ordered pair of ranks
+/// and direction, as a reliable-connected queue pair orders them), then streams its bytes
+/// plus `header_bytes` over the links of its route, sharing each link's bandwidth max-min
+/// fairly with every other transfer on it, and lands the route's latency after its last byte
+/// left.
+#[derive(Debug, Clone)]
+pub struct SimConfig {
+    /// Ranks in the job.
+    pub ranks: usize,
+    /// How the ranks are connected.
+    pub topology: Topology,
+    /// Bytes per second of every rank's link into and out of the network.
+    pub link_bandwidth: f64,
+    /// Latency of one hop (rank to switch, switch to switch, switch to rank).
+    pub hop_latency: Duration,
+    /// Initiator time per operation before it enters the network (LogGP's `o`).
+    pub overhead: Duration,
+    /// Bytes every transfer carries besides its payload (headers, the request of a get).
+    pub header_bytes: usize,
+    /// Transfers up to this many bytes (with headers) are packets: each holds every link of
+    /// its route for its bytes' time at that link's rate, one after another (LogGP's gap
+    /// per byte; many small messages into one rank queue at its link). Longer transfers are
+    /// flows that share links max-min fairly. Packets and flows do not slow each other.
+    pub flow_above: usize,
+    /// Puts and gets longer than this move no bytes (their length still costs the network):
+    /// for runs whose algorithms do not read their payload, at sizes no memory could hold.
+    /// Messages and shorter transfers (notices, flags) always carry their bytes.
+    pub payload_free_above: Option<usize>,
+    /// Ranks whose memory takes data slower than their link (paper 002's slow receivers):
+    /// each its rate as a fraction of `link_bandwidth` (0.5: twice as slow).
+    pub slow_receivers: Vec<(Rank, f64)>,
+    /// Most live regions per rank.
+    pub max_regions: usize,
+    /// How much virtual time may pass with nothing in the network and every rank asleep
+    /// before the job is declared stalled and every rank's peers are failed (so that a program
+    /// waiting for something no rank will ever send ends with errors instead of hanging).
+    pub stall_limit: Duration,
+}
+
+/// How the simulated ranks are connected. Ranks are numbered group by group.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Topology {
+    /// One switch, every rank on it: full bisection bandwidth.
+    Switch,
+    /// Leaf switches of `leaf_ranks` ranks each under a spine; each leaf's uplink carries
+    /// `leaf_ranks * link_bandwidth / oversubscription` (1.0: full bisection).
+    FatTree {
+        /// Ranks per leaf switch.
+        leaf_ranks: usize,
+        /// Ratio of the leaf's rank links to its uplink.
+        oversubscription: f64,
+    },
+    /// Clusters of `cluster_ranks` ranks on a switch each, joined by WAN links: each cluster's
+    /// link into and out of the WAN has `wan_bandwidth` bytes per second (changed at the
+    /// times `wan_changes` give) and `wan_latency` each way.
+    Clusters {
+        /// Ranks per cluster.
+        cluster_ranks: usize,
+        /// Bytes per second of each cluster's WAN link, each way.
+        wan_bandwidth: f64,
+        /// One-way latency across the WAN.
+        wan_latency: Duration,
+        /// Changes of one cluster's WAN bandwidth at given virtual times.
+        wan_changes: Vec<WanChange>,
+    },
+}
+
+/// A cluster's WAN link changes its bandwidth at a given virtual time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WanChange {
+    /// When, in virtual time since the start.
+    pub at: Duration,
+    /// Which cluster's link.
+    pub cluster: usize,
+    /// Its new bandwidth, bytes per second, each way.
+    pub bandwidth: f64,
+}
+
+impl SimConfig {
+    /// `ranks` on one switch with 100 Gb/s links, 0.5 us hops and 0.2 us per operation: an
+    /// InfiniBand-class cluster.
+    pub fn switch(ranks: usize) -> SimConfig {
+        SimConfig {
+            ranks,
+            topology: Topology::Switch,
+            link_bandwidth: 12.5e9,
+            hop_latency: Duration::from_nanos(500),
+            overhead: Duration::from_nanos(200),
+            header_bytes: 64,
+            flow_above: 32 << 10,
+            payload_free_above: None,
+            slow_receivers: Vec::new(),
+            max_regions: crate::FabricConfig::default().max_regions,
+            stall_limit: Duration::from_secs(1),
+        }
+    }
+
+    /// Checks the settings against each other.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |what: String| Err(TransportError::InvalidArgument(what));
+        if self.ranks == 0 || self.ranks > u32::MAX as usize {
+            return bad(format!("a simulated job of {} ranks", self.ranks));
+        }
+        if !(self.link_bandwidth.is_finite() && self.link_bandwidth > 0.0) {
+            return bad(format!("link bandwidth {}", self.link_bandwidth));
+        }
+        for &(rank, rate) in &self.slow_receivers {
+            if rank as usize >= self.ranks || !(rate.is_finite() && rate > 0.0) {
+                return bad(format!("slow receiver {rank} at rate {rate}"));
+            }
+        }
+        match &self.topology {
+            Topology::Switch => Ok(()),
+            Topology::FatTree {
+                leaf_ranks,
+                oversubscription,
+            } => {
+                if *leaf_ranks == 0 || !(oversubscription.is_finite() && *oversubscription > 0.0) {
+                    return bad(format!(
+                        "fat tree of {leaf_ranks}-rank leaves, oversubscribed {oversubscription}"
+                    ));
+                }
+                Ok(())
+            }
+            Topology::Clusters {
+                cluster_ranks,
+                wan_bandwidth,
+                wan_changes,
+                ..
+            } => {
+                let clusters = self.groups();
+                let bad_bw = |b: f64| !(b.is_finite() && b > 0.0);
+                if *cluster_ranks == 0 || bad_bw(*wan_bandwidth) {
+                    return bad(format!(
+                        "clusters of {cluster_ranks} ranks with {wan_bandwidth} B/s WAN links"
+                    ));
+                }
+                for c in wan_changes {
+                    if c.cluster >= clusters || bad_bw(c.bandwidth) {
+                        return bad(format!("WAN change {c:?} ({clusters} clusters)"));
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Ranks per group (leaf switch or cluster).
+    fn group_ranks(&self) -> usize {
+        match &self.topology {
+            Topology::Switch => self.ranks,
+            Topology::FatTree { leaf_ranks, .. } => *leaf_ranks,
+            Topology::Clusters { cluster_ranks, .. } => *cluster_ranks,
+        }
+    }
+
+    /// Groups (leaf switches or clusters); one for a single switch.
+    pub(crate) fn groups(&self) -> usize {
+        self.ranks.div_ceil(self.group_ranks().max(1))
+    }
+
+    /// The links of the network and their capacities in bytes per nanosecond: each rank's
+    /// link in (`r`) and out (`ranks + r`), then each group's uplink (`2 * ranks + g`) and
+    /// downlink (`2 * ranks + groups + g`).
+    pub(crate) fn link_capacities(&self) -> Vec<f64> {
+        let (n, groups) = (self.ranks, self.groups());
+        let per_ns = |bytes_per_s: f64| bytes_per_s / 1e9;
+        let link = per_ns(self.link_bandwidth);
+        let mut caps = vec![link; 2 * n + 2 * groups];
+        for &(rank, rate) in &self.slow_receivers {
+            caps[n + rank as usize] = link * rate;
+        }
+        let trunk = match &self.topology {
+            Topology::Switch => f64::INFINITY,
+            Topology::FatTree {
+                leaf_ranks,
+                oversubscription,
+            } => link * *leaf_ranks as f64 / oversubscription,
+            Topology::Clusters { wan_bandwidth, .. } => per_ns(*wan_bandwidth),
+        };
+        caps[2 * n..].fill(trunk);
+        caps
+    }
+
+    /// The downlink and uplink of a cluster's WAN link (for [`WanChange`]).
+    pub(crate) fn trunk_links(&self, group: usize) -> [usize; 2] {
+        let n = self.ranks;
+        [2 * n + group, 2 * n + self.groups() + group]
+    }
+
+    /// The links a transfer from `from` to `to` crosses and its latency in nanoseconds.
+    pub(crate) fn route(&self, from: Rank, to: Rank) -> (Vec<u32>, u64) {
+        if from == to {
+            return (Vec::new(), 0);
+        }
+        let n = self.ranks;
+        let hop = self.hop_latency.as_nanos() as u64;
+        let (from, to) = (from as usize, to as usize);
+        let (gf, gt) = (from / self.group_ranks(), to / self.group_ranks());
+        if gf == gt || self.topology == Topology::Switch {
+            return (vec![from as u32, (n + to) as u32], 2 * hop);
+        }
+        let groups = self.groups();
+        let links = vec![
+            from as u32,
+            (2 * n + gf) as u32,
+            (2 * n + groups + gt) as u32,
+            (n + to) as u32,
+        ];
+        let latency = match &self.topology {
+            Topology::Clusters { wan_latency, .. } => 2 * hop + wan_latency.as_nanos() as u64,
+            _ => 4 * hop,
+        };
+        (links, latency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_cross_the_links_their_topology_has() {
+        let mut cfg = SimConfig::switch(8);
+        assert_eq!(cfg.route(1, 6), (vec![1, 14], 1000));
+        assert_eq!(cfg.route(3, 3), (vec![], 0));
+        cfg.topology = Topology::Clusters {
+            cluster_ranks: 4,
+            wan_bandwidth: 1e9,
+            wan_latency: Duration::from_millis(10),
+            wan_changes: vec![],
+        };
+        cfg.validate().unwrap();
+        assert_eq!(cfg.groups(), 2);
+        assert_eq!(cfg.route(1, 2).0, vec![1, 10]);
+        let (links, latency) = cfg.route(1, 6);
+        assert_eq!(links, vec![1, 16, 19, 14]);
+        assert_eq!(latency, 10_001_000);
+        let caps = cfg.link_capacities();
+        assert_eq!(caps.len(), 20);
+        assert_eq!(caps[16], 1.0);
+        assert_eq!(cfg.trunk_links(1), [17, 19]);
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let mut cfg = SimConfig::switch(4);
+        cfg.slow_receivers = vec![(4, 0.5)];
+        assert!(cfg.validate().is_err());
+        cfg.slow_receivers = vec![(3, 0.0)];
+        assert!(cfg.validate().is_err());
+        let cfg = SimConfig::switch(0);
+        assert!(cfg.validate().is_err());
+    }
+}
