@@ -348,10 +348,15 @@ fn spans_hosts(backend: &str) -> bool {
     !matches!(backend, "shm" | "local")
 }
 
-/// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`):
+/// Ranks of this job on this host, as launchers tell it (all of them for `local` and `shm`,
+/// one for `sim`, whose ranks are hosts of their own):
 /// `RDCOLL_LOCAL_SIZE` if set (a malformed one is an error), else the first of the other
 /// launchers' variables that holds a number, else the job size.
 fn ranks_on_this_host(comm: &Comm) -> Result<usize> {
+    if comm.backend() == "sim" {
+        // Each simulated rank is a host of its own, with its own link into the network.
+        return Ok(1);
+    }
     if !spans_hosts(comm.backend()) {
         return Ok(comm.fabric.size());
     }
