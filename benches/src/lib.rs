@@ -8,3 +8,4 @@ pub mod depth;
 pub mod osu;
 pub mod overlap;
 pub mod sim;
+pub mod wan_scenario;

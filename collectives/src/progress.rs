@@ -186,10 +186,15 @@ impl Waiter {
             } else {
                 sleeping = true;
                 self.check(from, ready)?;
-                if flag {
-                    self.fabric.block_unless(SLEEP, ready);
+                let slice = if virtual_clock {
+                    rdcoll_transport::VIRTUAL_CLOCK_SLEEP
                 } else {
-                    self.fabric.block(SLEEP);
+                    SLEEP
+                };
+                if flag {
+                    self.fabric.block_unless(slice, ready);
+                } else {
+                    self.fabric.block(slice);
                 }
             }
         }

@@ -9,13 +9,15 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rdcoll_bench::sim::{rdmc, scale};
+use rdcoll_bench::sim::{rdmc, robber, scale};
 
 const USAGE: &str =
     "usage: rdcoll-sim EXPERIMENT [--out DIR] [--ranks N,N,...] [--bytes SIZE] [--block SIZE]
 experiments:
   rdmc   sequential, chain, binomial tree and binomial pipeline broadcasts (papers 000, 001)
-  scale  broadcast and allreduce on up to 1,024 ranks, byte-accurate";
+  scale  broadcast and allreduce on up to 1,024 ranks, byte-accurate
+  robber Robber, MOB, RDMC hybrid and binomial pipeline across 4 clusters of 16 (paper 003)
+         [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -49,6 +51,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let mut out = PathBuf::from("sim-results");
     let mut ranks: Option<Vec<usize>> = None;
     let (mut bytes, mut block) = (None, None);
+    let (mut scenarios, mut algorithms): (Option<Vec<String>>, Option<Vec<String>>) = (None, None);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
         match flag.as_str() {
@@ -63,6 +66,8 @@ fn run(args: Vec<String>) -> Result<(), String> {
             }
             "--bytes" => bytes = Some(size(&value()?)?),
             "--block" => block = Some(size(&value()?)?),
+            "--scenarios" => scenarios = Some(value()?.split(',').map(String::from).collect()),
+            "--algorithms" => algorithms = Some(value()?.split(',').map(String::from).collect()),
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
     }
@@ -80,6 +85,13 @@ fn run(args: Vec<String>) -> Result<(), String> {
             e.ranks = ranks.unwrap_or(e.ranks);
             e.bcast_bytes = bytes.unwrap_or(e.bcast_bytes);
             scale::run(&e, &mut say)?
+        }
+        "robber" => {
+            let mut e = robber::Robber::default();
+            e.bytes = bytes.unwrap_or(e.bytes);
+            e.scenarios = scenarios.unwrap_or(e.scenarios);
+            e.algorithms = algorithms.unwrap_or(e.algorithms);
+            robber::run(&e, &mut say)?
         }
         other => return Err(format!("no experiment {other:?}\n{USAGE}")),
     };

@@ -4,6 +4,7 @@
 
 pub mod plot;
 pub mod rdmc;
+pub mod robber;
 pub mod scale;
 
 use std::path::Path;

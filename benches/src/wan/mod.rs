@@ -11,7 +11,6 @@
 
 mod netns;
 mod rank;
-mod scenario;
 
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -20,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use netns::Wan;
 pub use rank::run as rank;
-use scenario::{Caps, Scale, Scenario};
+use rdcoll_bench::wan_scenario::{self as scenario, Caps, Scale, Scenario};
 
 /// The ranks running now (their launchers' pids), for the signal thread.
 static RANKS: std::sync::Mutex<Vec<u32>> = std::sync::Mutex::new(Vec::new());

@@ -12,8 +12,8 @@
 
 use std::process::Command;
 
-/// "Unlimited": what a class gets when nothing caps it.
-pub const UNCAPPED: u64 = 1_250_000_000;
+#[cfg(test)]
+use rdcoll_bench::wan_scenario::UNCAPPED;
 /// [`UNCAPPED`] as tc writes it (bytes per second).
 const FAST: &str = "1250000000bps";
 /// HTB burst: small, so that a cap holds over short intervals.

@@ -29,7 +29,12 @@ impl Engine {
             Step::Yield => crate::core_share::yield_core(self.ni.fabric().as_ref(), self.home),
             Step::Block => {
                 let mark = backoff.mark.unwrap_or_else(|| self.ni.activity_mark());
-                self.ni.wait_activity(mark, Duration::from_millis(1));
+                let slice = if self.ni.fabric().clock_is_virtual() {
+                    rdcoll_transport::VIRTUAL_CLOCK_SLEEP
+                } else {
+                    Duration::from_millis(1)
+                };
+                self.ni.wait_activity(mark, slice);
             }
         }
         if backoff.polls % CLOCK_EVERY == CLOCK_EVERY - 1 {

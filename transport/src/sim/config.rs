@@ -60,30 +60,45 @@ pub enum Topology {
         /// Ratio of the leaf's rank links to its uplink.
         oversubscription: f64,
     },
-    /// Clusters of `cluster_ranks` ranks on a switch each, joined by WAN links: each cluster's
-    /// link into and out of the WAN has `wan_bandwidth` bytes per second (changed at the
-    /// times `wan_changes` give) and `wan_latency` each way.
+    /// Clusters of `cluster_ranks` ranks on a switch each, joined by WAN links: one from each
+    /// cluster to each other with `wan_bandwidth` bytes per second and `wan_latency` (paper
+    /// 003's emulation), and a cap on what each rank takes in from other clusters (its WAN
+    /// NIC), open unless a change sets it. `wan_changes` change either at given times.
     Clusters {
         /// Ranks per cluster.
         cluster_ranks: usize,
-        /// Bytes per second of each cluster's WAN link, each way.
+        /// Bytes per second of each directed link between two clusters.
         wan_bandwidth: f64,
         /// One-way latency across the WAN.
         wan_latency: Duration,
-        /// Changes of one cluster's WAN bandwidth at given virtual times.
+        /// Changes of WAN links at given virtual times.
         wan_changes: Vec<WanChange>,
     },
 }
 
-/// A cluster's WAN link changes its bandwidth at a given virtual time.
+/// A WAN link of [`Topology::Clusters`] changes its bandwidth at a given virtual time.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct WanChange {
     /// When, in virtual time since the start.
     pub at: Duration,
-    /// Which cluster's link.
-    pub cluster: usize,
-    /// Its new bandwidth, bytes per second, each way.
+    /// Which link.
+    pub link: WanLink,
+    /// Its new bandwidth, bytes per second.
     pub bandwidth: f64,
+}
+
+/// A link of the WAN between clusters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WanLink {
+    /// The link from one cluster to another.
+    Between {
+        /// Sending cluster.
+        from: usize,
+        /// Receiving cluster.
+        to: usize,
+    },
+    /// What a rank takes in from other clusters.
+    Into(Rank),
 }
 
 impl SimConfig {
@@ -146,7 +161,7 @@ impl SimConfig {
                     ));
                 }
                 for c in wan_changes {
-                    if c.cluster >= clusters || bad_bw(c.bandwidth) {
+                    if self.wan_link(c.link).is_none() || bad_bw(c.bandwidth) {
                         return bad(format!("WAN change {c:?} ({clusters} clusters)"));
                     }
                 }
@@ -170,32 +185,48 @@ impl SimConfig {
     }
 
     /// The links of the network and their capacities in bytes per nanosecond: each rank's
-    /// link in (`r`) and out (`ranks + r`), then each group's uplink (`2 * ranks + g`) and
-    /// downlink (`2 * ranks + groups + g`).
+    /// link in (`r`) and out (`ranks + r`); then for a fat tree each leaf's uplink
+    /// (`2 * ranks + g`) and downlink (`2 * ranks + groups + g`); for clusters each directed
+    /// link between two (`2 * ranks + from * groups + to`), then each rank's intake from
+    /// other clusters (`2 * ranks + groups^2 + r`).
     pub(crate) fn link_capacities(&self) -> Vec<f64> {
         let (n, groups) = (self.ranks, self.groups());
         let per_ns = |bytes_per_s: f64| bytes_per_s / 1e9;
         let link = per_ns(self.link_bandwidth);
-        let mut caps = vec![link; 2 * n + 2 * groups];
+        let mut caps = vec![link; 2 * n];
         for &(rank, rate) in &self.slow_receivers {
             caps[n + rank as usize] = link * rate;
         }
-        let trunk = match &self.topology {
-            Topology::Switch => f64::INFINITY,
+        match &self.topology {
+            Topology::Switch => {}
             Topology::FatTree {
                 leaf_ranks,
                 oversubscription,
-            } => link * *leaf_ranks as f64 / oversubscription,
-            Topology::Clusters { wan_bandwidth, .. } => per_ns(*wan_bandwidth),
-        };
-        caps[2 * n..].fill(trunk);
+            } => caps.extend(vec![
+                link * *leaf_ranks as f64 / oversubscription;
+                2 * groups
+            ]),
+            Topology::Clusters { wan_bandwidth, .. } => {
+                caps.extend(vec![per_ns(*wan_bandwidth); groups * groups]);
+                caps.extend(vec![f64::INFINITY; n]);
+            }
+        }
         caps
     }
 
-    /// The downlink and uplink of a cluster's WAN link (for [`WanChange`]).
-    pub(crate) fn trunk_links(&self, group: usize) -> [usize; 2] {
-        let n = self.ranks;
-        [2 * n + group, 2 * n + self.groups() + group]
+    /// The index of a WAN link (`None` if the topology has no such link).
+    pub(crate) fn wan_link(&self, link: WanLink) -> Option<usize> {
+        if !matches!(self.topology, Topology::Clusters { .. }) {
+            return None;
+        }
+        let (n, groups) = (self.ranks, self.groups());
+        match link {
+            WanLink::Between { from, to } if from < groups && to < groups && from != to => {
+                Some(2 * n + from * groups + to)
+            }
+            WanLink::Into(r) if (r as usize) < n => Some(2 * n + groups * groups + r as usize),
+            _ => None,
+        }
     }
 
     /// The links a transfer from `from` to `to` crosses and its latency in nanoseconds.
@@ -211,17 +242,26 @@ impl SimConfig {
             return (vec![from as u32, (n + to) as u32], 2 * hop);
         }
         let groups = self.groups();
-        let links = vec![
-            from as u32,
-            (2 * n + gf) as u32,
-            (2 * n + groups + gt) as u32,
-            (n + to) as u32,
-        ];
-        let latency = match &self.topology {
-            Topology::Clusters { wan_latency, .. } => 2 * hop + wan_latency.as_nanos() as u64,
-            _ => 4 * hop,
-        };
-        (links, latency)
+        match &self.topology {
+            Topology::Clusters { wan_latency, .. } => (
+                vec![
+                    from as u32,
+                    (2 * n + gf * groups + gt) as u32,
+                    (2 * n + groups * groups + to) as u32,
+                    (n + to) as u32,
+                ],
+                2 * hop + wan_latency.as_nanos() as u64,
+            ),
+            _ => (
+                vec![
+                    from as u32,
+                    (2 * n + gf) as u32,
+                    (2 * n + groups + gt) as u32,
+                    (n + to) as u32,
+                ],
+                4 * hop,
+            ),
+        }
     }
 }
 
@@ -244,12 +284,17 @@ mod tests {
         assert_eq!(cfg.groups(), 2);
         assert_eq!(cfg.route(1, 2).0, vec![1, 10]);
         let (links, latency) = cfg.route(1, 6);
-        assert_eq!(links, vec![1, 16, 19, 14]);
+        // Rank 1 out, cluster 0 to 1, rank 6's intake, rank 6 in.
+        assert_eq!(links, vec![1, 17, 26, 14]);
         assert_eq!(latency, 10_001_000);
         let caps = cfg.link_capacities();
-        assert_eq!(caps.len(), 20);
-        assert_eq!(caps[16], 1.0);
-        assert_eq!(cfg.trunk_links(1), [17, 19]);
+        assert_eq!(caps.len(), 16 + 4 + 8);
+        assert_eq!(caps[17], 1.0);
+        assert!(caps[26].is_infinite());
+        assert_eq!(cfg.wan_link(WanLink::Between { from: 1, to: 0 }), Some(18));
+        assert_eq!(cfg.wan_link(WanLink::Into(6)), Some(26));
+        assert_eq!(cfg.wan_link(WanLink::Between { from: 1, to: 1 }), None);
+        assert_eq!(cfg.wan_link(WanLink::Into(8)), None);
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{SimConfig, Topology, WanChange};
+pub use config::{SimConfig, Topology, WanChange, WanLink};
 
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;

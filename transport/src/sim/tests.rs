@@ -121,7 +121,7 @@ fn a_wan_link_slows_what_crosses_it() {
         wan_latency: Duration::from_millis(10),
         wan_changes: vec![WanChange {
             at: Duration::from_micros(50),
-            cluster: 0,
+            link: WanLink::Between { from: 0, to: 1 },
             bandwidth: 5e7,
         }],
     };

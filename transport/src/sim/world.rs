@@ -81,17 +81,16 @@ impl World {
         let mut agenda = BinaryHeap::new();
         if let Topology::Clusters { wan_changes, .. } = &cfg.topology {
             for (i, change) in wan_changes.iter().enumerate() {
-                for link in cfg.trunk_links(change.cluster) {
-                    agenda.push(Scheduled {
-                        at: change.at.as_nanos() as u64,
-                        rank: Rank::MAX,
-                        seq: (2 * i + link % 2) as u64,
-                        what: Happening::Capacity {
-                            link,
-                            bytes_per_ns: change.bandwidth / 1e9,
-                        },
-                    });
-                }
+                let link = cfg.wan_link(change.link).expect("validated WAN link");
+                agenda.push(Scheduled {
+                    at: change.at.as_nanos() as u64,
+                    rank: Rank::MAX,
+                    seq: i as u64,
+                    what: Happening::Capacity {
+                        link,
+                        bytes_per_ns: change.bandwidth / 1e9,
+                    },
+                });
             }
         }
         let core = Core {

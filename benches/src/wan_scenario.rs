@@ -6,6 +6,9 @@
 
 use std::time::Duration;
 
+/// "Unlimited": what a link or node gets when nothing caps it (bytes per second).
+pub const UNCAPPED: u64 = 1_250_000_000;
+
 /// Link and node caps in force, bytes per second.
 #[derive(Clone, Debug)]
 pub struct Caps {
@@ -65,7 +68,7 @@ impl Scale {
     }
 
     fn fast(&self) -> Caps {
-        self.uniform(self.fast, super::netns::UNCAPPED)
+        self.uniform(self.fast, UNCAPPED)
     }
 
     /// Like fast, with the links between clusters `i` and `k - 1 - i` (A-D and B-C of four)
@@ -119,7 +122,7 @@ impl Scale {
             "hetero" => {
                 // Links wide open; nodes' wide-area NICs at the fast rate, one node per
                 // cluster at a quarter of it.
-                let mut c = self.uniform(super::netns::UNCAPPED, self.fast);
+                let mut c = self.uniform(UNCAPPED, self.fast);
                 for row in &mut c.nodes {
                     if let Some(last) = row.last_mut() {
                         *last = self.fast / 4;

@@ -1,0 +1,172 @@
+//! Paper 003's Table 2 at the paper's scale: four clusters of 16 ranks joined by WAN links of
+//! 10 ms one-way delay, the root broadcasting 600 MB (payload-free) with Robber, MOB, RDMC's
+//! hybrid and the binomial pipeline, in the five scenarios (fast links, slow links, fast ->
+//! slow, slow -> fast, mayhem) and the heterogeneous-nodes case; each throughput as a
+//! percentage of the scenario's theoretical maximum (`wan_scenario::max_throughput`, the
+//! same as the emulated runs of `rdcoll-bench wan` use).
+
+use std::time::Duration;
+
+use rdcoll::sim::{self, SimConfig, Topology, WanChange, WanLink};
+use rdcoll::{BcastAlgorithm, BcastSchedule, CollConfig, Multicast};
+
+use super::{Figure, Series};
+use crate::wan_scenario::{max_throughput, Scale, Scenario};
+
+/// What to run.
+pub struct Robber {
+    /// Bytes broadcast.
+    pub bytes: usize,
+    /// The scenarios' scale: clusters, ranks per cluster, link rates, when things change.
+    pub scale: Scale,
+    /// One-way WAN delay.
+    pub wan_latency: Duration,
+    /// Scenarios by name (`wan_scenario::Scale::scenario`).
+    pub scenarios: Vec<String>,
+    /// Algorithms by name: robber, mob, hybrid, binomial_pipeline.
+    pub algorithms: Vec<String>,
+}
+
+impl Default for Robber {
+    /// The paper's setting: 4 x 16 ranks, 600 MB, 10 ms; slow links at 0.8 MB/s (its text),
+    /// fast ones at 4 MB/s so that the 30 s switch falls within the transfer; mayhem every
+    /// 5 s.
+    fn default() -> Self {
+        Robber {
+            bytes: 600_000_000,
+            scale: Scale {
+                clusters: 4,
+                nodes: 16,
+                fast: 4_000_000,
+                slow: 800_000,
+                switch_after: Duration::from_secs(30),
+                mayhem_every: Duration::from_secs(5),
+                seed: 1,
+            },
+            wan_latency: Duration::from_millis(10),
+            scenarios: ["fast", "slow", "fast-slow", "slow-fast", "mayhem", "hetero"]
+                .map(String::from)
+                .to_vec(),
+            algorithms: ["robber", "mob", "hybrid", "binomial_pipeline"]
+                .map(String::from)
+                .to_vec(),
+        }
+    }
+}
+
+/// The scenario's caps as WAN changes of the simulated network.
+fn changes(scenario: &Scenario, nodes: usize) -> Vec<WanChange> {
+    let mut out = Vec::new();
+    for (at, caps) in &scenario.steps {
+        for (from, row) in caps.links.iter().enumerate() {
+            for (to, &bw) in row.iter().enumerate().filter(|&(to, _)| to != from) {
+                let link = WanLink::Between { from, to };
+                out.push(WanChange {
+                    at: *at,
+                    link,
+                    bandwidth: bw as f64,
+                });
+            }
+        }
+        for (c, row) in caps.nodes.iter().enumerate() {
+            for (n, &bw) in row.iter().enumerate() {
+                let link = WanLink::Into((c * nodes + n) as u32);
+                out.push(WanChange {
+                    at: *at,
+                    link,
+                    bandwidth: bw as f64,
+                });
+            }
+        }
+    }
+    out
+}
+
+fn algorithm(name: &str) -> Result<BcastAlgorithm, String> {
+    Ok(match name {
+        "robber" => BcastAlgorithm::Multicast(Multicast::Robber),
+        "mob" => BcastAlgorithm::Multicast(Multicast::Mob),
+        "hybrid" => BcastAlgorithm::Rdmc(BcastSchedule::Hybrid),
+        "binomial_pipeline" => BcastAlgorithm::Rdmc(BcastSchedule::BinomialPipeline),
+        other => return Err(format!("no algorithm {other:?}")),
+    })
+}
+
+/// Throughput in bytes per second of one broadcast of `e.bytes` from rank 0 in `scenario`.
+pub fn throughput(e: &Robber, scenario: &Scenario, how: &str) -> Result<f64, String> {
+    let s = &e.scale;
+    let cfg = SimConfig {
+        topology: Topology::Clusters {
+            cluster_ranks: s.nodes,
+            wan_bandwidth: s.fast as f64,
+            wan_latency: e.wan_latency,
+            wan_changes: changes(scenario, s.nodes),
+        },
+        payload_free_above: Some(4096),
+        stall_limit: Duration::from_secs(60),
+        ..SimConfig::switch(s.clusters * s.nodes)
+    };
+    let alg = algorithm(how)?;
+    let bytes = e.bytes;
+    let nodes = s.nodes;
+    let spans = sim::run(cfg, |world| -> Result<(f64, f64), String> {
+        let coll = CollConfig {
+            bcast_algorithm: alg,
+            cluster: Some(format!("cluster{}", world.rank() as usize / nodes)),
+            ..CollConfig::default()
+        };
+        let comm = world
+            .with_collectives_config(coll)
+            .map_err(|e| e.to_string())?;
+        // Never touched: payload-free, the pages stay unbacked.
+        let mut buf = vec![0u8; bytes];
+        comm.barrier().map_err(|e| e.to_string())?;
+        let start = comm.wtime();
+        comm.bcast(&mut buf, 0).map_err(|e| e.to_string())?;
+        Ok((start, comm.wtime()))
+    })
+    .map_err(|e| e.to_string())?;
+    let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;
+    let start = spans[0].0;
+    let end = spans.iter().map(|s| s.1).fold(start, f64::max);
+    Ok(bytes as f64 / (end - start))
+}
+
+/// Runs the experiment: per algorithm, the percentage of each scenario's maximum (x is the
+/// scenario's position in `e.scenarios`).
+pub fn run(e: &Robber, progress: &mut dyn FnMut(&str)) -> Result<Figure, String> {
+    let mut series: Vec<Series> = e.algorithms.iter().map(|a| Series::new(a)).collect();
+    for (i, name) in e.scenarios.iter().enumerate() {
+        let scenario = e
+            .scale
+            .scenario(name)
+            .ok_or_else(|| format!("no scenario {name:?}"))?;
+        let max = max_throughput(&scenario, 0, e.bytes as f64);
+        for (how, s) in e.algorithms.iter().zip(series.iter_mut()) {
+            let wall = std::time::Instant::now();
+            let got = throughput(e, &scenario, how)?;
+            progress(&format!(
+                "{}: {how} {:.2} MB/s of {:.2} ({:.0} %; simulated in {:.1} s)",
+                scenario.name,
+                got / 1e6,
+                max / 1e6,
+                100.0 * got / max,
+                wall.elapsed().as_secs_f64()
+            ));
+            s.points.push(((i + 1) as f64, 100.0 * got / max));
+        }
+    }
+    Ok(Figure {
+        name: "robber".into(),
+        title: format!(
+            "Paper 003 Table 2, simulated: {} clusters x {}, {} MB, % of the maximum (x: {})",
+            e.scale.clusters,
+            e.scale.nodes,
+            e.bytes / 1_000_000,
+            e.scenarios.join(", ")
+        ),
+        x_label: "scenario".into(),
+        y_label: "% of theoretical maximum".into(),
+        series,
+    })
+}
