@@ -29,9 +29,10 @@ impl Default for Scale {
     }
 }
 
-/// One job: a broadcast and an allreduce, each twice after a barrier and checked on every
-/// rank. Returns the virtual seconds of each one's second call (the slowest rank's, the
-/// first sets the collective up) and the wall seconds of the whole run.
+/// One job: a broadcast and an allreduce, each three times after a barrier and checked on every
+/// rank. Returns the virtual seconds of each one's third call (from the first rank's call to
+/// the last rank's return; the first calls set the collective up) and the wall seconds of the
+/// whole run.
 pub fn one_job(e: &Scale, ranks: usize) -> Result<(f64, f64, f64), String> {
     let cfg = SimConfig {
         ranks,
@@ -39,7 +40,8 @@ pub fn one_job(e: &Scale, ranks: usize) -> Result<(f64, f64, f64), String> {
     };
     let wall = std::time::Instant::now();
     let (bcast_bytes, len) = (e.bcast_bytes, e.allreduce_len);
-    let per_rank = sim::run(cfg, |comm| -> Result<(f64, f64), String> {
+    type Span = (f64, f64);
+    let per_rank = sim::run(cfg, |comm| -> Result<(Span, Span), String> {
         let err = |e: rdcoll::Error| e.to_string();
         let me = comm.rank() as usize;
         let mut buf = vec![0u8; bcast_bytes];
@@ -48,26 +50,26 @@ pub fn one_job(e: &Scale, ranks: usize) -> Result<(f64, f64, f64), String> {
                 .enumerate()
                 .for_each(|(i, b)| *b = (i % 251) as u8);
         }
-        // The first call sets the broadcast up (an exchange of descriptors with every rank);
-        // the second is timed.
-        let mut bcast = 0.0;
-        for _ in 0..2 {
+        // The first call sets the broadcast up (an exchange of descriptors with every rank,
+        // whose messages may still hold the links during the second); the third is timed.
+        let mut bcast = (0.0, 0.0);
+        for _ in 0..3 {
             comm.barrier().map_err(err)?;
             let start = comm.wtime();
             comm.bcast(&mut buf, 0).map_err(err)?;
-            bcast = comm.wtime() - start;
+            bcast = (start, comm.wtime());
         }
         if buf.iter().enumerate().any(|(i, &b)| b != (i % 251) as u8) {
             return Err(format!("rank {me}: wrong broadcast data"));
         }
         let mine: Vec<f64> = (0..len).map(|i| (me + i) as f64).collect();
         let mut sum = vec![0.0f64; len];
-        let mut allreduce = 0.0;
-        for _ in 0..2 {
+        let mut allreduce = (0.0, 0.0);
+        for _ in 0..3 {
             comm.barrier().map_err(err)?;
             let start = comm.wtime();
             comm.allreduce(&mine, &mut sum, Op::Sum).map_err(err)?;
-            allreduce = comm.wtime() - start;
+            allreduce = (start, comm.wtime());
         }
         let n = comm.size();
         let base = (n * (n - 1) / 2) as f64;
@@ -87,13 +89,14 @@ pub fn one_job(e: &Scale, ranks: usize) -> Result<(f64, f64, f64), String> {
     {
         return Err(e.clone());
     }
-    let per_rank: Vec<(f64, f64)> = per_rank.into_iter().collect::<Result<_, _>>()?;
-    let slowest = |f: fn(&(f64, f64)) -> f64| per_rank.iter().map(f).fold(0.0, f64::max);
-    Ok((
-        slowest(|p| p.0),
-        slowest(|p| p.1),
-        wall.elapsed().as_secs_f64(),
-    ))
+    let per_rank: Vec<(Span, Span)> = per_rank.into_iter().collect::<Result<_, _>>()?;
+    // From the first rank's call to the last rank's return.
+    let span = |f: fn(&(Span, Span)) -> Span| {
+        let first = per_rank.iter().map(|p| f(p).0).fold(f64::MAX, f64::min);
+        let last = per_rank.iter().map(|p| f(p).1).fold(0.0, f64::max);
+        last - first
+    };
+    Ok((span(|p| p.0), span(|p| p.1), wall.elapsed().as_secs_f64()))
 }
 
 /// Runs the experiment: virtual microseconds of each operation against the job size.
