@@ -184,12 +184,9 @@ impl Engine {
         cfg: P2pConfig,
         ranks_here: usize,
     ) -> Result<Arc<Engine>> {
-        // A simulated fabric's ranks are threads that take turns: no core of their own.
-        let simulated = fabric.clock_is_virtual();
         let mut engine = Engine::build(fabric, ni_cfg, cfg)?;
         engine.ranks_here = ranks_here.max(1);
-        engine.crowded =
-            simulated || engine.ranks_here > rdcoll_transport::cores::for_ranks_here(ranks_here);
+        engine.crowded = engine.ranks_here > rdcoll_transport::cores::for_ranks_here(ranks_here);
         engine.home =
             (!engine.crowded && engine.ranks_here == engine.ni.fabric().size()).then(|| {
                 crate::core_share::Home {
