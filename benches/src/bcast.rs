@@ -193,6 +193,9 @@ fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
         return compare(kind, &opts, &extra);
     }
     if let Some(n) = extra.launch.ranks {
+        if let Some(cfg) = extra.launch.sim_job(n) {
+            return simulated(kind, &opts, &extra, cfg);
+        }
         return launch(kind, &opts, &extra, n);
     }
     let world = rdcoll::init().map_err(s)?;
@@ -218,6 +221,35 @@ fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
     if c.rank() == 0 {
         print!("{}", coll::format(kind, &what, &rows, &notes, opts.full));
     }
+    Ok(())
+}
+
+/// Runs the benchmark on a simulated job (`--transport sim`): the same loops, the network
+/// and the clock modelled.
+fn simulated(
+    kind: CollKind,
+    opts: &Options,
+    extra: &Extra,
+    cfg: rdcoll::sim::SimConfig,
+) -> Result<(), String> {
+    if kind.nonblocking() || extra.calibrate {
+        return Err("--transport sim runs the blocking collectives".into());
+    }
+    let n = cfg.ranks;
+    let mut coll_cfg = rdcoll::CollConfig::default();
+    if let Some(a) = &extra.algorithm {
+        coll_cfg.bcast_algorithm =
+            rdcoll::BcastAlgorithm::from_name(a).ok_or(format!("unknown algorithm {a:?}"))?;
+    }
+    let out = rdcoll::sim::run(cfg, |world| -> Result<String, String> {
+        let c = RdcollCollective(world.with_collectives_config(coll_cfg.clone()).map_err(s)?);
+        let notes = coll::notes(&c, kind, opts);
+        let rows = coll::run(&c, kind, opts, extra.rdmc)?;
+        let what = format!("rdcoll over sim, {n} ranks");
+        Ok(coll::format(kind, &what, &rows, &notes, opts.full))
+    })
+    .map_err(s)?;
+    print!("{}", out.into_iter().next().expect("rank 0")?);
     Ok(())
 }
 

@@ -19,6 +19,9 @@ pub struct Launch {
     pub vs_mpi: bool,
     /// `--rounds N`: times each column is run, interleaved; each size reports the median.
     pub rounds: usize,
+    /// With `--transport sim`: the simulated network (`--sim-latency-us`, `--sim-bandwidth`
+    /// in MB/s, `--sim-overhead-us`; a 100 Gb/s switch by default).
+    pub sim: rdcoll::sim::SimConfig,
 }
 
 impl Launch {
@@ -29,7 +32,16 @@ impl Launch {
             transport: None,
             vs_mpi: false,
             rounds: 3,
+            sim: rdcoll::sim::SimConfig::switch(2),
         }
+    }
+
+    /// The simulated job of `n` ranks when `--transport sim` was given.
+    pub fn sim_job(&self, n: usize) -> Option<rdcoll::sim::SimConfig> {
+        (self.transport.as_deref() == Some("sim")).then(|| rdcoll::sim::SimConfig {
+            ranks: n,
+            ..self.sim.clone()
+        })
     }
 
     /// Takes option `a` (and its value from `rest`) if it is one of these; `Ok(false)` if it
@@ -53,6 +65,20 @@ impl Launch {
                 self.transport = Some(rest.next().ok_or("--transport needs a value")?.clone())
             }
             "--vs-mpi" => self.vs_mpi = true,
+            "--sim-latency-us" | "--sim-overhead-us" | "--sim-bandwidth" => {
+                let v: f64 = rest
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                    .ok_or(format!("{a} needs a number >= 0"))?;
+                let us = std::time::Duration::from_nanos((v * 1e3) as u64);
+                match a {
+                    // One-way latency: two hops.
+                    "--sim-latency-us" => self.sim.hop_latency = us / 2,
+                    "--sim-overhead-us" => self.sim.overhead = us,
+                    _ => self.sim.link_bandwidth = v.max(1e-3) * 1e6,
+                }
+            }
             _ => return Ok(false),
         }
         Ok(true)

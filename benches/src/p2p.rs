@@ -127,6 +127,9 @@ fn run_inner(kind: Kind, args: &[String]) -> Result<(), String> {
         return compare(kind, &opts, &extra);
     }
     if let Some(n) = extra.launch.ranks {
+        if let Some(cfg) = extra.launch.sim_job(n) {
+            return simulated(kind, &opts, cfg);
+        }
         return launch(kind, &opts, n, extra.launch.transport.as_deref(), &[]);
     }
     let world = rdcoll::init().map_err(s)?;
@@ -142,6 +145,18 @@ fn run_inner(kind: Kind, args: &[String]) -> Result<(), String> {
     if m.rank() == 0 {
         print!("{}", osu::format_table(kind, &what, &rows));
     }
+    Ok(())
+}
+
+/// Runs the benchmark on a simulated job (`--transport sim`): the same loops, the network
+/// and the clock modelled.
+fn simulated(kind: Kind, opts: &Options, cfg: rdcoll::sim::SimConfig) -> Result<(), String> {
+    let rows = rdcoll::sim::run(cfg, |comm| osu::run(&RdcollMessenger(comm), kind, opts))
+        .map_err(s)?
+        .into_iter()
+        .next()
+        .expect("rank 0")?;
+    print!("{}", osu::format_table(kind, "rdcoll over sim", &rows));
     Ok(())
 }
 

@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rdcoll_bench::sim::{rdmc, robber, scale};
+use rdcoll_bench::sim::{rdmc, robber, scale, validate};
 
 const USAGE: &str =
     "usage: rdcoll-sim EXPERIMENT [--out DIR] [--ranks N,N,...] [--bytes SIZE] [--block SIZE]
@@ -17,7 +17,9 @@ experiments:
   rdmc   sequential, chain, binomial tree and binomial pipeline broadcasts (papers 000, 001)
   scale  broadcast and allreduce on up to 1,024 ranks, byte-accurate
   robber Robber, MOB, RDMC hybrid and binomial pipeline across 4 clusters of 16 (paper 003)
-         [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]";
+         [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]
+  validate  the OSU loops over tcp here and over the model fitted to them, side by side
+         [--ranks N] [--bytes MAX]";
 
 fn main() -> ExitCode {
     match run(std::env::args().skip(1).collect()) {
@@ -92,6 +94,12 @@ fn run(args: Vec<String>) -> Result<(), String> {
             e.scenarios = scenarios.unwrap_or(e.scenarios);
             e.algorithms = algorithms.unwrap_or(e.algorithms);
             robber::run(&e, &mut say)?
+        }
+        "validate" => {
+            let mut e = validate::Validate::default();
+            e.ranks = ranks.and_then(|r| r.first().copied()).unwrap_or(e.ranks);
+            e.max = bytes.unwrap_or(e.max);
+            validate::run(&e, &mut say)?
         }
         other => return Err(format!("no experiment {other:?}\n{USAGE}")),
     };

@@ -6,6 +6,7 @@ pub mod plot;
 pub mod rdmc;
 pub mod robber;
 pub mod scale;
+pub mod validate;
 
 use std::path::Path;
 
