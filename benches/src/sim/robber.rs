@@ -123,7 +123,10 @@ pub fn throughput(e: &Robber, scenario: &Scenario, how: &str) -> Result<f64, Str
         comm.barrier().map_err(|e| e.to_string())?;
         let start = comm.wtime();
         comm.bcast(&mut buf, 0).map_err(|e| e.to_string())?;
-        Ok((start, comm.wtime()))
+        let end = comm.wtime();
+        // Leaving tells every rank; that must not queue ahead of a slower rank's data.
+        comm.barrier().map_err(|e| e.to_string())?;
+        Ok((start, end))
     })
     .map_err(|e| e.to_string())?;
     let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;

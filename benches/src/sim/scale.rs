@@ -80,6 +80,9 @@ pub fn one_job(e: &Scale, ranks: usize) -> Result<(f64, f64, f64), String> {
         {
             return Err(format!("rank {me}: wrong allreduce sum"));
         }
+        // Not the last call: a rank that leaves tells every other (a message to each), and
+        // those would queue ahead of a slower rank's last data.
+        comm.barrier().map_err(err)?;
         Ok((bcast, allreduce))
     })
     .map_err(|e| e.to_string())?;
