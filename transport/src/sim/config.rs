@@ -23,7 +23,8 @@ pub struct SimConfig {
     pub link_bandwidth: f64,
     /// Latency of one hop (rank to switch, switch to switch, switch to rank).
     pub hop_latency: Duration,
-    /// Initiator time per operation before it enters the network (LogGP's `o`).
+    /// Initiator time per operation before it enters the network (LogGP's `o`); a rank's
+    /// operations pay it one after another, so it also bounds the rank's message rate.
     pub overhead: Duration,
     /// Bytes every transfer carries besides its payload (headers, the request of a get).
     pub header_bytes: usize,

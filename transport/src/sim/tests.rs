@@ -142,14 +142,14 @@ fn a_wan_link_slows_what_crosses_it() {
             }
         }
     });
-    // Within the cluster: 1000 B at what the uplink leaves beside the WAN-bound flow
-    // (12.4 GB/s: 81 ns), and two hops.
-    assert_eq!(arrivals[1], Duration::from_nanos(200 + 81 + 1_000));
-    // Across: 4,980 B at 100 MB/s until the change at 50 us, the other 5,020 B at 50 MB/s,
-    // then two hops and the WAN's 10 ms.
+    // Rank 0 pays 0.2 us of overhead per send, one after the other. Within the cluster: 1000
+    // B at 12.5 GB/s (80 ns; alone on the uplink, the second send leaves later), two hops.
+    assert_eq!(arrivals[1], Duration::from_nanos(200 + 80 + 1_000));
+    // Across, from 400 ns: 4,960 B at 100 MB/s until the change at 50 us, the other 5,040 B
+    // at 50 MB/s (100.8 us), then two hops and the WAN's 10 ms.
     assert_eq!(
         arrivals[2],
-        Duration::from_nanos(50_000 + 100_400 + 1_000 + 10_000_000)
+        Duration::from_nanos(50_000 + 100_800 + 1_000 + 10_000_000)
     );
 }
 

@@ -72,6 +72,9 @@ struct Core {
     last_activity: u64,
     /// Until when each link is held by packets.
     link_free: Vec<u64>,
+    /// Until when each rank's processor is busy issuing (LogGP's `o` per operation: a rank
+    /// issues one operation after another).
+    cpu_free: Vec<u64>,
 }
 
 impl World {
@@ -107,6 +110,7 @@ impl World {
             next_seq: vec![0; n],
             last_activity: 0,
             link_free: vec![0; cfg.link_capacities().len()],
+            cpu_free: vec![0; n],
         };
         Ok(Arc::new(World {
             core: Mutex::new(core),
@@ -154,12 +158,14 @@ impl World {
     }
 
     /// Starts `what` from `initiator` toward `target`: it leaves after the initiator's
-    /// overhead. Returns its number.
+    /// overhead, which its operations pay one after another. Returns its number.
     pub(crate) fn issue(&self, initiator: Rank, target: Rank, what: What) -> u64 {
         let mut core = self.core.lock();
-        let seq = core.next_seq[initiator as usize];
-        core.next_seq[initiator as usize] += 1;
-        let at = core.now + self.cfg.overhead.as_nanos() as u64;
+        let r = initiator as usize;
+        let seq = core.next_seq[r];
+        core.next_seq[r] += 1;
+        let at = core.now.max(core.cpu_free[r]) + self.cfg.overhead.as_nanos() as u64;
+        core.cpu_free[r] = at;
         let transfer = Transfer {
             initiator,
             target,
