@@ -2,44 +2,17 @@
 
 mod common;
 
-use common::cases::{run_case, CASES, CROWDED_CASES};
-
-fn run_local(case: &str, n: usize) {
-    let fabrics = rdcoll_transport::local::create(n).expect("create local job");
-    let results: Vec<Result<(), String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = fabrics
-            .into_iter()
-            .map(|f| {
-                s.spawn(move || {
-                    // The victim dies at once, as a crash would, then unwinds.
-                    let die = || {
-                        f.fail();
-                        std::panic::panic_any("rank died on purpose")
-                    };
-                    run_case(case, &f, &die)
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| match h.join() {
-                Ok(r) => r,
-                Err(p) if p.downcast_ref::<&str>() == Some(&"rank died on purpose") => Ok(()),
-                Err(_) => Err(format!("rank {rank} panicked")),
-            })
-            .collect()
-    });
-    let errors: Vec<String> = results.into_iter().filter_map(Result::err).collect();
-    assert!(errors.is_empty(), "{case} on {n} local ranks: {errors:#?}");
-}
+use common::cases::{CASES, CROWDED_CASES};
+use common::threads::run_threads;
+use rdcoll_transport::local::LocalFabric;
 
 #[test]
 fn every_case_on_local_ranks() {
     for &(case, min) in CASES {
         let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
         for n in [min.max(1), 4, crowded] {
-            run_local(case, n);
+            let fabrics = rdcoll_transport::local::create(n).expect("create local job");
+            run_threads(case, fabrics, LocalFabric::fail, "local");
         }
     }
 }

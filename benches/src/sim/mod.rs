@@ -10,6 +10,38 @@ pub mod validate;
 
 use std::path::Path;
 
+use rdcoll::sim::{self, SimConfig};
+use rdcoll::CollConfig;
+
+/// One `bytes` broadcast from rank 0 on a simulated job, each rank's collectives configured
+/// by `coll(rank)`: the root's start and the last rank's end, in virtual seconds. Every rank
+/// passes a buffer it never touches (payload-free, the pages stay unbacked whatever the
+/// size), and the job ends with a barrier: a rank that leaves tells every other, and that
+/// must not queue ahead of a slower rank's data.
+pub fn bcast_span(
+    cfg: SimConfig,
+    bytes: usize,
+    coll: &(dyn Fn(u32) -> CollConfig + Sync),
+) -> Result<(f64, f64), String> {
+    let spans = sim::run(cfg, |world| -> Result<(f64, f64), String> {
+        let err = |e: rdcoll::Error| e.to_string();
+        let comm = world
+            .with_collectives_config(coll(world.rank()))
+            .map_err(err)?;
+        let mut buf = vec![0u8; bytes];
+        comm.barrier().map_err(err)?;
+        let start = comm.wtime();
+        comm.bcast(&mut buf, 0).map_err(err)?;
+        let end = comm.wtime();
+        comm.barrier().map_err(err)?;
+        Ok((start, end))
+    })
+    .map_err(|e| e.to_string())?;
+    let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;
+    let start = spans[0].0;
+    Ok((start, spans.iter().map(|s| s.1).fold(start, f64::max)))
+}
+
 /// One line of a figure.
 #[derive(Debug, Clone)]
 pub struct Series {

@@ -60,24 +60,8 @@ pub fn bcast_time(
         bcast_block: Some(block),
         ..CollConfig::default()
     };
-    let spans = sim::run(cfg, |world| -> Result<(f64, f64), String> {
-        let comm = world
-            .with_collectives_config(coll.clone())
-            .map_err(|e| e.to_string())?;
-        // Never touched: the pages stay unbacked, whatever the size.
-        let mut buf = vec![0u8; bytes];
-        comm.barrier().map_err(|e| e.to_string())?;
-        let start = comm.wtime();
-        comm.bcast(&mut buf, 0).map_err(|e| e.to_string())?;
-        let end = comm.wtime();
-        // Leaving tells every rank; that must not queue ahead of a slower rank's data.
-        comm.barrier().map_err(|e| e.to_string())?;
-        Ok((start, end))
-    })
-    .map_err(|e| e.to_string())?;
-    let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;
-    let start = spans[0].0;
-    Ok(spans.iter().map(|s| s.1).fold(start, f64::max) - start)
+    let (start, end) = super::bcast_span(cfg, bytes, &|_| coll.clone())?;
+    Ok(end - start)
 }
 
 /// Virtual seconds of one `bytes` put between two ranks, until its completion: the unit the

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use rdcoll::sim::{self, SimConfig, Topology, WanChange, WanLink};
+use rdcoll::sim::{SimConfig, Topology, WanChange, WanLink};
 use rdcoll::{BcastAlgorithm, BcastSchedule, CollConfig, Multicast};
 
 use super::{Figure, Series};
@@ -131,29 +131,12 @@ pub fn throughput(e: &Robber, scenario: &Scenario, how: &str) -> Result<(f64, f6
     let alg = algorithm(how)?;
     let bytes = e.bytes;
     let nodes = s.nodes;
-    let spans = sim::run(cfg, |world| -> Result<(f64, f64), String> {
-        let coll = CollConfig {
-            bcast_algorithm: alg,
-            cluster: Some(format!("cluster{}", world.rank() as usize / nodes)),
-            ..CollConfig::default()
-        };
-        let comm = world
-            .with_collectives_config(coll)
-            .map_err(|e| e.to_string())?;
-        // Never touched: payload-free, the pages stay unbacked.
-        let mut buf = vec![0u8; bytes];
-        comm.barrier().map_err(|e| e.to_string())?;
-        let start = comm.wtime();
-        comm.bcast(&mut buf, 0).map_err(|e| e.to_string())?;
-        let end = comm.wtime();
-        // Leaving tells every rank; that must not queue ahead of a slower rank's data.
-        comm.barrier().map_err(|e| e.to_string())?;
-        Ok((start, end))
-    })
-    .map_err(|e| e.to_string())?;
-    let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;
-    let start = spans[0].0;
-    let end = spans.iter().map(|s| s.1).fold(start, f64::max);
+    let cluster = |rank: u32| CollConfig {
+        bcast_algorithm: alg,
+        cluster: Some(format!("cluster{}", rank as usize / nodes)),
+        ..CollConfig::default()
+    };
+    let (start, end) = super::bcast_span(cfg, bytes, &cluster)?;
     let max = max_throughput(
         &from(scenario, Duration::from_secs_f64(start)),
         0,

@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use super::config::{SimConfig, Topology};
 use super::network::Network;
 use super::transfer::{Happening, Scheduled, Transfer, What};
-use crate::error::Result;
+use crate::error::{Result, TransportError};
 use crate::region::RegionTable;
 use crate::types::{Event, Rank};
 use crate::wait::EventQueue;
@@ -72,6 +72,9 @@ struct Core {
     last_activity: u64,
     /// Until when each link is held by packets.
     link_free: Vec<u64>,
+    /// Completions that failed for a peer's death, held until their rank has learnt of the
+    /// death (after whatever the peer sent it before), by (rank, dead peer).
+    parked: HashMap<(Rank, Rank), Vec<Event>>,
     /// Until when each rank's processor is busy issuing (LogGP's `o` per operation: a rank
     /// issues one operation after another).
     cpu_free: Vec<u64>,
@@ -111,6 +114,7 @@ impl World {
             last_activity: 0,
             link_free: vec![0; cfg.link_capacities().len()],
             cpu_free: vec![0; n],
+            parked: HashMap::new(),
         };
         Ok(Arc::new(World {
             core: Mutex::new(core),
@@ -246,10 +250,20 @@ impl World {
         }
         for r in 0..self.cfg.ranks as Rank {
             for gone in (0..self.cfg.ranks as Rank).filter(|&g| g != r) {
-                if self.learn_failed(r, gone) {
-                    self.deliver(core, r, Event::PeerFailed { rank: gone });
-                }
+                self.tell_failed(core, r, gone);
             }
+        }
+    }
+
+    /// `rank` learns that `gone` failed (unless it knew): a `PeerFailed` event, then the
+    /// completions that failed for it meanwhile.
+    fn tell_failed(&self, core: &mut Core, rank: Rank, gone: Rank) {
+        if !self.learn_failed(rank, gone) {
+            return;
+        }
+        self.deliver(core, rank, Event::PeerFailed { rank: gone });
+        for ev in core.parked.remove(&(rank, gone)).unwrap_or_default() {
+            self.deliver(core, rank, ev);
         }
     }
 
@@ -390,11 +404,7 @@ impl World {
                 let landed = super::deliver::land(self, &mut t);
                 let (from, to) = t.data_path();
                 match &t.what {
-                    What::Farewell => {
-                        if self.learn_failed(to, from) {
-                            self.deliver(core, to, Event::PeerFailed { rank: from });
-                        }
-                    }
+                    What::Farewell => self.tell_failed(core, to, from),
                     What::Message(_) => {
                         if let Ok(Some(ev)) = landed {
                             self.deliver(core, to, ev);
@@ -420,8 +430,20 @@ impl World {
                 }
             }
             Happening::Complete { rank, op, result } => {
-                if !self.is_dead(rank) {
-                    self.deliver(core, rank, Event::Completed { op, result });
+                if self.is_dead(rank) {
+                    return;
+                }
+                let ev = Event::Completed { op, result };
+                match &ev {
+                    // Not before the rank knows (after what the dead peer sent it first), as
+                    // over a connection that breaks behind its last data.
+                    Event::Completed {
+                        result: Err(TransportError::PeerFailed(gone)),
+                        ..
+                    } if !self.knows_failed(rank, *gone) => {
+                        core.parked.entry((rank, *gone)).or_default().push(ev);
+                    }
+                    _ => self.deliver(core, rank, ev),
                 }
             }
             Happening::Capacity { link, bytes_per_ns } => {

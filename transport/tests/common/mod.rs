@@ -5,3 +5,4 @@
 pub mod cases;
 pub mod harness;
 pub mod procs;
+pub mod threads;
