@@ -9,7 +9,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use rdcoll_bench::sim::{rdmc, robber, scale, validate};
+use rdcoll_bench::sim::{rdmc, rendezvous, robber, scale, validate};
 
 const USAGE: &str =
     "usage: rdcoll-sim EXPERIMENT [--out DIR] [--ranks N,N,...] [--bytes SIZE] [--block SIZE]
@@ -18,6 +18,8 @@ experiments:
   scale  broadcast and allreduce on up to 1,024 ranks, byte-accurate
   robber Robber, MOB, RDMC hybrid and binomial pipeline across 4 clusters of 16 (paper 003)
          [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]
+  rendezvous  push against receiver-driven gets, slow receivers, on a Dragonfly (paper 002)
+         [--dragonfly P,A,H] [--bytes SIZE]
   validate  the OSU loops over tcp here and over the model fitted to them, side by side
          [--ranks N] [--bytes MAX]";
 
@@ -53,6 +55,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let mut out = PathBuf::from("sim-results");
     let mut ranks: Option<Vec<usize>> = None;
     let (mut bytes, mut block) = (None, None);
+    let mut dragonfly = None;
     let (mut scenarios, mut algorithms): (Option<Vec<String>>, Option<Vec<String>>) = (None, None);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -68,6 +71,15 @@ fn run(args: Vec<String>) -> Result<(), String> {
             }
             "--bytes" => bytes = Some(size(&value()?)?),
             "--block" => block = Some(size(&value()?)?),
+            "--dragonfly" => {
+                let v: Vec<usize> = value()?
+                    .split(',')
+                    .map(|x| x.parse().ok().filter(|&x: &usize| x > 0))
+                    .collect::<Option<_>>()
+                    .filter(|v: &Vec<usize>| v.len() == 3)
+                    .ok_or("--dragonfly takes P,A,H: ranks per router, routers per group, global links per router")?;
+                dragonfly = Some((v[0], v[1], v[2]));
+            }
             "--scenarios" => scenarios = Some(value()?.split(',').map(String::from).collect()),
             "--algorithms" => algorithms = Some(value()?.split(',').map(String::from).collect()),
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
@@ -94,6 +106,12 @@ fn run(args: Vec<String>) -> Result<(), String> {
             e.scenarios = scenarios.unwrap_or(e.scenarios);
             e.algorithms = algorithms.unwrap_or(e.algorithms);
             robber::run(&e, &mut say)?
+        }
+        "rendezvous" => {
+            let mut e = rendezvous::Rendezvous::default();
+            e.shape = dragonfly.unwrap_or(e.shape);
+            e.bytes = bytes.unwrap_or(e.bytes);
+            rendezvous::run(&e, &mut say)?
         }
         "validate" => {
             let mut e = validate::Validate::default();

@@ -4,6 +4,7 @@
 
 pub mod plot;
 pub mod rdmc;
+pub mod rendezvous;
 pub mod robber;
 pub mod scale;
 pub mod validate;

@@ -75,6 +75,29 @@ pub enum Topology {
         /// Changes of WAN links at given virtual times.
         wan_changes: Vec<WanChange>,
     },
+    /// A balanced Dragonfly of `routers_per_group * globals_per_router + 1` groups (paper
+    /// 002's network): every link at `link_bandwidth`, every hop `hop_latency`. Ranks fill
+    /// the routers in order; the job may leave the last ones empty.
+    Dragonfly {
+        /// Ranks per router.
+        ranks_per_router: usize,
+        /// Routers per group, all linked to each other.
+        routers_per_group: usize,
+        /// Global links per router.
+        globals_per_router: usize,
+        /// How traffic between groups is routed.
+        routing: DragonflyRouting,
+    },
+}
+
+/// How a Dragonfly routes between groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DragonflyRouting {
+    /// Straight to the destination's group over their global link.
+    Minimal,
+    /// Through a random intermediate group first (Valiant): twice the global hops, but no
+    /// single global link carries a whole group's traffic to another.
+    Valiant,
 }
 
 /// A WAN link of [`Topology::Clusters`] changes its bandwidth at a given virtual time.
@@ -137,6 +160,17 @@ impl SimConfig {
         }
         match &self.topology {
             Topology::Switch => Ok(()),
+            Topology::Dragonfly { .. } => {
+                let d = self.dragonfly().expect("a Dragonfly");
+                if d.p == 0 || d.a == 0 || d.h == 0 || d.ranks() < self.ranks {
+                    return bad(format!(
+                        "a Dragonfly of {} ranks for a job of {}",
+                        d.ranks(),
+                        self.ranks
+                    ));
+                }
+                Ok(())
+            }
             Topology::FatTree {
                 leaf_ranks,
                 oversubscription,
@@ -171,10 +205,27 @@ impl SimConfig {
         }
     }
 
+    /// The Dragonfly's shape, if the topology is one.
+    fn dragonfly(&self) -> Option<super::dragonfly::Dragonfly> {
+        match self.topology {
+            Topology::Dragonfly {
+                ranks_per_router,
+                routers_per_group,
+                globals_per_router,
+                ..
+            } => Some(super::dragonfly::Dragonfly {
+                p: ranks_per_router,
+                a: routers_per_group,
+                h: globals_per_router,
+            }),
+            _ => None,
+        }
+    }
+
     /// Ranks per group (leaf switch or cluster).
     fn group_ranks(&self) -> usize {
         match &self.topology {
-            Topology::Switch => self.ranks,
+            Topology::Switch | Topology::Dragonfly { .. } => self.ranks,
             Topology::FatTree { leaf_ranks, .. } => *leaf_ranks,
             Topology::Clusters { cluster_ranks, .. } => *cluster_ranks,
         }
@@ -200,6 +251,10 @@ impl SimConfig {
         }
         match &self.topology {
             Topology::Switch => {}
+            Topology::Dragonfly { .. } => {
+                let d = self.dragonfly().expect("a Dragonfly");
+                caps.extend(vec![link; d.links()]);
+            }
             Topology::FatTree {
                 leaf_ranks,
                 oversubscription,
@@ -230,14 +285,22 @@ impl SimConfig {
         }
     }
 
-    /// The links a transfer from `from` to `to` crosses and its latency in nanoseconds.
-    pub(crate) fn route(&self, from: Rank, to: Rank) -> (Vec<u32>, u64) {
+    /// The links a transfer from `from` to `to` crosses and its latency in nanoseconds;
+    /// `salt` (the transfer's ids) picks among routes where routing is random.
+    pub(crate) fn route(&self, from: Rank, to: Rank, salt: u64) -> (Vec<u32>, u64) {
         if from == to {
             return (Vec::new(), 0);
         }
         let n = self.ranks;
         let hop = self.hop_latency.as_nanos() as u64;
         let (from, to) = (from as usize, to as usize);
+        if let (Some(d), Topology::Dragonfly { routing, .. }) = (self.dragonfly(), &self.topology) {
+            let mut links = vec![from as u32];
+            links.extend(d.route(2 * n, from, to, *routing, salt));
+            links.push((n + to) as u32);
+            let latency = hop * links.len() as u64;
+            return (links, latency);
+        }
         let (gf, gt) = (from / self.group_ranks(), to / self.group_ranks());
         if gf == gt || self.topology == Topology::Switch {
             return (vec![from as u32, (n + to) as u32], 2 * hop);
@@ -273,8 +336,8 @@ mod tests {
     #[test]
     fn routes_cross_the_links_their_topology_has() {
         let mut cfg = SimConfig::switch(8);
-        assert_eq!(cfg.route(1, 6), (vec![1, 14], 1000));
-        assert_eq!(cfg.route(3, 3), (vec![], 0));
+        assert_eq!(cfg.route(1, 6, 0), (vec![1, 14], 1000));
+        assert_eq!(cfg.route(3, 3, 0), (vec![], 0));
         cfg.topology = Topology::Clusters {
             cluster_ranks: 4,
             wan_bandwidth: 1e9,
@@ -283,8 +346,8 @@ mod tests {
         };
         cfg.validate().unwrap();
         assert_eq!(cfg.groups(), 2);
-        assert_eq!(cfg.route(1, 2).0, vec![1, 10]);
-        let (links, latency) = cfg.route(1, 6);
+        assert_eq!(cfg.route(1, 2, 0).0, vec![1, 10]);
+        let (links, latency) = cfg.route(1, 6, 0);
         // Rank 1 out, cluster 0 to 1, rank 6's intake, rank 6 in.
         assert_eq!(links, vec![1, 17, 26, 14]);
         assert_eq!(latency, 10_001_000);

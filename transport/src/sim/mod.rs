@@ -16,6 +16,7 @@
 
 mod config;
 mod deliver;
+mod dragonfly;
 mod network;
 mod transfer;
 mod world;
@@ -24,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{SimConfig, Topology, WanChange, WanLink};
+pub use config::{DragonflyRouting, SimConfig, Topology, WanChange, WanLink};
 
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;

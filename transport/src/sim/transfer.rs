@@ -12,6 +12,8 @@ pub(crate) struct Transfer {
     pub(crate) target: Rank,
     /// Its number at the initiator (orders events of one time, names its flow).
     pub(crate) seq: u64,
+    /// The latency of the route its bytes took (set when they go on the wire).
+    pub(crate) latency: u64,
     pub(crate) what: What,
 }
 

@@ -174,6 +174,7 @@ impl World {
             initiator,
             target,
             seq,
+            latency: 0,
             what,
         };
         core.agenda.push(Scheduled {
@@ -390,7 +391,7 @@ impl World {
         match what {
             Happening::Start(t) if t.is_read() => {
                 // The request crosses the network before the owner can answer.
-                let (_, latency) = self.cfg.route(t.initiator, t.target);
+                let (_, latency) = self.cfg.route(t.initiator, t.target, 0);
                 let (rank, seq) = (t.initiator, t.seq);
                 self.schedule(core, now + latency, rank, seq, Happening::Request(t));
             }
@@ -423,7 +424,7 @@ impl World {
                             }
                             Err(e) => Err(e),
                         };
-                        let (_, back) = self.cfg.route(to, from);
+                        let (_, back) = self.cfg.route(to, from, 0);
                         self.complete(core, &t, now + back, result);
                     }
                     What::Get { .. } => self.complete(core, &t, now, landed.map(drop)),
@@ -477,10 +478,12 @@ impl World {
         }
     }
 
-    fn put_on_wire(&self, core: &mut Core, t: Transfer) {
+    fn put_on_wire(&self, core: &mut Core, mut t: Transfer) {
         let now = core.now;
         let (from, to) = t.data_path();
-        let (links, _) = self.cfg.route(from, to);
+        let salt = (u64::from(t.initiator) << 40) ^ t.seq;
+        let (links, latency) = self.cfg.route(from, to, salt);
+        t.latency = latency;
         let bytes = t.payload_len() + self.cfg.header_bytes;
         if links.is_empty() || bytes == 0 {
             self.off_the_wire(core, t);
@@ -512,8 +515,7 @@ impl World {
     /// of its channel starts.
     fn off_the_wire(&self, core: &mut Core, t: Transfer) {
         let now = core.now;
-        let (from, to) = t.data_path();
-        let (_, latency) = self.cfg.route(from, to);
+        let latency = t.latency;
         let channel = t.channel();
         let (rank, seq) = (t.initiator, t.seq);
         self.schedule(core, now + latency, rank, seq, Happening::Arrive(t));

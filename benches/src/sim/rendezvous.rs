@@ -1,0 +1,153 @@
+//! Paper 002 (§4.1): a permutation on a Dragonfly, every rank sending one message to another
+//! and receiving one, with 0 or 1 % of the receivers draining memory 2x, 4x or 8x slower than
+//! their link; push (the whole message as one transfer: one get of all of it) against the
+//! receiver-driven rendezvous of `chunk`-byte gets with `c` outstanding. Aggregate throughput:
+//! all bytes over the time from the first rank's send to the last rank's receive.
+//!
+//! The network here is the flow-level model: a slow receiver slows only the transfers into
+//! it. The congestion spreading that makes push lose in the paper (a lossless network's
+//! buffers filling behind a slow receiver and blocking other traffic) needs a packet-level
+//! model with finite buffers, which the simulator does not have yet.
+
+use rdcoll::sim::{self, DragonflyRouting, SimConfig, Topology};
+use rdcoll::Source;
+
+use super::{Figure, Series};
+
+/// What to run.
+pub struct Rendezvous {
+    /// Ranks per router, routers per group, global links per router.
+    pub shape: (usize, usize, usize),
+    /// Bytes each rank sends.
+    pub bytes: usize,
+    /// The rendezvous's chunk.
+    pub chunk: usize,
+    /// Outstanding gets to sweep.
+    pub credits: Vec<usize>,
+    /// How many times slower than their link the slow receivers drain (1: none slow).
+    pub slowdowns: Vec<f64>,
+    /// Fraction of receivers that are slow.
+    pub slow_fraction: f64,
+}
+
+impl Default for Rendezvous {
+    /// 1,056 ranks (p = 4, a = 8, h = 4: 33 groups), 1 MiB each, 64 KiB chunks.
+    fn default() -> Self {
+        Rendezvous {
+            shape: (4, 8, 4),
+            bytes: 1 << 20,
+            chunk: 64 << 10,
+            credits: vec![1, 2, 4, 8],
+            slowdowns: vec![1.0, 2.0, 4.0, 8.0],
+            slow_fraction: 0.01,
+        }
+    }
+}
+
+/// A fixed permutation without fixed points (a rotation by a stride coprime to most sizes,
+/// then a shuffle of the strides by a seeded generator would add nothing the model sees).
+fn partner(rank: usize, n: usize) -> usize {
+    (rank + n / 2 + 1) % n
+}
+
+/// Aggregate bytes per second of one permutation; `credits: None` is push.
+pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Result<f64, String> {
+    let (p, a, h) = e.shape;
+    let n = (a * h + 1) * a * p;
+    let slow: Vec<(u32, f64)> = if slowdown > 1.0 {
+        let count = ((n as f64 * e.slow_fraction).round() as usize).max(1);
+        (0..count)
+            .map(|i| ((i * n / count) as u32, 1.0 / slowdown))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let cfg = SimConfig {
+        topology: Topology::Dragonfly {
+            ranks_per_router: p,
+            routers_per_group: a,
+            globals_per_router: h,
+            routing: DragonflyRouting::Valiant,
+        },
+        slow_receivers: slow,
+        payload_free_above: Some(4096),
+        ..SimConfig::switch(n)
+    };
+    let (bytes, chunk) = (e.bytes, e.chunk);
+    let spans = sim::run(cfg, |comm| -> Result<(f64, f64), String> {
+        let err = |e: rdcoll::Error| e.to_string();
+        let (chunk, credits) = match credits {
+            Some(c) => (chunk, c),
+            None => (bytes.next_multiple_of(1024), 1),
+        };
+        comm.set_rendezvous(chunk, credits).map_err(err)?;
+        let me = comm.rank() as usize;
+        let to = partner(me, n) as u32;
+        let from = (0..n)
+            .find(|&r| partner(r, n) == me)
+            .expect("a permutation") as u32;
+        let out = vec![0u8; bytes];
+        let mut inbox = vec![0u8; bytes];
+        let start = comm.wtime();
+        comm.sendrecv(&out, to, 1, &mut inbox, from, 1)
+            .map_err(err)?;
+        let end = comm.wtime();
+        // Everyone done before anyone leaves (leaving tells every rank).
+        if me == 0 {
+            for _ in 1..n {
+                comm.recv(&mut [0u8; 0], Source::Any, 2).map_err(err)?;
+            }
+            for r in 1..n {
+                comm.send(&[0u8; 0], r as u32, 3).map_err(err)?;
+            }
+        } else {
+            comm.send(&[0u8; 0], 0, 2).map_err(err)?;
+            comm.recv(&mut [0u8; 0], 0, 3).map_err(err)?;
+        }
+        Ok((start, end))
+    })
+    .map_err(|e| e.to_string())?;
+    let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;
+    let first = spans.iter().map(|s| s.0).fold(f64::MAX, f64::min);
+    let last = spans.iter().map(|s| s.1).fold(0.0, f64::max);
+    Ok((n * bytes) as f64 / (last - first))
+}
+
+/// Runs the experiment: per mode (push, then each `c`), throughput in GB/s against the slow
+/// receivers' slowdown.
+pub fn run(e: &Rendezvous, progress: &mut dyn FnMut(&str)) -> Result<Figure, String> {
+    let modes: Vec<Option<usize>> = std::iter::once(None)
+        .chain(e.credits.iter().map(|&c| Some(c)))
+        .collect();
+    let name = |m: &Option<usize>| match m {
+        None => "push (one get)".to_string(),
+        Some(c) => format!("receiver-driven, c = {c}"),
+    };
+    let mut series: Vec<Series> = modes.iter().map(|m| Series::new(&name(m))).collect();
+    for &slowdown in &e.slowdowns {
+        for (m, s) in modes.iter().zip(series.iter_mut()) {
+            let wall = std::time::Instant::now();
+            let t = throughput(e, slowdown, *m)?;
+            progress(&format!(
+                "slow receivers {slowdown}x, {}: {:.1} GB/s (simulated in {:.1} s)",
+                name(m),
+                t / 1e9,
+                wall.elapsed().as_secs_f64()
+            ));
+            s.points.push((slowdown, t / 1e9));
+        }
+    }
+    let (p, a, h) = e.shape;
+    Ok(Figure {
+        name: "rendezvous".into(),
+        title: format!(
+            "Permutation on a Dragonfly of {} ranks, {} KiB each, {} % slow receivers",
+            (a * h + 1) * a * p,
+            e.bytes >> 10,
+            e.slow_fraction * 100.0
+        ),
+        x_label: "slow receivers' slowdown".into(),
+        y_label: "aggregate throughput (GB/s)".into(),
+        series,
+    })
+}
