@@ -158,7 +158,7 @@ impl Fabric for SimFabric {
 
     fn alloc_region(&self, len: usize) -> Result<Region> {
         let rank = self.rank;
-        self.world.tables[rank as usize].insert(|key, p| Region::alloc_owned(rank, key, len, p))
+        self.world.tables[rank as usize].insert(|key, p| Region::alloc_lazy(rank, key, len, p))
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
