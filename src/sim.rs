@@ -28,7 +28,8 @@ use crate::{Comm, Result};
 /// cores), moving virtual time only while every rank waits. A rank that panics ends the job,
 /// as under [`crate::local::run`]: the others' waits fail with `PeerFailed`, and `run`
 /// returns [`crate::Error::RankPanicked`]. A job in which every rank waits for something
-/// nobody will send ends the same way after `cfg.stall_limit` of virtual time.
+/// nobody will send ends the same way after `cfg.stall_limit` of virtual time. Nonblocking
+/// collectives (which run on a thread of their own) are refused with `InvalidArgument`.
 pub fn run<T, F>(cfg: SimConfig, f: F) -> Result<Vec<T>>
 where
     T: Send,
