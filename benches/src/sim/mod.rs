@@ -75,6 +75,8 @@ pub struct Figure {
     pub y_label: String,
     /// The lines.
     pub series: Vec<Series>,
+    /// Whether y is drawn on a logarithmic axis (values spanning orders of magnitude).
+    pub log_y: bool,
 }
 
 impl Figure {

@@ -145,5 +145,6 @@ pub fn run(e: &Rdmc, progress: &mut dyn FnMut(&str)) -> Result<Figure, String> {
         x_label: "ranks".into(),
         y_label: "time / one transfer".into(),
         series,
+        log_y: true,
     })
 }

@@ -149,5 +149,6 @@ pub fn run(e: &Rendezvous, progress: &mut dyn FnMut(&str)) -> Result<Figure, Str
         x_label: "slow receivers' slowdown".into(),
         y_label: "aggregate throughput (GB/s)".into(),
         series,
+        log_y: false,
     })
 }

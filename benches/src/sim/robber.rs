@@ -180,5 +180,6 @@ pub fn run(e: &Robber, progress: &mut dyn FnMut(&str)) -> Result<Figure, String>
         x_label: "scenario".into(),
         y_label: "% of theoretical maximum".into(),
         series,
+        log_y: false,
     })
 }

@@ -122,5 +122,6 @@ pub fn run(e: &Scale, progress: &mut dyn FnMut(&str)) -> Result<Figure, String> 
         x_label: "ranks".into(),
         y_label: "virtual time (us)".into(),
         series: vec![bcast, allreduce],
+        log_y: true,
     })
 }

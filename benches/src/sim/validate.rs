@@ -117,5 +117,6 @@ pub fn run(e: &Validate, progress: &mut dyn FnMut(&str)) -> Result<Figure, Strin
         x_label: "message size (bytes)".into(),
         y_label: "simulated / measured".into(),
         series,
+        log_y: true,
     })
 }
