@@ -9,6 +9,12 @@ use std::time::Duration;
 /// "Unlimited": what a link or node gets when nothing caps it (bytes per second).
 pub const UNCAPPED: u64 = 1_250_000_000;
 
+/// Every scenario's name, in the paper's order (Table 2, then the heterogeneous nodes).
+pub const SCENARIOS: [&str; 6] = ["fast", "slow", "fast-slow", "slow-fast", "mayhem", "hetero"];
+
+/// The broadcasts compared across clusters.
+pub const ALGORITHMS: [&str; 4] = ["robber", "mob", "hybrid", "binomial_pipeline"];
+
 /// Link and node caps in force, bytes per second.
 #[derive(Clone, Debug)]
 pub struct Caps {

@@ -164,6 +164,27 @@ impl Region {
         ))
     }
 
+    /// A region over caller memory (`Fabric::register_memory`), which is never freed here;
+    /// `InvalidArgument` for a null pointer.
+    pub(crate) fn external(
+        rank: Rank,
+        key: RegionKey,
+        ptr: *mut u8,
+        len: usize,
+        publisher: Weak<dyn Publisher>,
+    ) -> Result<Region> {
+        let ptr = NonNull::new(ptr)
+            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
+        Ok(Self::from_raw(
+            rank,
+            key,
+            ptr,
+            len,
+            Backing::External,
+            publisher,
+        ))
+    }
+
     /// Like [`alloc_owned`](Region::alloc_owned), but a region of [`MAPPED_FROM`] bytes or
     /// more is fresh anonymous pages: zero without being written, so it costs memory only
     /// where it is used (the heap's `calloc` may clear reused memory, which touches every

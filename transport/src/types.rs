@@ -14,6 +14,20 @@ pub const MAX_MESSAGE_SIZE: usize = 64 * 1024;
 /// The bytes of an active message; short ones live inline, without an allocation.
 pub type Payload = SmallVec<[u8; 64]>;
 
+/// `MessageTooLarge` if the active message made of `parts` exceeds [`MAX_MESSAGE_SIZE`]
+/// (every backend's `send_parts` checks it first).
+#[inline]
+pub(crate) fn check_message_len(parts: &[&[u8]]) -> Result<()> {
+    let len = parts.iter().map(|p| p.len()).sum();
+    if len > MAX_MESSAGE_SIZE {
+        return Err(TransportError::MessageTooLarge {
+            len,
+            max: MAX_MESSAGE_SIZE,
+        });
+    }
+    Ok(())
+}
+
 /// The concatenation of `parts` as a payload, copied once (for `Fabric::send_parts`).
 pub(crate) fn payload_of(parts: &[&[u8]]) -> Payload {
     let mut data = Payload::with_capacity(parts.iter().map(|p| p.len()).sum());

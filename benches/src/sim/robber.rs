@@ -11,7 +11,7 @@ use rdcoll::sim::{SimConfig, Topology, WanChange, WanLink};
 use rdcoll::{BcastAlgorithm, BcastSchedule, CollConfig, Multicast};
 
 use super::{Figure, Series};
-use crate::wan_scenario::{max_throughput, Scale, Scenario};
+use crate::wan_scenario::{max_throughput, Scale, Scenario, ALGORITHMS, SCENARIOS};
 
 /// What to run.
 pub struct Robber {
@@ -44,12 +44,8 @@ impl Default for Robber {
                 seed: 1,
             },
             wan_latency: Duration::from_millis(10),
-            scenarios: ["fast", "slow", "fast-slow", "slow-fast", "mayhem", "hetero"]
-                .map(String::from)
-                .to_vec(),
-            algorithms: ["robber", "mob", "hybrid", "binomial_pipeline"]
-                .map(String::from)
-                .to_vec(),
+            scenarios: SCENARIOS.map(String::from).to_vec(),
+            algorithms: ALGORITHMS.map(String::from).to_vec(),
         }
     }
 }

@@ -40,12 +40,8 @@ fn parse(args: &[String]) -> Result<Options, String> {
     let mut o = Options {
         scale: Scale::default(),
         size: 40_000_000,
-        scenarios: ["fast", "slow", "fast-slow", "slow-fast", "mayhem", "hetero"]
-            .map(String::from)
-            .to_vec(),
-        algorithms: ["robber", "mob", "hybrid", "binomial_pipeline"]
-            .map(String::from)
-            .to_vec(),
+        scenarios: scenario::SCENARIOS.map(String::from).to_vec(),
+        algorithms: scenario::ALGORITHMS.map(String::from).to_vec(),
         repeats: 1,
         verbose: false,
     };

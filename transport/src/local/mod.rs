@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
-use crate::region::{Backing, Region, RegionTable};
+use crate::region::{Region, RegionTable};
 use crate::types::{Event, OpId, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 
@@ -120,12 +120,10 @@ impl Fabric for LocalFabric {
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
-        let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let rank = self.rank;
         self.me()
             .table
-            .insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
+            .insert(|key, p| Region::external(rank, key, ptr, len, p))
     }
 
     fn put(
@@ -211,13 +209,7 @@ impl Fabric for LocalFabric {
     }
 
     fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
-        let len = parts.iter().map(|p| p.len()).sum();
-        if len > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge {
-                len,
-                max: crate::MAX_MESSAGE_SIZE,
-            });
-        }
+        crate::types::check_message_len(parts)?;
         let target = self.peer(dest)?;
         target.events.push(Event::Message {
             src: self.rank,

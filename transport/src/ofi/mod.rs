@@ -38,7 +38,7 @@ use crate::bootstrap::Store;
 use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
-use crate::region::{Backing, Publisher, Region, RegionTable};
+use crate::region::{Publisher, Region, RegionTable};
 use crate::types::{Event, EventRef, OpId, Rank, RegionKey, RemoteAddr};
 use crate::wait::EventQueue;
 use keys::LocalMr;
@@ -404,11 +404,9 @@ impl Fabric for OfiFabric {
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
-        let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let rank = self.shared.rank;
         let region = self.shared.table.insert_via(self.publisher(), |key, p| {
-            Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p))
+            Region::external(rank, key, ptr, len, p)
         })?;
         self.shared.register(region, true)
     }
@@ -447,13 +445,7 @@ impl Fabric for OfiFabric {
     }
 
     fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
-        if len > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge {
-                len,
-                max: crate::MAX_MESSAGE_SIZE,
-            });
-        }
+        crate::types::check_message_len(parts)?;
         let sh = &self.shared;
         sh.with_state(|st| {
             st.check_peer(dest)?;

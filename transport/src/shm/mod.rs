@@ -382,14 +382,13 @@ impl Fabric for ShmFabric {
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
-        let nn = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let inner = &self.inner;
         let rank = inner.rank;
         let weak: std::sync::Weak<dyn Publisher> = Arc::downgrade(&self.publisher) as _;
         inner.table.insert_via(weak, |key, p| {
+            let region = Region::external(rank, key, ptr, len, p)?;
             inner.publish(key, KIND_EXTERNAL, ptr as usize, len);
-            Ok(Region::from_raw(rank, key, nn, len, Backing::External, p))
+            Ok(region)
         })
     }
 
@@ -449,13 +448,7 @@ impl Fabric for ShmFabric {
     }
 
     fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
-        let len = parts.iter().map(|p| p.len()).sum();
-        if len > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge {
-                len,
-                max: crate::MAX_MESSAGE_SIZE,
-            });
-        }
+        crate::types::check_message_len(parts)?;
         if dest == self.inner.rank {
             // Messages to self skip the ring, so `poll` only watches the peers' rings.
             let data = crate::types::payload_of(parts);

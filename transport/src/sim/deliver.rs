@@ -35,7 +35,8 @@ pub(super) fn read_for_get(world: &World, t: &mut Transfer) -> Result<()> {
 pub(super) fn land(world: &World, t: &mut Transfer) -> Result<Option<Event>> {
     let (from, to) = t.data_path();
     match &mut t.what {
-        What::Farewell => Ok(Some(Event::PeerFailed { rank: from })),
+        // The scheduler tells the target itself (`World::tell_failed`).
+        What::Farewell => Ok(None),
         What::Message(data) => Ok((!world.is_dead(to)).then(|| Event::Message {
             src: from,
             data: std::mem::take(data),

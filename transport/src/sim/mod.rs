@@ -29,7 +29,7 @@ pub use config::{DragonflyRouting, SimConfig, Topology, WanChange, WanLink};
 
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
-use crate::region::{Backing, Region};
+use crate::region::Region;
 use crate::types::{Event, OpId, Rank, RemoteAddr};
 use transfer::What;
 use world::World;
@@ -138,11 +138,6 @@ impl SimJob {
     pub fn now(&self) -> Duration {
         self.0.now()
     }
-
-    /// Steps the scheduler has taken (each a move of virtual time).
-    pub fn steps(&self) -> u64 {
-        self.0.steps()
-    }
 }
 
 impl Fabric for SimFabric {
@@ -162,11 +157,8 @@ impl Fabric for SimFabric {
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
-        let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let rank = self.rank;
-        self.world.tables[rank as usize]
-            .insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
+        self.world.tables[rank as usize].insert(|key, p| Region::external(rank, key, ptr, len, p))
     }
 
     fn put(
@@ -219,13 +211,7 @@ impl Fabric for SimFabric {
     }
 
     fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
-        let len = parts.iter().map(|p| p.len()).sum();
-        if len > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge {
-                len,
-                max: crate::MAX_MESSAGE_SIZE,
-            });
-        }
+        crate::types::check_message_len(parts)?;
         self.live_peer(dest)?;
         let data = crate::types::payload_of(parts);
         self.world.issue(self.rank, dest, What::Message(data));

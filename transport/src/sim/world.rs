@@ -37,8 +37,6 @@ pub(crate) struct World {
     told: Vec<AtomicBool>,
     /// Virtual nanoseconds since the start, mirrored for reading without the lock.
     clock: AtomicU64,
-    /// Steps taken (a measure of the simulation's own work).
-    steps: AtomicU64,
 }
 
 /// A rank's thread, as the scheduler sees it.
@@ -126,7 +124,6 @@ impl World {
             dead: (0..n).map(|_| AtomicBool::new(false)).collect(),
             told: (0..n * n).map(|_| AtomicBool::new(false)).collect(),
             clock: AtomicU64::new(0),
-            steps: AtomicU64::new(0),
             cfg,
         }))
     }
@@ -134,11 +131,6 @@ impl World {
     /// Virtual time since the start.
     pub(crate) fn now(&self) -> Duration {
         Duration::from_nanos(self.clock.load(Ordering::Acquire))
-    }
-
-    /// Steps the scheduler has taken.
-    pub(crate) fn steps(&self) -> u64 {
-        self.steps.load(Ordering::Relaxed)
     }
 
     /// Whether `observer` has learnt that `rank` failed.
@@ -293,7 +285,6 @@ impl World {
     /// gone). Whatever happens at one time is handled in full before time moves again.
     fn step(&self, core: &mut MutexGuard<'_, Core>) {
         while core.running == 0 {
-            self.steps.fetch_add(1, Ordering::Relaxed);
             let next_event = core.agenda.peek().map(|s| s.at);
             let next_finish = core.network.next_finish();
             let busy = next_event.is_some() || next_finish.is_some();

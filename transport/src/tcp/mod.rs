@@ -31,7 +31,7 @@ use crate::bootstrap::Store;
 use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
-use crate::region::{Backing, Region, RegionTable};
+use crate::region::{Region, RegionTable};
 use crate::types::{Event, OpId, PeerCounters, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 use wire::{Frame, CHUNK};
@@ -411,12 +411,10 @@ impl Fabric for TcpFabric {
     }
 
     unsafe fn register_memory(&self, ptr: *mut u8, len: usize) -> Result<Region> {
-        let ptr = std::ptr::NonNull::new(ptr)
-            .ok_or_else(|| TransportError::InvalidArgument("null pointer registered".into()))?;
         let rank = self.shared.rank;
         self.shared
             .table
-            .insert(|key, p| Ok(Region::from_raw(rank, key, ptr, len, Backing::External, p)))
+            .insert(|key, p| Region::external(rank, key, ptr, len, p))
     }
 
     fn put(
@@ -482,13 +480,7 @@ impl Fabric for TcpFabric {
 
     fn send_parts(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
         let sh = &self.shared;
-        let len = parts.iter().map(|p| p.len()).sum();
-        if len > crate::MAX_MESSAGE_SIZE {
-            return Err(TransportError::MessageTooLarge {
-                len,
-                max: crate::MAX_MESSAGE_SIZE,
-            });
-        }
+        crate::types::check_message_len(parts)?;
         sh.check_rank(dest)?;
         if dest == sh.rank {
             sh.events.push(Event::Message {
