@@ -4,6 +4,7 @@
 mod barrier_cases;
 mod bcast_cases;
 mod blocks_cases;
+mod mistakes_cases;
 mod multicast_cases;
 mod progress_cases;
 #[allow(dead_code)]
@@ -64,6 +65,7 @@ fn rank_entry() {
             "blocks_wrong" => blocks_cases::wrong_arguments(&world),
             "splits" => blocks_cases::splits(&world),
             "nonblocking" => blocks_cases::nonblocking(&world),
+            "mistakes" => mistakes_cases::every_mistake(&world),
             "progress" => progress_cases::library_waits(&world),
             "progress_computing" => progress_cases::while_computing(&world),
             other => Err(format!("no case {other:?}")),
@@ -184,6 +186,16 @@ fn everything_works_without_eager_messages() {
             "progress,reduce",
             &[("RDCOLL_EAGER_LIMIT", "0")],
         );
+    }
+}
+
+/// The mistakes suite across processes: with `RDCOLL_CHECK_COLLECTIVES` on, ranks that pass
+/// different lengths, roots, operations, element types or counts, or call different
+/// collectives, get `Mismatch` on every rank, over shm and tcp.
+#[test]
+fn collective_mistakes_are_a_mismatch_on_every_rank() {
+    for (transport, ranks) in [("shm", 2), ("shm", 5), ("tcp", 3), ("tcp", 8)] {
+        job(ranks, transport, "mistakes");
     }
 }
 

@@ -191,6 +191,11 @@ pub struct CollConfig {
     pub multicast_piece: Option<usize>,
     /// Gets a multicast keeps outstanding to one peer.
     pub multicast_gets: usize,
+    /// Every collective first compares the ranks' arguments (which collective, root,
+    /// lengths, counts, reduction): ranks that disagree get `Mismatch` on every rank before
+    /// anything moves. Costs one small exchange per collective; on by default in debug
+    /// builds.
+    pub check_collectives: bool,
 }
 
 impl Default for CollConfig {
@@ -207,6 +212,7 @@ impl Default for CollConfig {
             barrier_algorithm: BarrierAlgorithm::Auto,
             multicast_piece: None,
             multicast_gets: DEFAULT_MULTICAST_GETS,
+            check_collectives: cfg!(debug_assertions),
         }
     }
 }
@@ -227,7 +233,7 @@ impl CollConfig {
 
     /// Defaults, overridden by the environment; a malformed value is an error.
     pub fn from_env() -> Result<CollConfig> {
-        use rdcoll_transport::settings::{number, read, size, text, word, Value};
+        use rdcoll_transport::settings::{flag, number, read, size, text, word, Value};
         let mut c = CollConfig {
             bcast_small_max: size("RDCOLL_BCAST_SMALL_MAX")?,
             ..CollConfig::default()
@@ -270,6 +276,9 @@ impl CollConfig {
                         "RDCOLL_MULTICAST_GETS={g}: expected 1..={MAX_MULTICAST_GETS}"
                     ))
                 })?;
+        }
+        if let Some(on) = flag("RDCOLL_CHECK_COLLECTIVES")? {
+            c.check_collectives = on;
         }
         Ok(c)
     }

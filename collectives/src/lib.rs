@@ -9,6 +9,7 @@
 //! cannot recover from) the ranks may disagree on where the collectives' buffers stand, so
 //! every later collective on the communicator fails with [`CollError::Broken`].
 
+mod agreement;
 mod area;
 mod barrier;
 pub mod bcast;
@@ -258,6 +259,7 @@ impl Collectives {
 
     /// Returns once every rank of the communicator has called `barrier`.
     pub fn barrier(&self) -> Result<()> {
+        self.agree(|| agreement::Call::new(agreement::CallKind::Barrier))?;
         self.guarded(|inner| {
             if inner.barrier.is_none() {
                 inner.barrier = Some(barrier::Barrier::new(

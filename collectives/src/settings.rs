@@ -14,7 +14,7 @@ use crate::progress::Waiter;
 /// Each shared setting's variable and this rank's value (not among them: the cluster name, how
 /// broadcast blocks move into a rank and a multicast's gets per peer, which are each rank's
 /// own).
-fn shared(cfg: &CollConfig) -> [(&'static str, String); 8] {
+fn shared(cfg: &CollConfig) -> [(&'static str, String); 9] {
     [
         (
             "RDCOLL_BCAST_SMALL_MAX",
@@ -41,6 +41,10 @@ fn shared(cfg: &CollConfig) -> [(&'static str, String); 8] {
         (
             "RDCOLL_MULTICAST_PIECE",
             format!("{:?}", cfg.multicast_piece),
+        ),
+        (
+            "RDCOLL_CHECK_COLLECTIVES",
+            format!("{:?}", cfg.check_collectives),
         ),
     ]
 }

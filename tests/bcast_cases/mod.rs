@@ -99,7 +99,8 @@ const ONE_BLOCK: usize = 8255;
 /// one counter block, which carries no length) and nothing else (no byte written past it),
 /// and the communicator stays usable: for one-block, multi-block and RDMC messages, and
 /// where the other length would take the other path. (Two lengths that both fit one counter
-/// block cannot be told apart.)
+/// block cannot be told apart.) With `RDCOLL_CHECK_COLLECTIVES` on, every rank, the root too,
+/// gets the error and nothing moves.
 pub fn length_mismatch(world: &Comm) -> Result<(), String> {
     const UNTOUCHED: u8 = 0xEE;
     // (root's length, rank 1's, rank 2's)
@@ -124,7 +125,11 @@ pub fn length_mismatch(world: &Comm) -> Result<(), String> {
         };
         let what = format!("{len} bytes into {mine}");
         let r = world.bcast(&mut buf, 0);
+        let checked = world.collectives_config().check_collectives;
         let got = match (mine == len, r) {
+            // Checked: every rank hears of it before anything moves.
+            (_, Err(rdcoll::Error::Mismatch(_))) if checked => 0,
+            (_, other) if checked => return Err(format!("{what} gave {other:?} (checked)")),
             (false, Err(rdcoll::Error::Mismatch(_))) if len <= ONE_BLOCK => 0,
             (false, Err(rdcoll::Error::Mismatch(_))) => len.min(mine),
             (false, other) => return Err(format!("{what} gave {other:?}")),
@@ -132,7 +137,12 @@ pub fn length_mismatch(world: &Comm) -> Result<(), String> {
             (true, Ok(())) => len,
         };
         check(&buf[..got], 0, round, &what)?;
-        if let Some(i) = buf[got..].iter().position(|&b| b != UNTOUCHED) {
+        let untouched = if checked && world.rank() == 0 {
+            mine
+        } else {
+            got
+        };
+        if let Some(i) = buf[untouched..].iter().position(|&b| b != UNTOUCHED) {
             return Err(format!(
                 "{what}: byte {} past the message was written",
                 got + i

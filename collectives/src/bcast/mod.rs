@@ -24,6 +24,7 @@ pub(crate) use shared_staging::SharedStaging;
 use counter_blocks::{host_len, Heard, Sink, ONE_BLOCK};
 use rdcoll_transport::Rank;
 
+use crate::agreement::{Call, CallKind};
 use crate::config::{BcastAlgorithm, BcastTransfer, Multicast};
 use crate::error::{CollError, Result};
 use crate::schedule::Algorithm;
@@ -37,6 +38,7 @@ impl Collectives {
     /// communicator stays usable. Two lengths that both fit one counter block (8255 bytes)
     /// cannot be told apart: the receiver gets the last bytes of the block.
     pub fn bcast(&self, buf: &mut [u8], root: Rank) -> Result<()> {
+        self.agree(|| Call::new(CallKind::Bcast).root(root).bytes(buf.len()))?;
         self.bcast_by(buf, root, None)
     }
 
@@ -47,6 +49,12 @@ impl Collectives {
     /// The root's choice decides how the message travels; lengths are handled as by
     /// [`bcast`](Collectives::bcast).
     pub fn multicast(&self, buf: &mut [u8], root: Rank, how: Multicast) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::Multicast)
+                .root(root)
+                .bytes(buf.len())
+                .way(how)
+        })?;
         self.bcast_by(buf, root, Some(how))
     }
 
@@ -105,6 +113,7 @@ impl Collectives {
     /// Broadcasts `data` (given at the root; ignored elsewhere) to every rank, which need not
     /// know its length: each rank returns the root's bytes.
     pub fn bcast_any_size(&self, data: Option<&[u8]>, root: Rank) -> Result<Vec<u8>> {
+        self.agree(|| Call::new(CallKind::BcastAnySize).root(root))?;
         self.check_root(root)?;
         let me = self.waiter.rank();
         let at_root = match (me == root, data) {

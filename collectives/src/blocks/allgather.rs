@@ -11,6 +11,7 @@ use rdcoll_transport::Rank;
 
 use super::gather::copy_own;
 use super::{carve, one_per_rank, others, refuse, tag, Batch};
+use crate::agreement::{Call, CallKind};
 use crate::error::Result;
 use crate::reduce::exchange::Kind;
 use crate::Collectives;
@@ -19,6 +20,7 @@ impl Collectives {
     /// Gathers every rank's `send` into every rank's `recv`: rank `r`'s bytes land in
     /// `recv[parts[r]]` (every rank passes the same `parts`; blocks must not overlap).
     pub fn allgatherv(&self, send: &[u8], recv: &mut [u8], parts: &[Range<usize>]) -> Result<()> {
+        self.agree(|| Call::new(CallKind::Allgatherv).counts(parts))?;
         let w = &self.waiter;
         let (me, n) = (w.rank(), w.size());
         let usable = self

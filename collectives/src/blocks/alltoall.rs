@@ -8,6 +8,7 @@ use rdcoll_transport::Rank;
 
 use super::gather::copy_own;
 use super::{block, carve, one_per_rank, others, refuse, tag, Batch};
+use crate::agreement::{Call, CallKind};
 use crate::error::Result;
 use crate::reduce::exchange::Kind;
 use crate::Collectives;
@@ -18,6 +19,7 @@ impl Collectives {
     /// every other rank (one RDMA write each), which takes its block; larger ones as
     /// [`alltoallv`](Collectives::alltoallv).
     pub fn alltoall(&self, send: &[u8], recv: &mut [u8], block: usize) -> Result<()> {
+        self.agree(|| Call::new(CallKind::Alltoall).bytes(block))?;
         let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
         let whole = n.saturating_mul(block);
         if self.usable().is_ok() && self.exchange_fits(std::iter::once(whole)) {
@@ -35,13 +37,24 @@ impl Collectives {
             });
         }
         let parts = super::even_parts(n, block);
-        self.alltoallv(send, &parts, recv, &parts)
+        self.alltoallv_unchecked(send, &parts, recv, &parts)
     }
 
     /// Sends `send[send_parts[r]]` to every rank `r` and receives rank `r`'s block for this
     /// rank into `recv[recv_parts[r]]` (send blocks may overlap, receive blocks may not). A
     /// block that arrives with another length than its receive block is a `Mismatch`.
     pub fn alltoallv(
+        &self,
+        send: &[u8],
+        send_parts: &[Range<usize>],
+        recv: &mut [u8],
+        recv_parts: &[Range<usize>],
+    ) -> Result<()> {
+        self.agree(|| Call::new(CallKind::Alltoallv))?;
+        self.alltoallv_unchecked(send, send_parts, recv, recv_parts)
+    }
+
+    fn alltoallv_unchecked(
         &self,
         send: &[u8],
         send_parts: &[Range<usize>],

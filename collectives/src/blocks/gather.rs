@@ -7,6 +7,7 @@ use std::ops::Range;
 use rdcoll_transport::Rank;
 
 use super::{block, carve, one_per_rank, others, refuse, tag, Batch};
+use crate::agreement::{Call, CallKind};
 use crate::error::{CollError, Result};
 use crate::Collectives;
 
@@ -16,6 +17,7 @@ impl Collectives {
     /// into its slot at the root (once the root has taken its previous one) and returns;
     /// larger ones as [`gatherv`](Collectives::gatherv).
     pub fn gather(&self, send: &[u8], recv: &mut [u8], root: Rank) -> Result<()> {
+        self.agree(|| Call::new(CallKind::Gather).root(root).bytes(send.len()))?;
         self.check_root(root)?;
         let (me, n) = (self.waiter.rank(), self.waiter.size());
         let block = send.len();
@@ -39,7 +41,7 @@ impl Collectives {
         } else {
             Vec::new()
         };
-        self.gatherv(send, recv, &parts, root)
+        self.gatherv_unchecked(send, recv, &parts, root)
     }
 
     /// Scatters the root's `send` (`size` blocks of `recv.len()` bytes, the same length
@@ -47,6 +49,7 @@ impl Collectives {
     /// root writes each rank's block into its slot there, once it has taken the previous
     /// one); larger ones as [`scatterv`](Collectives::scatterv).
     pub fn scatter(&self, send: &[u8], recv: &mut [u8], root: Rank) -> Result<()> {
+        self.agree(|| Call::new(CallKind::Scatter).root(root).bytes(recv.len()))?;
         self.check_root(root)?;
         let (me, n) = (self.waiter.rank(), self.waiter.size());
         let block = recv.len();
@@ -57,7 +60,7 @@ impl Collectives {
             // A send buffer of another length still takes part (see DegreeKSlots::scatter).
             return self.slots_scatter(Some(send), recv, root);
         }
-        self.scatterv(send, &super::even_parts(n, block), recv, root)
+        self.scatterv_unchecked(send, &super::even_parts(n, block), recv, root)
     }
 
     /// Gathers every rank's `send` into the root's `recv`: rank `r`'s bytes land in
@@ -65,6 +68,23 @@ impl Collectives {
     /// A rank whose `send` is not as long as its block is an error at the root
     /// (`Mismatch`), after every transfer has completed.
     pub fn gatherv(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        parts: &[Range<usize>],
+        root: Rank,
+    ) -> Result<()> {
+        self.agree(|| {
+            let call = Call::new(CallKind::Gatherv).root(root).bytes(send.len());
+            match self.waiter.rank() == root {
+                true => call.counts(parts),
+                false => call,
+            }
+        })?;
+        self.gatherv_unchecked(send, recv, parts, root)
+    }
+
+    fn gatherv_unchecked(
         &self,
         send: &[u8],
         recv: &mut [u8],
@@ -114,6 +134,23 @@ impl Collectives {
     /// Scatters the root's `send` (rank `r`'s block is `send[parts[r]]`; blocks may overlap)
     /// into every rank's `recv`, which must be as long as its block.
     pub fn scatterv(
+        &self,
+        send: &[u8],
+        parts: &[Range<usize>],
+        recv: &mut [u8],
+        root: Rank,
+    ) -> Result<()> {
+        self.agree(|| {
+            let call = Call::new(CallKind::Scatterv).root(root).bytes(recv.len());
+            match self.waiter.rank() == root {
+                true => call.counts(parts),
+                false => call,
+            }
+        })?;
+        self.scatterv_unchecked(send, parts, recv, root)
+    }
+
+    fn scatterv_unchecked(
         &self,
         send: &[u8],
         parts: &[Range<usize>],

@@ -9,6 +9,7 @@ use std::ops::Range;
 use rdcoll_transport::Rank;
 
 use super::{block, carve, even_parts, one_per_rank, others, refuse, tag, Batch};
+use crate::agreement::{Call, CallKind};
 use crate::error::{CollError, Result};
 use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
@@ -26,6 +27,11 @@ impl Collectives {
         elem: usize,
         reduce: &Reducer<'_>,
     ) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::ReduceScatterBlock)
+                .bytes(recv.len())
+                .reduction(elem, reduce)
+        })?;
         let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
         let block = recv.len();
         let whole = n.saturating_mul(block);
@@ -45,13 +51,29 @@ impl Collectives {
                 },
             );
         }
-        self.reduce_scatter(send, &even_parts(n, block), recv, elem, reduce)
+        self.reduce_scatter_unchecked(send, &even_parts(n, block), recv, elem, reduce)
     }
 
     /// Combines every rank's `send` element-wise with `reduce` and leaves block `r`
     /// (`send[parts[r]]`, the same `parts` on every rank) of the result in rank `r`'s `recv`,
     /// which must be as long as its block and aligned for the element type.
     pub fn reduce_scatter(
+        &self,
+        send: &[u8],
+        parts: &[Range<usize>],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+    ) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::ReduceScatter)
+                .counts(parts)
+                .reduction(elem, reduce)
+        })?;
+        self.reduce_scatter_unchecked(send, parts, recv, elem, reduce)
+    }
+
+    fn reduce_scatter_unchecked(
         &self,
         send: &[u8],
         parts: &[Range<usize>],

@@ -12,6 +12,7 @@
 use rdcoll_transport::Rank;
 
 use super::{refuse, tag, Batch};
+use crate::agreement::{Call, CallKind};
 use crate::error::{CollError, Result};
 use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
@@ -99,6 +100,11 @@ impl Collectives {
         elem: usize,
         reduce: &Reducer<'_>,
     ) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::Scan)
+                .bytes(send.len())
+                .reduction(elem, reduce)
+        })?;
         self.prefix(send, recv, elem, reduce, true)
     }
 
@@ -111,6 +117,11 @@ impl Collectives {
         elem: usize,
         reduce: &Reducer<'_>,
     ) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::Exscan)
+                .bytes(send.len())
+                .reduction(elem, reduce)
+        })?;
         self.prefix(send, recv, elem, reduce, false)
     }
 

@@ -35,6 +35,8 @@ pub(crate) enum Kind {
     Alltoall,
     ReduceScatter,
     Scan,
+    /// The comparison of the ranks' calls (`RDCOLL_CHECK_COLLECTIVES`).
+    Agreement,
 }
 
 /// One communicator's exchange slots.

@@ -11,6 +11,7 @@ mod scatter_gather;
 
 use rdcoll_transport::Rank;
 
+use crate::agreement::{Call, CallKind};
 use crate::config::ReduceDegree;
 use crate::error::{CollError, Result};
 use crate::{Collectives, Inner};
@@ -35,6 +36,11 @@ impl Collectives {
     /// type) over every rank with `reduce`: afterwards every rank's `acc` holds the result.
     /// Every rank passes the same length.
     pub fn allreduce(&self, acc: &mut [u8], elem: usize, reduce: &Reducer<'_>) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::Allreduce)
+                .bytes(acc.len())
+                .reduction(elem, reduce)
+        })?;
         self.reduction(acc, elem, reduce, None)
     }
 
@@ -47,6 +53,12 @@ impl Collectives {
         reduce: &Reducer<'_>,
         root: Rank,
     ) -> Result<()> {
+        self.agree(|| {
+            Call::new(CallKind::Reduce)
+                .root(root)
+                .bytes(acc.len())
+                .reduction(elem, reduce)
+        })?;
         self.check_root(root)?;
         self.reduction(acc, elem, reduce, Some(root))
     }

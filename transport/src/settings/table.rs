@@ -254,6 +254,13 @@ pub static SETTINGS: &[Setting] = &[
         doc: "`dissemination` (log2 n rounds of one-byte writes) or `flat` (arrivals to rank 0, releases from it: one wait per rank); `auto` is `flat` when all ranks share one host and outnumber its cores",
     },
     Setting {
+        name: "RDCOLL_CHECK_COLLECTIVES",
+        kind: Kind::Flag,
+        default: "`1` in debug builds, else `0`",
+        level: Level::User,
+        doc: "`1`: before each collective every rank compares which collective, root, length, counts and reduction (operation and element type) each rank passed, by one small exchange (one RDMA write per peer); ranks that differ get `Mismatch` on every rank, naming the first that differs, before anything moves, and the communicator stays usable. `0`: arguments are trusted as in MPI (docs/RELIABILITY.md, \"Collective mistakes\")",
+    },
+    Setting {
         name: "RDCOLL_ALLREDUCE_MODEL",
         kind: Kind::Text,
         default: "`~/.cache/rdcoll/allreduce-model`",

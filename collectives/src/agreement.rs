@@ -1,0 +1,461 @@
+//! Checked collectives (`RDCOLL_CHECK_COLLECTIVES`, on by default in debug builds): before a
+//! collective moves anything, every rank publishes what it was asked to do - which collective,
+//! its root, its length, its counts, its reduction - into every other rank's exchange slot
+//! (one RDMA write per peer), and every rank compares all of them. Ranks that disagree get
+//! `Mismatch` on every rank, with the same message everywhere naming the first rank that
+//! differs from rank 0 and how; nothing has moved, and the communicator stays usable (every
+//! rank took part in the comparison).
+//!
+//! Without the check a collective trusts its arguments, as MPI's do: some mistakes are still
+//! caught by the algorithms' own traffic (a receiver that hears a length other than its own),
+//! but ranks that disagree on the root or on the collective never hear from each other.
+//!
+//! Reductions are compared by what they compute: each rank applies its reduction to fixed
+//! operands (nonzero, but for one zero accumulator) and publishes a hash of the bits it got
+//! with the element size. Operations or element types that give other bits differ; ones that
+//! give the same bits on every operand (the sum of `i32` and of `u32`) cannot give different
+//! results and pass.
+
+use std::ops::Range;
+
+use rdcoll_transport::Rank;
+
+use crate::config::Multicast;
+use crate::error::{CollError, Result};
+use crate::reduce::exchange::Kind;
+use crate::reduce::op::Reducer;
+use crate::{area, fnv1a, Collectives};
+
+/// Which collective a rank called.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum CallKind {
+    Barrier = 1,
+    Bcast,
+    BcastAnySize,
+    Multicast,
+    Allreduce,
+    Reduce,
+    Gather,
+    Gatherv,
+    Scatter,
+    Scatterv,
+    Allgatherv,
+    Alltoall,
+    Alltoallv,
+    ReduceScatterBlock,
+    ReduceScatter,
+    Scan,
+    Exscan,
+}
+
+impl CallKind {
+    const ALL: [CallKind; 17] = [
+        CallKind::Barrier,
+        CallKind::Bcast,
+        CallKind::BcastAnySize,
+        CallKind::Multicast,
+        CallKind::Allreduce,
+        CallKind::Reduce,
+        CallKind::Gather,
+        CallKind::Gatherv,
+        CallKind::Scatter,
+        CallKind::Scatterv,
+        CallKind::Allgatherv,
+        CallKind::Alltoall,
+        CallKind::Alltoallv,
+        CallKind::ReduceScatterBlock,
+        CallKind::ReduceScatter,
+        CallKind::Scan,
+        CallKind::Exscan,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            CallKind::Barrier => "barrier",
+            CallKind::Bcast => "bcast",
+            CallKind::BcastAnySize => "bcast_any_size",
+            CallKind::Multicast => "multicast",
+            CallKind::Allreduce => "allreduce",
+            CallKind::Reduce => "reduce",
+            CallKind::Gather => "gather",
+            CallKind::Gatherv => "gatherv",
+            CallKind::Scatter => "scatter",
+            CallKind::Scatterv => "scatterv",
+            CallKind::Allgatherv => "allgather(v)",
+            CallKind::Alltoall => "alltoall",
+            CallKind::Alltoallv => "alltoallv",
+            CallKind::ReduceScatterBlock => "reduce_scatter_block",
+            CallKind::ReduceScatter => "reduce_scatter",
+            CallKind::Scan => "scan",
+            CallKind::Exscan => "exscan",
+        }
+    }
+
+    fn from_u8(b: u8) -> Option<CallKind> {
+        CallKind::ALL.into_iter().find(|k| *k as u8 == b)
+    }
+
+    /// Collectives where the root's counts must be the lengths the ranks pass.
+    fn root_counts(self) -> bool {
+        matches!(self, CallKind::Gatherv | CallKind::Scatterv)
+    }
+}
+
+/// What one rank was asked to do: the arguments every rank must pass alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Call {
+    kind: CallKind,
+    /// The root, for rooted collectives.
+    root: Option<Rank>,
+    /// The length every rank passes alike (for `gatherv` / `scatterv`, this rank's block).
+    bytes: Option<u64>,
+    /// A hash of the block lengths (every rank's for `allgatherv` and `reduce_scatter`, the
+    /// root's alone for `gatherv` and `scatterv`).
+    counts: Option<u64>,
+    /// The reduction's fingerprint ([`fingerprint`]).
+    reduction: Option<u64>,
+    /// How a multicast travels.
+    way: Option<Multicast>,
+}
+
+/// Bytes of a published call.
+pub(crate) const RECORD: usize = 40;
+const NONE: u64 = u64::MAX;
+
+impl Call {
+    pub(crate) fn new(kind: CallKind) -> Call {
+        Call {
+            kind,
+            root: None,
+            bytes: None,
+            counts: None,
+            reduction: None,
+            way: None,
+        }
+    }
+
+    pub(crate) fn root(mut self, root: Rank) -> Call {
+        self.root = Some(root);
+        self
+    }
+
+    pub(crate) fn bytes(mut self, len: usize) -> Call {
+        self.bytes = Some(len as u64);
+        self
+    }
+
+    /// Block lengths of `parts` (compared, not the offsets: blocks may lie anywhere).
+    pub(crate) fn counts(mut self, parts: &[Range<usize>]) -> Call {
+        let lens: Vec<u8> = parts
+            .iter()
+            .flat_map(|p| (p.len() as u64).to_le_bytes())
+            .collect();
+        self.counts = Some(fnv1a(&lens));
+        self
+    }
+
+    pub(crate) fn reduction(mut self, elem: usize, reduce: &Reducer<'_>) -> Call {
+        self.reduction = Some(fingerprint(elem, reduce));
+        self
+    }
+
+    pub(crate) fn way(mut self, way: Multicast) -> Call {
+        self.way = Some(way);
+        self
+    }
+
+    fn encode(&self) -> [u8; RECORD] {
+        let mut r = [0u8; RECORD];
+        r[0] = self.kind as u8;
+        r[1] = match self.way {
+            None => 0,
+            Some(Multicast::Robber) => 1,
+            Some(Multicast::Mob) => 2,
+        };
+        r[4..8].copy_from_slice(&self.root.unwrap_or(u32::MAX).to_le_bytes());
+        for (i, v) in [self.bytes, self.counts, self.reduction].iter().enumerate() {
+            r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.unwrap_or(NONE).to_le_bytes());
+        }
+        r
+    }
+
+    fn decode(r: &[u8]) -> Option<Call> {
+        let word = |i: usize| {
+            let v = u64::from_le_bytes(r[8 + 8 * i..16 + 8 * i].try_into().ok()?);
+            Some((v != NONE).then_some(v))
+        };
+        let root = u32::from_le_bytes(r.get(4..8)?.try_into().ok()?);
+        Some(Call {
+            kind: CallKind::from_u8(*r.first()?)?,
+            root: (root != u32::MAX).then_some(root),
+            bytes: word(0)?,
+            counts: word(1)?,
+            reduction: word(2)?,
+            way: match r[1] {
+                1 => Some(Multicast::Robber),
+                2 => Some(Multicast::Mob),
+                _ => None,
+            },
+        })
+    }
+
+    /// The call in words, for a message.
+    fn describe(&self) -> String {
+        let mut s = self.kind.name().to_string();
+        let mut args = Vec::new();
+        if let Some(r) = self.root {
+            args.push(format!("root {r}"));
+        }
+        if let Some(b) = self.bytes {
+            args.push(format!("{b} bytes"));
+        }
+        if let Some(w) = self.way {
+            args.push(format!("{w:?}"));
+        }
+        if !args.is_empty() {
+            s.push_str(&format!(" ({})", args.join(", ")));
+        }
+        s
+    }
+
+    /// How `other` (rank `r`'s call) differs from this one (rank `r0`'s), if it does.
+    fn differs(&self, r0: usize, other: &Call, r: usize) -> Option<String> {
+        let what = if self.kind != other.kind || self.way != other.way {
+            "another collective"
+        } else if self.root != other.root {
+            "another root"
+        } else if self.bytes != other.bytes && !self.kind.root_counts() {
+            "another length"
+        } else if self.counts != other.counts && !self.kind.root_counts() {
+            "other counts"
+        } else if self.reduction != other.reduction {
+            "another reduction (operation or element type)"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "the ranks' collective calls differ ({what}): rank {r0} called {}, rank {r} called {}",
+            self.describe(),
+            other.describe()
+        ))
+    }
+}
+
+/// Fixed operands for reductions' fingerprints: `(accumulator byte, operand byte)`, each
+/// repeated over an element. Nonzero operands (a caller's reduction may divide by them); one
+/// zero accumulator tells logical and from logical or.
+const OPERANDS: [(u8, u8); 4] = [(0x13, 0x25), (0x93, 0x85), (0x93, 0x25), (0x00, 0x37)];
+
+/// A hash of the element size and of the bits `reduce` computes on [`OPERANDS`]. A reduction
+/// that panics on them contributes a fixed value.
+pub(crate) fn fingerprint(elem: usize, reduce: &Reducer<'_>) -> u64 {
+    // Aligned for any element type (u128 at most).
+    let words = elem.div_ceil(16).max(1);
+    let mut hash = fnv1a(&(elem as u64).to_le_bytes());
+    for (a, b) in OPERANDS {
+        let mut acc = vec![u128::from_le_bytes([a; 16]); words];
+        let operand = vec![u128::from_le_bytes([b; 16]); words];
+        let acc_bytes = &mut bytemuck::cast_slice_mut::<u128, u8>(&mut acc)[..elem];
+        let operand_bytes = &bytemuck::cast_slice::<u128, u8>(&operand)[..elem];
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            reduce(acc_bytes, operand_bytes)
+        }));
+        let bits: &[u8] = match ran {
+            Ok(()) => acc_bytes,
+            Err(_) => b"panicked",
+        };
+        hash = fnv1a(&[hash.to_le_bytes().as_slice(), bits].concat());
+    }
+    hash
+}
+
+/// The verdict on every rank's call: the first rank (by rank) whose call differs from rank
+/// 0's, or, for `gatherv` / `scatterv`, whose block is not the root's count for it.
+fn verdict(calls: &[Call]) -> Option<String> {
+    let first = calls.first()?;
+    for (r, c) in calls.iter().enumerate().skip(1) {
+        if let Some(why) = first.differs(0, c, r) {
+            return Some(why);
+        }
+    }
+    if first.kind.root_counts() {
+        let root = first.root? as usize;
+        let lens: Vec<u8> = calls
+            .iter()
+            .flat_map(|c| c.bytes.unwrap_or(NONE).to_le_bytes())
+            .collect();
+        if calls.get(root)?.counts != Some(fnv1a(&lens)) {
+            let blocks: Vec<u64> = calls.iter().map(|c| c.bytes.unwrap_or(0)).collect();
+            return Some(format!(
+                "the ranks' collective calls differ: rank {root}'s counts for {} are not the \
+                 blocks the ranks pass ({blocks:?} bytes)",
+                first.kind.name()
+            ));
+        }
+    }
+    None
+}
+
+impl Collectives {
+    /// With `RDCOLL_CHECK_COLLECTIVES` on, compares this rank's `call` with every other
+    /// rank's before the collective runs: `Mismatch` on every rank where they differ (the
+    /// communicator stays usable). Off: nothing (one branch).
+    #[inline]
+    pub(crate) fn agree(&self, call: impl FnOnce() -> Call) -> Result<()> {
+        if !self.cfg.check_collectives || self.waiter.size() == 1 {
+            return Ok(());
+        }
+        self.agree_now(call())
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn agree_now(&self, call: Call) -> Result<()> {
+        let n = self.waiter.size();
+        let mine = call.encode();
+        let mut calls = Vec::with_capacity(n);
+        let mut garbled = None;
+        let mut take = |r: usize, b: &[u8]| match Call::decode(b) {
+            Some(c) => calls.push(c),
+            None => {
+                garbled.get_or_insert(r);
+                calls.push(call);
+            }
+        };
+        if self.exchange_fits(std::iter::once(RECORD)) {
+            // One RDMA write per peer.
+            self.exchange_blocks(Kind::Agreement, &mine, &vec![RECORD; n], &mut take)?;
+        } else {
+            // Exchange slots smaller than a record (`RDCOLL_ALLREDUCE_SMALL_MAX`, a shared
+            // setting): by messages.
+            self.guarded(|_| {
+                let all = area::allgather(&self.waiter, self.context, &mine)?;
+                all.iter().enumerate().for_each(|(r, b)| take(r, b));
+                Ok(Ok(()))
+            })?;
+        }
+        if let Some(r) = garbled {
+            return Err(CollError::Mismatch(format!(
+                "rank {r} published a collective call this rank cannot read (another version \
+                 of rdcoll?)"
+            )));
+        }
+        match verdict(&calls) {
+            Some(why) => Err(CollError::Mismatch(why)),
+            None => Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reduce::op::{op_reducer, Element, Op};
+
+    fn print<T: Element>(op: Op) -> u64 {
+        fingerprint(std::mem::size_of::<T>(), &op_reducer::<T>(op))
+    }
+
+    #[test]
+    fn a_call_survives_its_record() {
+        let call = Call::new(CallKind::Gatherv)
+            .root(3)
+            .bytes(80)
+            .counts(&[0..8, 8..24])
+            .reduction(8, &op_reducer::<f64>(Op::Max))
+            .way(Multicast::Mob);
+        assert_eq!(Call::decode(&call.encode()), Some(call));
+        let bare = Call::new(CallKind::Barrier);
+        assert_eq!(Call::decode(&bare.encode()), Some(bare));
+        assert_eq!(Call::decode(&[0u8; RECORD]), None);
+    }
+
+    #[test]
+    fn every_operation_on_a_type_has_its_own_fingerprint() {
+        fn distinct<T: Element>() {
+            let ops: Vec<Op> = Op::ALL
+                .into_iter()
+                .filter(|o| !T::FLOAT || !o.integers_only())
+                .collect();
+            for (i, a) in ops.iter().enumerate() {
+                for b in &ops[i + 1..] {
+                    assert_ne!(
+                        print::<T>(*a),
+                        print::<T>(*b),
+                        "{a:?} and {b:?} on {}",
+                        std::any::type_name::<T>()
+                    );
+                }
+            }
+        }
+        distinct::<i8>();
+        distinct::<u16>();
+        distinct::<i32>();
+        distinct::<u64>();
+        distinct::<f32>();
+        distinct::<f64>();
+    }
+
+    #[test]
+    fn types_that_compute_other_bits_differ() {
+        assert_ne!(print::<f32>(Op::Sum), print::<i32>(Op::Sum));
+        assert_ne!(print::<f64>(Op::Max), print::<i64>(Op::Max));
+        assert_ne!(print::<i32>(Op::Max), print::<u32>(Op::Max));
+        assert_ne!(print::<f32>(Op::Max), print::<u32>(Op::Max));
+        assert_ne!(print::<f32>(Op::Min), print::<i32>(Op::Min));
+        assert_ne!(print::<u32>(Op::Sum), print::<u64>(Op::Sum));
+        // Wrapping sums of signed and unsigned integers are the same bits.
+        assert_eq!(print::<u32>(Op::Sum), print::<i32>(Op::Sum));
+    }
+
+    #[test]
+    fn a_reduction_that_panics_still_has_a_fingerprint() {
+        let f = crate::reduce::op::reducer(|a: &mut u32, b: &u32| *a = a.checked_mul(*b).unwrap());
+        assert_eq!(fingerprint(4, &f), fingerprint(4, &f));
+    }
+
+    #[test]
+    fn the_verdict_names_the_first_rank_that_differs_and_how() {
+        let bcast = |len| Call::new(CallKind::Bcast).root(0).bytes(len);
+        assert_eq!(verdict(&[bcast(80), bcast(80), bcast(80)]), None);
+        let why = verdict(&[bcast(80), bcast(80), bcast(160), bcast(8)]).unwrap();
+        assert!(
+            why.contains("another length") && why.contains("rank 2"),
+            "{why}"
+        );
+        let why = verdict(&[bcast(80), Call::new(CallKind::Bcast).root(1).bytes(80)]).unwrap();
+        assert!(why.contains("another root"), "{why}");
+        let why = verdict(&[bcast(80), Call::new(CallKind::Barrier)]).unwrap();
+        assert!(
+            why.contains("another collective") && why.contains("barrier"),
+            "{why}"
+        );
+        let sum = Call::new(CallKind::Allreduce)
+            .bytes(8)
+            .reduction(8, &op_reducer::<f64>(Op::Sum));
+        let max = Call::new(CallKind::Allreduce)
+            .bytes(8)
+            .reduction(8, &op_reducer::<f64>(Op::Max));
+        let why = verdict(&[sum, max]).unwrap();
+        assert!(why.contains("another reduction"), "{why}");
+    }
+
+    #[test]
+    fn the_roots_counts_must_be_the_ranks_blocks() {
+        let gv = |len: usize, parts: Option<&[Range<usize>]>| {
+            let c = Call::new(CallKind::Gatherv).root(1).bytes(len);
+            match parts {
+                Some(p) => c.counts(p),
+                None => c,
+            }
+        };
+        let parts = [0..4, 4..12, 12..13];
+        assert_eq!(
+            verdict(&[gv(4, None), gv(8, Some(&parts)), gv(1, None)]),
+            None
+        );
+        let why = verdict(&[gv(4, None), gv(8, Some(&parts)), gv(2, None)]).unwrap();
+        assert!(why.contains("rank 1's counts"), "{why}");
+    }
+}
