@@ -120,12 +120,19 @@
 #define RDC_ERR_PEER_FAILED 14
 
 /**
- * Ranks passed arguments that cannot go together (lengths, roots).
+ * Ranks passed arguments that cannot go together (another count, root, datatype or
+ * operation, or another collective): on every rank, before anything moves, with
+ * `RDCOLL_CHECK_COLLECTIVES=1` (the default in debug builds); otherwise only where the
+ * protocol notices. The communicator stays usable - always with the check on; without it, a
+ * disagreement the protocol cannot absorb leaves the ranks out of step, and later
+ * collectives return `RDC_ERR_COMM_BROKEN`.
  */
 #define RDC_ERR_MISMATCH 15
 
 /**
- * An earlier collective on the communicator failed; its collectives can no longer be used.
+ * An earlier collective on the communicator left the ranks out of step (a rank died, or a
+ * disagreement the protocol could not absorb); its collectives can no longer be used
+ * (point-to-point still can).
  */
 #define RDC_ERR_COMM_BROKEN 16
 
@@ -480,8 +487,8 @@ int rdc_exscan(const void *sendbuf,
 
 /**
  * Broadcasts `count` elements of `dt` at `buf` from `root`: afterwards every rank's `buf`
- * holds the root's. Every rank passes the same `count`, `dt` and `root`
- * (`RDC_ERR_MISMATCH` where the protocol notices they differ).
+ * holds the root's. Every rank passes the same `count`, `dt` and `root`: where they differ,
+ * `RDC_ERR_MISMATCH` (on every rank with `RDCOLL_CHECK_COLLECTIVES=1`; see it).
  */
 int rdc_bcast(void *buf, int64_t count, int dt, int root, const struct rdc_comm *comm);
 

@@ -83,10 +83,13 @@ impl Comm {
     /// down a tree; large ones, where every rank shares one host, through the root's own
     /// staging (every rank copies them out once; two ranks with a core each: written straight
     /// into the receiver's buffer from 64 KiB), elsewhere by the binomial pipeline of RDMC
-    /// (`RDCOLL_BCAST_*` settings in the README). A rank whose length differs gets
-    /// [`Error::Mismatch`] once it has taken its part, with as much of the root's message as
-    /// fits, and the communicator stays usable; only two lengths that both fit one counter
-    /// block (8255 bytes) cannot be told apart.
+    /// (`RDCOLL_BCAST_*` settings in the README). Ranks that pass another length or root get
+    /// [`Error::Mismatch`]: with `RDCOLL_CHECK_COLLECTIVES` on (the default in debug builds)
+    /// every rank, before anything moves; off, a rank that hears another length than its own,
+    /// once it has taken its part, with as much of the root's message as fits (two lengths
+    /// that both fit one counter block, 8255 bytes, cannot be told apart, and ranks that
+    /// disagree on the root do not hear of it). The communicator stays usable (see
+    /// [`Error::Mismatch`]).
     ///
     /// ```
     /// let got = rdcoll::local::run(4, |comm| {

@@ -126,12 +126,19 @@ pub enum Error {
     /// The messaging engine failed otherwise (resources, timeouts).
     #[error(transparent)]
     Offload(OffloadError),
-    /// Ranks called a collective with arguments that cannot go together (lengths that differ,
-    /// different roots), as far as the protocol could tell.
+    /// Ranks called a collective with arguments that cannot go together (another length,
+    /// root, count, operation or element type, or another collective). With
+    /// `RDCOLL_CHECK_COLLECTIVES` on (the default in debug builds) every rank gets it, with the
+    /// same message, before anything moves; off, only the ranks whose protocol notices (a
+    /// receiver that hears another length than its own). The communicator stays usable -
+    /// always with the check on; without it, a disagreement the protocol cannot absorb leaves
+    /// the ranks out of step, and later collectives return
+    /// [`CommunicatorBroken`](Error::CommunicatorBroken).
     #[error("ranks disagree: {0}")]
     Mismatch(String),
-    /// An earlier collective on this communicator failed; its collectives can no longer be
-    /// used (point-to-point still can).
+    /// An earlier collective on this communicator left the ranks out of step (a rank died, or
+    /// a disagreement the protocol could not absorb); its collectives can no longer be used
+    /// (point-to-point still can).
     #[error("{0}")]
     CommunicatorBroken(String),
     /// A rank panicked (with [`local::run`]); the message is the panic's, when it had one.

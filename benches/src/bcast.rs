@@ -200,10 +200,14 @@ fn run_inner(kind: CollKind, args: &[String]) -> Result<(), String> {
     }
     let world = rdcoll::init().map_err(s)?;
     let what = format!(
-        "rdcoll over {}, {} ranks, algorithm {}",
+        "rdcoll over {}, {} ranks, algorithm {}{}",
         world.backend(),
         world.size(),
-        std::env::var("RDCOLL_BCAST_ALGORITHM").unwrap_or_else(|_| "auto".into())
+        std::env::var("RDCOLL_BCAST_ALGORITHM").unwrap_or_else(|_| "auto".into()),
+        match world.collectives_config().check_collectives {
+            true => ", arguments checked",
+            false => "",
+        }
     );
     let c = RdcollCollective(world);
     if extra.calibrate {

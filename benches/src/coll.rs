@@ -193,14 +193,20 @@ pub struct CollRow {
 
 /// What the library says of how it does `kind` at each size (rdcoll: the model's `k`).
 pub fn notes(c: &dyn Collective, kind: CollKind, o: &Options) -> Vec<String> {
-    if !matches!(kind, CollKind::Allreduce | CollKind::Reduce) {
-        return Vec::new();
+    let mut notes = Vec::new();
+    if o.back_to_back {
+        notes.push("back to back: no barrier between calls; each rank's whole loop".into());
     }
-    o.sizes()
-        .into_iter()
-        .filter(|&s| s >= 4)
-        .filter_map(|s| c.note(s).map(|n| format!("{s} B: {n}")))
-        .collect()
+    if !matches!(kind, CollKind::Allreduce | CollKind::Reduce) {
+        return notes;
+    }
+    notes.extend(
+        o.sizes()
+            .into_iter()
+            .filter(|&s| s >= 4)
+            .filter_map(|s| c.note(s).map(|n| format!("{s} B: {n}"))),
+    );
+    notes
 }
 
 /// OSU's iteration counts for a collective of `size` bytes, fewer for the very large sizes.
@@ -272,9 +278,11 @@ pub fn run(
         let mut first = None;
         c.barrier()?;
         let mut timer = 0.0;
+        let mut loop_start = 0.0;
         for i in 0..iters + skip {
             if i == skip {
                 o.timed_loop_starts();
+                loop_start = c.wtime();
             }
             let t0 = c.wtime();
             match kind {
@@ -294,9 +302,12 @@ pub fn run(
             } else if i == 0 && o.first_call {
                 first = Some(c.wtime() - t0);
             }
-            if kind != CollKind::Barrier {
+            if kind != CollKind::Barrier && !o.back_to_back {
                 c.barrier()?;
             }
+        }
+        if o.back_to_back {
+            timer = c.wtime() - loop_start;
         }
         let (avg, min, max) = over_ranks(c, timer * 1e6 / iters as f64)?;
         let first = match first {

@@ -104,6 +104,10 @@ pub struct Options {
     /// `--first-call` (collectives): also report each size's first call on its own, every
     /// buffer written beforehand (run one size per launch to see a cold start).
     pub first_call: bool,
+    /// `--back-to-back` (collectives): no barrier between calls; a rank's figure is its whole
+    /// timed loop over the iterations (the rate of a program that calls one collective after
+    /// another; OSU's figure has a barrier after each call, outside the timing).
+    pub back_to_back: bool,
 }
 
 impl Default for Options {
@@ -117,6 +121,7 @@ impl Default for Options {
             full: false,
             start_on_one_core: false,
             first_call: false,
+            back_to_back: false,
         }
     }
 }
@@ -156,6 +161,7 @@ impl Options {
                 "-f" | "--full" => o.full = true,
                 "--start-on-one-core" => o.start_on_one_core = true,
                 "--first-call" => o.first_call = true,
+                "--back-to-back" => o.back_to_back = true,
                 _ => rest.push(a.clone()),
             }
         }
@@ -180,6 +186,9 @@ impl Options {
         }
         if self.first_call {
             v.push("--first-call".into());
+        }
+        if self.back_to_back {
+            v.push("--back-to-back".into());
         }
         v
     }

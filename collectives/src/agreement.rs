@@ -20,11 +20,10 @@ use std::ops::Range;
 
 use rdcoll_transport::Rank;
 
-use crate::config::Multicast;
 use crate::error::{CollError, Result};
 use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
-use crate::{area, fnv1a, Collectives};
+use crate::{area, fnv1a, fnv1a_from, Collectives};
 
 /// Which collective a rank called.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +32,6 @@ pub(crate) enum CallKind {
     Barrier = 1,
     Bcast,
     BcastAnySize,
-    Multicast,
     Allreduce,
     Reduce,
     Gather,
@@ -50,11 +48,10 @@ pub(crate) enum CallKind {
 }
 
 impl CallKind {
-    const ALL: [CallKind; 17] = [
+    const ALL: [CallKind; 16] = [
         CallKind::Barrier,
         CallKind::Bcast,
         CallKind::BcastAnySize,
-        CallKind::Multicast,
         CallKind::Allreduce,
         CallKind::Reduce,
         CallKind::Gather,
@@ -75,7 +72,6 @@ impl CallKind {
             CallKind::Barrier => "barrier",
             CallKind::Bcast => "bcast",
             CallKind::BcastAnySize => "bcast_any_size",
-            CallKind::Multicast => "multicast",
             CallKind::Allreduce => "allreduce",
             CallKind::Reduce => "reduce",
             CallKind::Gather => "gather",
@@ -115,8 +111,6 @@ pub(crate) struct Call {
     counts: Option<u64>,
     /// The reduction's fingerprint ([`fingerprint`]).
     reduction: Option<u64>,
-    /// How a multicast travels.
-    way: Option<Multicast>,
 }
 
 /// Bytes of a published call.
@@ -131,7 +125,6 @@ impl Call {
             bytes: None,
             counts: None,
             reduction: None,
-            way: None,
         }
     }
 
@@ -160,19 +153,9 @@ impl Call {
         self
     }
 
-    pub(crate) fn way(mut self, way: Multicast) -> Call {
-        self.way = Some(way);
-        self
-    }
-
     fn encode(&self) -> [u8; RECORD] {
         let mut r = [0u8; RECORD];
         r[0] = self.kind as u8;
-        r[1] = match self.way {
-            None => 0,
-            Some(Multicast::Robber) => 1,
-            Some(Multicast::Mob) => 2,
-        };
         r[4..8].copy_from_slice(&self.root.unwrap_or(u32::MAX).to_le_bytes());
         for (i, v) in [self.bytes, self.counts, self.reduction].iter().enumerate() {
             r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.unwrap_or(NONE).to_le_bytes());
@@ -192,11 +175,6 @@ impl Call {
             bytes: word(0)?,
             counts: word(1)?,
             reduction: word(2)?,
-            way: match r[1] {
-                1 => Some(Multicast::Robber),
-                2 => Some(Multicast::Mob),
-                _ => None,
-            },
         })
     }
 
@@ -210,9 +188,6 @@ impl Call {
         if let Some(b) = self.bytes {
             args.push(format!("{b} bytes"));
         }
-        if let Some(w) = self.way {
-            args.push(format!("{w:?}"));
-        }
         if !args.is_empty() {
             s.push_str(&format!(" ({})", args.join(", ")));
         }
@@ -221,7 +196,7 @@ impl Call {
 
     /// How `other` (rank `r`'s call) differs from this one (rank `r0`'s), if it does.
     fn differs(&self, r0: usize, other: &Call, r: usize) -> Option<String> {
-        let what = if self.kind != other.kind || self.way != other.way {
+        let what = if self.kind != other.kind {
             "another collective"
         } else if self.root != other.root {
             "another root"
@@ -250,51 +225,116 @@ const OPERANDS: [(u8, u8); 4] = [(0x13, 0x25), (0x93, 0x85), (0x93, 0x25), (0x00
 /// A hash of the element size and of the bits `reduce` computes on [`OPERANDS`]. A reduction
 /// that panics on them contributes a fixed value.
 pub(crate) fn fingerprint(elem: usize, reduce: &Reducer<'_>) -> u64 {
-    // Aligned for any element type (u128 at most).
+    // Aligned for any element type (u128 at most); on the stack for elements up to 64 bytes.
     let words = elem.div_ceil(16).max(1);
+    let (mut acc_small, mut operand_small) = ([0u128; 4], [0u128; 4]);
+    let (mut acc_big, mut operand_big) = (Vec::new(), Vec::new());
+    let (acc, operand): (&mut [u128], &mut [u128]) = if words <= 4 {
+        (&mut acc_small[..words], &mut operand_small[..words])
+    } else {
+        acc_big.resize(words, 0);
+        operand_big.resize(words, 0);
+        (&mut acc_big, &mut operand_big)
+    };
     let mut hash = fnv1a(&(elem as u64).to_le_bytes());
     for (a, b) in OPERANDS {
-        let mut acc = vec![u128::from_le_bytes([a; 16]); words];
-        let operand = vec![u128::from_le_bytes([b; 16]); words];
-        let acc_bytes = &mut bytemuck::cast_slice_mut::<u128, u8>(&mut acc)[..elem];
-        let operand_bytes = &bytemuck::cast_slice::<u128, u8>(&operand)[..elem];
+        acc.fill(u128::from_le_bytes([a; 16]));
+        operand.fill(u128::from_le_bytes([b; 16]));
+        let acc_bytes = &mut bytemuck::cast_slice_mut::<u128, u8>(acc)[..elem];
+        let operand_bytes = &bytemuck::cast_slice::<u128, u8>(operand)[..elem];
         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             reduce(acc_bytes, operand_bytes)
         }));
-        let bits: &[u8] = match ran {
-            Ok(()) => acc_bytes,
-            Err(_) => b"panicked",
+        hash = match ran {
+            Ok(()) => fnv1a_from(hash, acc_bytes),
+            Err(_) => fnv1a_from(hash, b"panicked"),
         };
-        hash = fnv1a(&[hash.to_le_bytes().as_slice(), bits].concat());
     }
     hash
 }
 
-/// The verdict on every rank's call: the first rank (by rank) whose call differs from rank
-/// 0's, or, for `gatherv` / `scatterv`, whose block is not the root's count for it.
-fn verdict(calls: &[Call]) -> Option<String> {
-    let first = calls.first()?;
-    for (r, c) in calls.iter().enumerate().skip(1) {
-        if let Some(why) = first.differs(0, c, r) {
-            return Some(why);
+/// The verdict on every rank's call, taken in rank order as the records arrive: the first
+/// rank whose call differs from rank 0's, or, for `gatherv` / `scatterv`, a root whose counts
+/// are not the blocks the ranks pass.
+#[derive(Default)]
+struct Judge {
+    first: Option<Call>,
+    why: Option<String>,
+    /// A rank whose record could not be read.
+    garbled: Option<usize>,
+    /// Every rank's block length so far (`gatherv` / `scatterv`).
+    blocks: Vec<u64>,
+    /// The root's counts hash (`gatherv` / `scatterv`).
+    root_counts: Option<u64>,
+}
+
+impl Judge {
+    fn take(&mut self, r: usize, call: Call) {
+        let Some(first) = &self.first else {
+            self.first = Some(call);
+            self.take_block(r, &call);
+            return;
+        };
+        if self.why.is_none() {
+            self.why = first.differs(0, &call, r);
+        }
+        self.take_block(r, &call);
+    }
+
+    fn take_block(&mut self, r: usize, call: &Call) {
+        if call.kind.root_counts() {
+            self.blocks.push(call.bytes.unwrap_or(NONE));
+            if call.root == Some(r as Rank) {
+                self.root_counts = call.counts;
+            }
         }
     }
-    if first.kind.root_counts() {
-        let root = first.root? as usize;
-        let lens: Vec<u8> = calls
-            .iter()
-            .flat_map(|c| c.bytes.unwrap_or(NONE).to_le_bytes())
-            .collect();
-        if calls.get(root)?.counts != Some(fnv1a(&lens)) {
-            let blocks: Vec<u64> = calls.iter().map(|c| c.bytes.unwrap_or(0)).collect();
+
+    fn take_record(&mut self, r: usize, record: &[u8]) {
+        match Call::decode(record) {
+            Some(c) => self.take(r, c),
+            None => {
+                self.garbled.get_or_insert(r);
+            }
+        }
+    }
+
+    fn verdict(self) -> Option<String> {
+        if let Some(r) = self.garbled {
             return Some(format!(
-                "the ranks' collective calls differ: rank {root}'s counts for {} are not the \
-                 blocks the ranks pass ({blocks:?} bytes)",
-                first.kind.name()
+                "rank {r} published a collective call this rank cannot read (another version \
+                 of rdcoll?)"
             ));
         }
+        if self.why.is_some() {
+            return self.why;
+        }
+        let first = self.first?;
+        if first.kind.root_counts() {
+            let lens: Vec<u8> = self.blocks.iter().flat_map(|b| b.to_le_bytes()).collect();
+            if self.root_counts != Some(fnv1a(&lens)) {
+                return Some(format!(
+                    "the ranks' collective calls differ: rank {}'s counts for {} are not the \
+                     blocks the ranks pass ({:?} bytes)",
+                    first.root.unwrap_or(0),
+                    first.kind.name(),
+                    self.blocks
+                ));
+            }
+        }
+        None
     }
-    None
+}
+
+/// The verdict on `calls`, rank by rank (see [`Judge`]).
+#[cfg(test)]
+fn verdict(calls: &[Call]) -> Option<String> {
+    let mut judge = Judge::default();
+    calls
+        .iter()
+        .enumerate()
+        .for_each(|(r, c)| judge.take(r, *c));
+    judge.verdict()
 }
 
 impl Collectives {
@@ -312,36 +352,25 @@ impl Collectives {
     #[cold]
     #[inline(never)]
     fn agree_now(&self, call: Call) -> Result<()> {
-        let n = self.waiter.size();
         let mine = call.encode();
-        let mut calls = Vec::with_capacity(n);
-        let mut garbled = None;
-        let mut take = |r: usize, b: &[u8]| match Call::decode(b) {
-            Some(c) => calls.push(c),
-            None => {
-                garbled.get_or_insert(r);
-                calls.push(call);
-            }
-        };
+        let mut judge = Judge::default();
         if self.exchange_fits(std::iter::once(RECORD)) {
             // One RDMA write per peer.
-            self.exchange_blocks(Kind::Agreement, &mine, &vec![RECORD; n], &mut take)?;
+            self.exchange_blocks(Kind::Agreement, &mine, &|_| RECORD, &mut |r, b| {
+                judge.take_record(r, b)
+            })?;
         } else {
             // Exchange slots smaller than a record (`RDCOLL_ALLREDUCE_SMALL_MAX`, a shared
             // setting): by messages.
             self.guarded(|_| {
                 let all = area::allgather(&self.waiter, self.context, &mine)?;
-                all.iter().enumerate().for_each(|(r, b)| take(r, b));
+                all.iter()
+                    .enumerate()
+                    .for_each(|(r, b)| judge.take_record(r, b));
                 Ok(Ok(()))
             })?;
         }
-        if let Some(r) = garbled {
-            return Err(CollError::Mismatch(format!(
-                "rank {r} published a collective call this rank cannot read (another version \
-                 of rdcoll?)"
-            )));
-        }
-        match verdict(&calls) {
+        match judge.verdict() {
             Some(why) => Err(CollError::Mismatch(why)),
             None => Ok(()),
         }
@@ -363,8 +392,7 @@ mod tests {
             .root(3)
             .bytes(80)
             .counts(&[0..8, 8..24])
-            .reduction(8, &op_reducer::<f64>(Op::Max))
-            .way(Multicast::Mob);
+            .reduction(8, &op_reducer::<f64>(Op::Max));
         assert_eq!(Call::decode(&call.encode()), Some(call));
         let bare = Call::new(CallKind::Barrier);
         assert_eq!(Call::decode(&bare.encode()), Some(bare));

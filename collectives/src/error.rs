@@ -15,8 +15,9 @@ pub enum CollError {
     /// An argument was out of range (a root not in the communicator, a bad setting...).
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
-    /// Ranks called the collective with arguments that cannot go together (lengths that
-    /// differ, different roots), as far as the protocol can tell.
+    /// Ranks called the collective with arguments that cannot go together (another length,
+    /// root, count, reduction or collective): on every rank with `check_collectives`, else as
+    /// far as the protocol can tell.
     #[error("ranks disagree: {0}")]
     Mismatch(String),
     /// An earlier collective on this communicator failed, so the ranks may no longer agree

@@ -5,9 +5,12 @@
 //! A [`Collectives`] belongs to one communicator. Its operations are collective: every rank
 //! calls them in the same order. Its own set-up messages travel on the communicator's context
 //! with [`COLLECTIVE_CONTEXT_BIT`] set, so they never meet the communicator's point-to-point
-//! traffic. After a collective fails (a rank died, ranks disagreed in a way the protocol
-//! cannot recover from) the ranks may disagree on where the collectives' buffers stand, so
-//! every later collective on the communicator fails with [`CollError::Broken`].
+//! traffic. Ranks that pass arguments that cannot go together get [`CollError::Mismatch`]
+//! (on every rank, before anything moves, with `RDCOLL_CHECK_COLLECTIVES`: `agreement`) and
+//! the communicator stays usable. After a collective fails otherwise (a rank died, ranks
+//! disagreed in a way the protocol cannot recover from) the ranks may disagree on where the
+//! collectives' buffers stand, so every later collective on the communicator fails with
+//! [`CollError::Broken`].
 
 mod agreement;
 mod area;
@@ -315,7 +318,12 @@ impl Drop for Collectives {
 
 /// FNV-1a: a stable hash of a group's name.
 fn fnv1a(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
-        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
-    })
+    fnv1a_from(0xcbf2_9ce4_8422_2325, bytes)
+}
+
+/// FNV-1a of `bytes` continued from `hash`.
+fn fnv1a_from(hash: u64, bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(hash, |h, &b| (h ^ b as u64).wrapping_mul(0x0100_0000_01b3))
 }

@@ -200,8 +200,8 @@ fn reduction(
 }
 
 /// Broadcasts `count` elements of `dt` at `buf` from `root`: afterwards every rank's `buf`
-/// holds the root's. Every rank passes the same `count`, `dt` and `root`
-/// (`RDC_ERR_MISMATCH` where the protocol notices they differ).
+/// holds the root's. Every rank passes the same `count`, `dt` and `root`: where they differ,
+/// `RDC_ERR_MISMATCH` (on every rank with `RDCOLL_CHECK_COLLECTIVES=1`; see it).
 #[no_mangle]
 pub extern "C" fn rdc_bcast(
     buf: *mut c_void,

@@ -62,9 +62,16 @@ pub const RDC_ERR_ALREADY_INITIALIZED: c_int = 12;
 pub const RDC_ERR_TRUNCATE: c_int = 13;
 /// A rank involved in the operation has failed.
 pub const RDC_ERR_PEER_FAILED: c_int = 14;
-/// Ranks passed arguments that cannot go together (lengths, roots).
+/// Ranks passed arguments that cannot go together (another count, root, datatype or
+/// operation, or another collective): on every rank, before anything moves, with
+/// `RDCOLL_CHECK_COLLECTIVES=1` (the default in debug builds); otherwise only where the
+/// protocol notices. The communicator stays usable - always with the check on; without it, a
+/// disagreement the protocol cannot absorb leaves the ranks out of step, and later
+/// collectives return `RDC_ERR_COMM_BROKEN`.
 pub const RDC_ERR_MISMATCH: c_int = 15;
-/// An earlier collective on the communicator failed; its collectives can no longer be used.
+/// An earlier collective on the communicator left the ranks out of step (a rank died, or a
+/// disagreement the protocol could not absorb); its collectives can no longer be used
+/// (point-to-point still can).
 pub const RDC_ERR_COMM_BROKEN: c_int = 16;
 /// The transport failed (I/O, bootstrap, bad remote key...).
 pub const RDC_ERR_TRANSPORT: c_int = 17;

@@ -49,12 +49,9 @@ impl Collectives {
     /// The root's choice decides how the message travels; lengths are handled as by
     /// [`bcast`](Collectives::bcast).
     pub fn multicast(&self, buf: &mut [u8], root: Rank, how: Multicast) -> Result<()> {
-        self.agree(|| {
-            Call::new(CallKind::Multicast)
-                .root(root)
-                .bytes(buf.len())
-                .way(how)
-        })?;
+        // The root's choice decides how the message travels: a bcast on another rank, or
+        // another way, is the same call.
+        self.agree(|| Call::new(CallKind::Bcast).root(root).bytes(buf.len()))?;
         self.bcast_by(buf, root, Some(how))
     }
 

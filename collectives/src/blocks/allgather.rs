@@ -32,12 +32,13 @@ impl Collectives {
             // whose receive buffer is wrong still takes part (and drops what it receives).
             return match carve(recv, parts) {
                 Ok(mut blocks) => {
-                    self.exchange_blocks(Kind::Allgather, send, &lens, &mut |r, b| {
+                    self.exchange_blocks(Kind::Allgather, send, &|r| lens[r], &mut |r, b| {
                         blocks[r].copy_from_slice(b)
                     })
                 }
                 Err(e) => {
-                    let _ = self.exchange_blocks(Kind::Allgather, send, &lens, &mut |_, _| {});
+                    let _ =
+                        self.exchange_blocks(Kind::Allgather, send, &|r| lens[r], &mut |_, _| {});
                     Err(e)
                 }
             };

@@ -23,16 +23,15 @@ impl Collectives {
         let (me, n) = (self.waiter.rank() as usize, self.waiter.size());
         let whole = n.saturating_mul(block);
         if self.usable().is_ok() && self.exchange_fits(std::iter::once(whole)) {
-            let lens = vec![whole; n];
             if recv.len() != whole {
-                let _ = self.exchange_blocks(Kind::Alltoall, send, &lens, &mut |_, _| {});
+                let _ = self.exchange_blocks(Kind::Alltoall, send, &|_| whole, &mut |_, _| {});
                 return Err(crate::CollError::InvalidArgument(format!(
                     "the receive buffer has {} bytes, not {n} blocks of {block}",
                     recv.len()
                 )));
             }
             let at = me * block;
-            return self.exchange_blocks(Kind::Alltoall, send, &lens, &mut |r, b| {
+            return self.exchange_blocks(Kind::Alltoall, send, &|_| whole, &mut |r, b| {
                 recv[r * block..(r + 1) * block].copy_from_slice(&b[at..at + block])
             });
         }

@@ -38,18 +38,13 @@ impl Collectives {
         let whole_elems = elem > 0 && block.is_multiple_of(elem);
         if whole_elems && self.usable().is_ok() && self.exchange_fits(std::iter::once(whole)) {
             let at = me * block;
-            return self.exchange_blocks(
-                Kind::ReduceScatter,
-                send,
-                &vec![whole; n],
-                &mut |r, b| {
-                    if r == 0 {
-                        recv.copy_from_slice(&b[at..at + block]);
-                    } else {
-                        reduce(recv, &b[at..at + block]);
-                    }
-                },
-            );
+            return self.exchange_blocks(Kind::ReduceScatter, send, &|_| whole, &mut |r, b| {
+                if r == 0 {
+                    recv.copy_from_slice(&b[at..at + block]);
+                } else {
+                    reduce(recv, &b[at..at + block]);
+                }
+            });
         }
         self.reduce_scatter_unchecked(send, &even_parts(n, block), recv, elem, reduce)
     }

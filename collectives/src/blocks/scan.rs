@@ -141,7 +141,7 @@ impl Collectives {
             // Small vectors: every rank's to every rank (one RDMA write each), folded in rank
             // order up to this rank. A rank with a wrong buffer takes part and then fails.
             if !valid {
-                let _ = self.exchange_blocks(Kind::Scan, send, &vec![m; n], &mut |_, _| {});
+                let _ = self.exchange_blocks(Kind::Scan, send, &|_| m, &mut |_, _| {});
                 return Err(CollError::InvalidArgument(format!(
                     "send ({m} bytes) and receive ({} bytes) must be the same whole number \
                      of {elem}-byte elements",
@@ -150,7 +150,7 @@ impl Collectives {
             }
             let upto = if inclusive { me + 1 } else { me };
             let mut first = true;
-            return self.exchange_blocks(Kind::Scan, send, &vec![m; n], &mut |r, b| {
+            return self.exchange_blocks(Kind::Scan, send, &|_| m, &mut |r, b| {
                 if r < upto {
                     if first {
                         recv.copy_from_slice(b);

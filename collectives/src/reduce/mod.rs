@@ -172,19 +172,19 @@ impl Collectives {
     }
 
     /// An allgather through the exchange slots of the small allreduce: rank `r`'s block of
-    /// `lens[r]` bytes (this rank's is `mine`) handed to `take(r, block)` in rank order. One
+    /// `lens(r)` bytes (this rank's is `mine`) handed to `take(r, block)` in rank order. One
     /// RDMA write per peer; collective.
     pub(crate) fn exchange_blocks(
         &self,
         kind: exchange::Kind,
         mine: &[u8],
-        lens: &[usize],
+        lens: &dyn Fn(usize) -> usize,
         take: &mut dyn FnMut(usize, &[u8]),
     ) -> Result<()> {
         self.with_reduction(|state, puts| {
             state
                 .exchange
-                .exchange(&self.waiter, puts, kind, mine, &|r| lens[r], take)
+                .exchange(&self.waiter, puts, kind, mine, lens, take)
         })
     }
 
