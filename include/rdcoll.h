@@ -262,6 +262,10 @@ typedef enum rdc_op {
    * Bitwise exclusive or.
    */
   RDC_BXOR = 9,
+  /**
+   * No operation: what `rdc_op_free` leaves in the handle it freed.
+   */
+  RDC_OP_NULL = -1,
 } rdc_op;
 
 /**
@@ -352,7 +356,7 @@ int rdc_comm_create_from_ranks(const struct rdc_comm *comm,
 int rdc_gather(const void *sendbuf,
                int64_t sendcount,
                void *recvbuf,
-               int dt,
+               rdc_datatype dt,
                int root,
                const struct rdc_comm *comm);
 
@@ -366,7 +370,7 @@ int rdc_gatherv(const void *sendbuf,
                 void *recvbuf,
                 const int64_t *recvcounts,
                 const int64_t *displs,
-                int dt,
+                rdc_datatype dt,
                 int root,
                 const struct rdc_comm *comm);
 
@@ -377,7 +381,7 @@ int rdc_gatherv(const void *sendbuf,
 int rdc_scatter(const void *sendbuf,
                 void *recvbuf,
                 int64_t recvcount,
-                int dt,
+                rdc_datatype dt,
                 int root,
                 const struct rdc_comm *comm);
 
@@ -390,7 +394,7 @@ int rdc_scatterv(const void *sendbuf,
                  const int64_t *displs,
                  void *recvbuf,
                  int64_t recvcount,
-                 int dt,
+                 rdc_datatype dt,
                  int root,
                  const struct rdc_comm *comm);
 
@@ -401,7 +405,7 @@ int rdc_scatterv(const void *sendbuf,
 int rdc_allgather(const void *sendbuf,
                   int64_t count,
                   void *recvbuf,
-                  int dt,
+                  rdc_datatype dt,
                   const struct rdc_comm *comm);
 
 /**
@@ -413,7 +417,7 @@ int rdc_allgatherv(const void *sendbuf,
                    void *recvbuf,
                    const int64_t *recvcounts,
                    const int64_t *displs,
-                   int dt,
+                   rdc_datatype dt,
                    const struct rdc_comm *comm);
 
 /**
@@ -423,7 +427,7 @@ int rdc_allgatherv(const void *sendbuf,
 int rdc_alltoall(const void *sendbuf,
                  int64_t count,
                  void *recvbuf,
-                 int dt,
+                 rdc_datatype dt,
                  const struct rdc_comm *comm);
 
 /**
@@ -437,7 +441,7 @@ int rdc_alltoallv(const void *sendbuf,
                   void *recvbuf,
                   const int64_t *recvcounts,
                   const int64_t *rdispls,
-                  int dt,
+                  rdc_datatype dt,
                   const struct rdc_comm *comm);
 
 /**
@@ -448,8 +452,8 @@ int rdc_alltoallv(const void *sendbuf,
 int rdc_reduce_scatter_block(const void *sendbuf,
                              void *recvbuf,
                              int64_t recvcount,
-                             int dt,
-                             int op,
+                             rdc_datatype dt,
+                             rdc_op op,
                              const struct rdc_comm *comm);
 
 /**
@@ -459,8 +463,8 @@ int rdc_reduce_scatter_block(const void *sendbuf,
 int rdc_reduce_scatter(const void *sendbuf,
                        void *recvbuf,
                        const int64_t *recvcounts,
-                       int dt,
-                       int op,
+                       rdc_datatype dt,
+                       rdc_op op,
                        const struct rdc_comm *comm);
 
 /**
@@ -470,8 +474,8 @@ int rdc_reduce_scatter(const void *sendbuf,
 int rdc_scan(const void *sendbuf,
              void *recvbuf,
              int64_t count,
-             int dt,
-             int op,
+             rdc_datatype dt,
+             rdc_op op,
              const struct rdc_comm *comm);
 
 /**
@@ -481,8 +485,8 @@ int rdc_scan(const void *sendbuf,
 int rdc_exscan(const void *sendbuf,
                void *recvbuf,
                int64_t count,
-               int dt,
-               int op,
+               rdc_datatype dt,
+               rdc_op op,
                const struct rdc_comm *comm);
 
 /**
@@ -490,7 +494,7 @@ int rdc_exscan(const void *sendbuf,
  * holds the root's. Every rank passes the same `count`, `dt` and `root`: where they differ,
  * `RDC_ERR_MISMATCH` (on every rank with `RDCOLL_CHECK_COLLECTIVES=1`; see it).
  */
-int rdc_bcast(void *buf, int64_t count, int dt, int root, const struct rdc_comm *comm);
+int rdc_bcast(void *buf, int64_t count, rdc_datatype dt, int root, const struct rdc_comm *comm);
 
 /**
  * Broadcasts `count` elements of `dt` at `buf` from `root` by a receiver-initiated multicast
@@ -499,7 +503,12 @@ int rdc_bcast(void *buf, int64_t count, int dt, int root, const struct rdc_comm 
  * and idle ones steal work from busy ones) or `RDC_MULTICAST_MOB` (fixed shares); another
  * value is `RDC_ERR_ARG`. Arguments otherwise as for `rdc_bcast`.
  */
-int rdc_multicast(void *buf, int64_t count, int dt, int root, int how, const struct rdc_comm *comm);
+int rdc_multicast(void *buf,
+                  int64_t count,
+                  rdc_datatype dt,
+                  int root,
+                  int how,
+                  const struct rdc_comm *comm);
 
 /**
  * Combines every rank's `count` elements of `dt` at `sendbuf` element-wise with `op` and
@@ -512,8 +521,8 @@ int rdc_multicast(void *buf, int64_t count, int dt, int root, int how, const str
 int rdc_allreduce(const void *sendbuf,
                   void *recvbuf,
                   int64_t count,
-                  int dt,
-                  int op,
+                  rdc_datatype dt,
+                  rdc_op op,
                   const struct rdc_comm *comm);
 
 /**
@@ -524,8 +533,8 @@ int rdc_allreduce(const void *sendbuf,
 int rdc_reduce(const void *sendbuf,
                void *recvbuf,
                int64_t count,
-               int dt,
-               int op,
+               rdc_datatype dt,
+               rdc_op op,
                int root,
                const struct rdc_comm *comm);
 
@@ -540,7 +549,7 @@ int rdc_barrier(const struct rdc_comm *comm);
 int rdc_igather(const void *sendbuf,
                 int64_t sendcount,
                 void *recvbuf,
-                int dt,
+                rdc_datatype dt,
                 int root,
                 const struct rdc_comm *comm,
                 struct rdc_request **req);
@@ -553,7 +562,7 @@ int rdc_igatherv(const void *sendbuf,
                  void *recvbuf,
                  const int64_t *recvcounts,
                  const int64_t *displs,
-                 int dt,
+                 rdc_datatype dt,
                  int root,
                  const struct rdc_comm *comm,
                  struct rdc_request **req);
@@ -564,7 +573,7 @@ int rdc_igatherv(const void *sendbuf,
 int rdc_iscatter(const void *sendbuf,
                  void *recvbuf,
                  int64_t recvcount,
-                 int dt,
+                 rdc_datatype dt,
                  int root,
                  const struct rdc_comm *comm,
                  struct rdc_request **req);
@@ -577,7 +586,7 @@ int rdc_iscatterv(const void *sendbuf,
                   const int64_t *displs,
                   void *recvbuf,
                   int64_t recvcount,
-                  int dt,
+                  rdc_datatype dt,
                   int root,
                   const struct rdc_comm *comm,
                   struct rdc_request **req);
@@ -588,7 +597,7 @@ int rdc_iscatterv(const void *sendbuf,
 int rdc_iallgather(const void *sendbuf,
                    int64_t count,
                    void *recvbuf,
-                   int dt,
+                   rdc_datatype dt,
                    const struct rdc_comm *comm,
                    struct rdc_request **req);
 
@@ -600,7 +609,7 @@ int rdc_iallgatherv(const void *sendbuf,
                     void *recvbuf,
                     const int64_t *recvcounts,
                     const int64_t *displs,
-                    int dt,
+                    rdc_datatype dt,
                     const struct rdc_comm *comm,
                     struct rdc_request **req);
 
@@ -610,7 +619,7 @@ int rdc_iallgatherv(const void *sendbuf,
 int rdc_ialltoall(const void *sendbuf,
                   int64_t count,
                   void *recvbuf,
-                  int dt,
+                  rdc_datatype dt,
                   const struct rdc_comm *comm,
                   struct rdc_request **req);
 
@@ -623,7 +632,7 @@ int rdc_ialltoallv(const void *sendbuf,
                    void *recvbuf,
                    const int64_t *recvcounts,
                    const int64_t *rdispls,
-                   int dt,
+                   rdc_datatype dt,
                    const struct rdc_comm *comm,
                    struct rdc_request **req);
 
@@ -633,8 +642,8 @@ int rdc_ialltoallv(const void *sendbuf,
 int rdc_ireduce_scatter_block(const void *sendbuf,
                               void *recvbuf,
                               int64_t recvcount,
-                              int dt,
-                              int op,
+                              rdc_datatype dt,
+                              rdc_op op,
                               const struct rdc_comm *comm,
                               struct rdc_request **req);
 
@@ -644,8 +653,8 @@ int rdc_ireduce_scatter_block(const void *sendbuf,
 int rdc_ireduce_scatter(const void *sendbuf,
                         void *recvbuf,
                         const int64_t *recvcounts,
-                        int dt,
-                        int op,
+                        rdc_datatype dt,
+                        rdc_op op,
                         const struct rdc_comm *comm,
                         struct rdc_request **req);
 
@@ -655,8 +664,8 @@ int rdc_ireduce_scatter(const void *sendbuf,
 int rdc_iscan(const void *sendbuf,
               void *recvbuf,
               int64_t count,
-              int dt,
-              int op,
+              rdc_datatype dt,
+              rdc_op op,
               const struct rdc_comm *comm,
               struct rdc_request **req);
 
@@ -666,8 +675,8 @@ int rdc_iscan(const void *sendbuf,
 int rdc_iexscan(const void *sendbuf,
                 void *recvbuf,
                 int64_t count,
-                int dt,
-                int op,
+                rdc_datatype dt,
+                rdc_op op,
                 const struct rdc_comm *comm,
                 struct rdc_request **req);
 
@@ -678,8 +687,8 @@ int rdc_iexscan(const void *sendbuf,
 int rdc_ireduce(const void *sendbuf,
                 void *recvbuf,
                 int64_t count,
-                int dt,
-                int op,
+                rdc_datatype dt,
+                rdc_op op,
                 int root,
                 const struct rdc_comm *comm,
                 struct rdc_request **req);
@@ -691,8 +700,8 @@ int rdc_ireduce(const void *sendbuf,
 int rdc_iallreduce(const void *sendbuf,
                    void *recvbuf,
                    int64_t count,
-                   int dt,
-                   int op,
+                   rdc_datatype dt,
+                   rdc_op op,
                    const struct rdc_comm *comm,
                    struct rdc_request **req);
 
@@ -707,7 +716,7 @@ int rdc_ibarrier(const struct rdc_comm *comm, struct rdc_request **req);
  */
 int rdc_ibcast(void *buf,
                int64_t count,
-               int dt,
+               rdc_datatype dt,
                int root,
                const struct rdc_comm *comm,
                struct rdc_request **req);
@@ -717,13 +726,13 @@ int rdc_ibcast(void *buf,
  * takes an `rdc_op`. `commute` says whether the operation is commutative; rdcoll combines in
  * rank order either way. Free it with `rdc_op_free`.
  */
-int rdc_op_create(rdc_user_function function, int commute, int *op);
+int rdc_op_create(rdc_user_function function, int commute, rdc_op *op);
 
 /**
- * Frees an operation made by `rdc_op_create` and sets `*op` to -1; a predefined or freed one
+ * Frees an operation made by `rdc_op_create` and sets `*op` to `RDC_OP_NULL`; a predefined or freed one
  * is `RDC_ERR_OP`.
  */
-int rdc_op_free(int *op);
+int rdc_op_free(rdc_op *op);
 
 /**
  * Sends `count` elements of `dt` at `buf` to `dest` with `tag` (>= 0); returns when `buf`
@@ -731,7 +740,7 @@ int rdc_op_free(int *op);
  */
 int rdc_send(const void *buf,
              int64_t count,
-             int dt,
+             rdc_datatype dt,
              int dest,
              int tag,
              const struct rdc_comm *comm);
@@ -744,7 +753,7 @@ int rdc_send(const void *buf,
  */
 int rdc_recv(void *buf,
              int64_t count,
-             int dt,
+             rdc_datatype dt,
              int source,
              int tag,
              const struct rdc_comm *comm,
@@ -756,7 +765,7 @@ int rdc_recv(void *buf,
  */
 int rdc_isend(const void *buf,
               int64_t count,
-              int dt,
+              rdc_datatype dt,
               int dest,
               int tag,
               const struct rdc_comm *comm,
@@ -768,7 +777,7 @@ int rdc_isend(const void *buf,
  */
 int rdc_irecv(void *buf,
               int64_t count,
-              int dt,
+              rdc_datatype dt,
               int source,
               int tag,
               const struct rdc_comm *comm,

@@ -72,7 +72,7 @@ int main(void) {
     }
     /* A user-defined operation combines in rank order: rank 0 contributes 0, rank r > 0 r, so
      * the first non-zero is rank 1's (size - 1 if the order were reversed). */
-    int op;
+    rdc_op op;
     CHECK(rdc_op_create(first_nonzero, 0, &op));
     int64_t mine64[4], out64[4];
     for (int i = 0; i < 4; i++) mine64[i] = rank;

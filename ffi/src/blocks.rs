@@ -103,10 +103,11 @@ pub extern "C" fn rdc_gather(
     sendbuf: *const c_void,
     sendcount: i64,
     recvbuf: *mut c_void,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| {
         gather_job(c, sendbuf, sendcount, recvbuf, dt, root)
     })
@@ -122,10 +123,11 @@ pub extern "C" fn rdc_gatherv(
     recvbuf: *mut c_void,
     recvcounts: *const i64,
     displs: *const i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| {
         gatherv_job(c, sendbuf, sendcount, recvbuf, recvcounts, displs, dt, root)
     })
@@ -138,10 +140,11 @@ pub extern "C" fn rdc_scatter(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     recvcount: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| {
         scatter_job(c, sendbuf, recvbuf, recvcount, dt, root)
     })
@@ -156,10 +159,11 @@ pub extern "C" fn rdc_scatterv(
     displs: *const i64,
     recvbuf: *mut c_void,
     recvcount: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| {
         scatterv_job(c, sendbuf, sendcounts, displs, recvbuf, recvcount, dt, root)
     })
@@ -172,9 +176,10 @@ pub extern "C" fn rdc_allgather(
     sendbuf: *const c_void,
     count: i64,
     recvbuf: *mut c_void,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| allgather_job(c, sendbuf, count, recvbuf, dt))
 }
 
@@ -187,9 +192,10 @@ pub extern "C" fn rdc_allgatherv(
     recvbuf: *mut c_void,
     recvcounts: *const i64,
     displs: *const i64,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| {
         allgatherv_job(c, sendbuf, sendcount, recvbuf, recvcounts, displs, dt)
     })
@@ -202,9 +208,10 @@ pub extern "C" fn rdc_alltoall(
     sendbuf: *const c_void,
     count: i64,
     recvbuf: *mut c_void,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| alltoall_job(c, sendbuf, count, recvbuf, dt))
 }
 
@@ -219,9 +226,10 @@ pub extern "C" fn rdc_alltoallv(
     recvbuf: *mut c_void,
     recvcounts: *const i64,
     rdispls: *const i64,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     call(comm, |c| {
         alltoallv_job(
             c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dt,
@@ -237,10 +245,12 @@ pub extern "C" fn rdc_reduce_scatter_block(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     recvcount: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     call(comm, |c| {
         reduce_scatter_block_job(c, sendbuf, recvbuf, recvcount, dt, op)
     })
@@ -253,10 +263,12 @@ pub extern "C" fn rdc_reduce_scatter(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     recvcounts: *const i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     call(comm, |c| {
         reduce_scatter_job(c, sendbuf, recvbuf, recvcounts, dt, op)
     })
@@ -269,10 +281,12 @@ pub extern "C" fn rdc_scan(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     call(comm, |_| prefix_job(sendbuf, recvbuf, count, dt, op, true))
 }
 
@@ -283,9 +297,11 @@ pub extern "C" fn rdc_exscan(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     call(comm, |_| prefix_job(sendbuf, recvbuf, count, dt, op, false))
 }

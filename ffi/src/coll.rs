@@ -206,10 +206,11 @@ fn reduction(
 pub extern "C" fn rdc_bcast(
     buf: *mut c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     guard(|| {
         finish((|| {
             let len = byte_len(count, dt)?;
@@ -231,11 +232,12 @@ pub extern "C" fn rdc_bcast(
 pub extern "C" fn rdc_multicast(
     buf: *mut c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     how: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     guard(|| {
         finish((|| {
             let how = match how {
@@ -264,10 +266,12 @@ pub extern "C" fn rdc_allreduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     reduction(sendbuf, recvbuf, count, dt, op, None, comm)
 }
 
@@ -279,11 +283,13 @@ pub extern "C" fn rdc_reduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     root: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     reduction(sendbuf, recvbuf, count, dt, op, Some(root), comm)
 }
 

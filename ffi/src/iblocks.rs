@@ -37,11 +37,12 @@ pub extern "C" fn rdc_igather(
     sendbuf: *const c_void,
     sendcount: i64,
     recvbuf: *mut c_void,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| {
         gather_job(c, sendbuf, sendcount, recvbuf, dt, root)
     })
@@ -56,11 +57,12 @@ pub extern "C" fn rdc_igatherv(
     recvbuf: *mut c_void,
     recvcounts: *const i64,
     displs: *const i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| {
         gatherv_job(c, sendbuf, sendcount, recvbuf, recvcounts, displs, dt, root)
     })
@@ -72,11 +74,12 @@ pub extern "C" fn rdc_iscatter(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     recvcount: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| {
         scatter_job(c, sendbuf, recvbuf, recvcount, dt, root)
     })
@@ -91,11 +94,12 @@ pub extern "C" fn rdc_iscatterv(
     displs: *const i64,
     recvbuf: *mut c_void,
     recvcount: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| {
         scatterv_job(c, sendbuf, sendcounts, displs, recvbuf, recvcount, dt, root)
     })
@@ -107,10 +111,11 @@ pub extern "C" fn rdc_iallgather(
     sendbuf: *const c_void,
     count: i64,
     recvbuf: *mut c_void,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| allgather_job(c, sendbuf, count, recvbuf, dt))
 }
 
@@ -123,10 +128,11 @@ pub extern "C" fn rdc_iallgatherv(
     recvbuf: *mut c_void,
     recvcounts: *const i64,
     displs: *const i64,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| {
         allgatherv_job(c, sendbuf, sendcount, recvbuf, recvcounts, displs, dt)
     })
@@ -138,10 +144,11 @@ pub extern "C" fn rdc_ialltoall(
     sendbuf: *const c_void,
     count: i64,
     recvbuf: *mut c_void,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| alltoall_job(c, sendbuf, count, recvbuf, dt))
 }
 
@@ -155,10 +162,11 @@ pub extern "C" fn rdc_ialltoallv(
     recvbuf: *mut c_void,
     recvcounts: *const i64,
     rdispls: *const i64,
-    dt: c_int,
+    dt: DatatypeArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start_job(comm, req, |c| {
         alltoallv_job(
             c, sendbuf, sendcounts, sdispls, recvbuf, recvcounts, rdispls, dt,
@@ -172,11 +180,13 @@ pub extern "C" fn rdc_ireduce_scatter_block(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     recvcount: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     start_job(comm, req, |c| {
         reduce_scatter_block_job(c, sendbuf, recvbuf, recvcount, dt, op)
     })
@@ -188,11 +198,13 @@ pub extern "C" fn rdc_ireduce_scatter(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     recvcounts: *const i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     start_job(comm, req, |c| {
         reduce_scatter_job(c, sendbuf, recvbuf, recvcounts, dt, op)
     })
@@ -204,11 +216,13 @@ pub extern "C" fn rdc_iscan(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     start_job(comm, req, |_| {
         prefix_job(sendbuf, recvbuf, count, dt, op, true)
     })
@@ -220,11 +234,13 @@ pub extern "C" fn rdc_iexscan(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     start_job(comm, req, |_| {
         prefix_job(sendbuf, recvbuf, count, dt, op, false)
     })
@@ -238,12 +254,14 @@ pub extern "C" fn rdc_ireduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     root: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     start_job(comm, req, |c| {
         reduction_job(c, sendbuf, recvbuf, count, dt, op, Some(root))
     })
@@ -256,11 +274,13 @@ pub extern "C" fn rdc_iallreduce(
     sendbuf: *const c_void,
     recvbuf: *mut c_void,
     count: i64,
-    dt: c_int,
-    op: c_int,
+    dt: DatatypeArg,
+    op: OpArg,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
+    let op = op.0;
     start_job(comm, req, |c| {
         reduction_job(c, sendbuf, recvbuf, count, dt, op, None)
     })

@@ -41,11 +41,12 @@ pub extern "C" fn rdc_ibarrier(comm: *const rdc_comm, req: *mut *mut rdc_request
 pub extern "C" fn rdc_ibcast(
     buf: *mut c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     root: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     start(comm, req, |c| {
         let len = byte_len(count, dt)?;
         if buf.is_null() && len > 0 {

@@ -153,7 +153,22 @@ pub enum rdc_op {
     RDC_BOR = 8,
     /// Bitwise exclusive or.
     RDC_BXOR = 9,
+    /// No operation: what `rdc_op_free` leaves in the handle it freed.
+    RDC_OP_NULL = -1,
 }
+
+/// A datatype argument as the C API takes it: C sees `rdc_datatype`, so a compiler warns
+/// where an operation or another enum is passed instead (gcc with `-Wextra`, clang by
+/// default); any `int` is accepted here and checked (`RDC_ERR_DATATYPE`).
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DatatypeArg(pub c_int);
+
+/// An operation argument as the C API takes it: C sees `rdc_op` (see [`DatatypeArg`]); the
+/// handles `rdc_op_create` returns are `int`s and convert to it silently.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpArg(pub c_int);
 
 /// What a receive, probe or completed request tells.
 #[repr(C)]

@@ -37,7 +37,7 @@ fn ops() -> std::sync::MutexGuard<'static, Vec<Option<UserFunction>>> {
 pub extern "C" fn rdc_op_create(
     function: rdc_user_function,
     commute: c_int,
-    op: *mut c_int,
+    op: *mut OpArg,
 ) -> c_int {
     guard(|| {
         let _ = commute;
@@ -57,21 +57,21 @@ pub extern "C" fn rdc_op_create(
         };
         table[i] = Some(f);
         // SAFETY: `op` is non-NULL and points to a writable int (the contract).
-        unsafe { *op = handle };
+        unsafe { *op = OpArg(handle) };
         RDC_SUCCESS
     })
 }
 
-/// Frees an operation made by `rdc_op_create` and sets `*op` to -1; a predefined or freed one
+/// Frees an operation made by `rdc_op_create` and sets `*op` to `RDC_OP_NULL`; a predefined or freed one
 /// is `RDC_ERR_OP`.
 #[no_mangle]
-pub extern "C" fn rdc_op_free(op: *mut c_int) -> c_int {
+pub extern "C" fn rdc_op_free(op: *mut OpArg) -> c_int {
     guard(|| {
         if op.is_null() {
             return RDC_ERR_NULL;
         }
-        // SAFETY: `op` is non-NULL and points to an int (the contract).
-        let h = unsafe { *op };
+        // SAFETY: `op` is non-NULL and points to an `rdc_op` (the contract).
+        let h = unsafe { *op }.0;
         let mut table = ops();
         let slot = usize::try_from(h - FIRST_USER_OP)
             .ok()
@@ -80,7 +80,7 @@ pub extern "C" fn rdc_op_free(op: *mut c_int) -> c_int {
             Some(f @ Some(_)) => {
                 *f = None;
                 // SAFETY: as above.
-                unsafe { *op = -1 };
+                unsafe { *op = OpArg(rdc_op::RDC_OP_NULL as c_int) };
                 RDC_SUCCESS
             }
             _ => RDC_ERR_OP,

@@ -144,11 +144,12 @@ fn code(r: &Result<Status, rdcoll::Error>) -> c_int {
 pub extern "C" fn rdc_send(
     buf: *const c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     dest: c_int,
     tag: c_int,
     comm: *const rdc_comm,
 ) -> c_int {
+    let dt = dt.0;
     guard(|| {
         finish((|| {
             let len = byte_len(count, dt)?;
@@ -169,12 +170,13 @@ pub extern "C" fn rdc_send(
 pub extern "C" fn rdc_recv(
     buf: *mut c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     source: c_int,
     tag: c_int,
     comm: *const rdc_comm,
     status: *mut rdc_status,
 ) -> c_int {
+    let dt = dt.0;
     guard(|| {
         let r = (|| {
             let len = byte_len(count, dt)?;
@@ -200,12 +202,13 @@ pub extern "C" fn rdc_recv(
 pub extern "C" fn rdc_isend(
     buf: *const c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     dest: c_int,
     tag: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     guard(|| {
         if req.is_null() {
             return RDC_ERR_NULL;
@@ -229,12 +232,13 @@ pub extern "C" fn rdc_isend(
 pub extern "C" fn rdc_irecv(
     buf: *mut c_void,
     count: i64,
-    dt: c_int,
+    dt: DatatypeArg,
     source: c_int,
     tag: c_int,
     comm: *const rdc_comm,
     req: *mut *mut rdc_request,
 ) -> c_int {
+    let dt = dt.0;
     guard(|| {
         if req.is_null() {
             return RDC_ERR_NULL;

@@ -39,6 +39,16 @@ fn committed_header_is_what_cbindgen_generates() {
 
 /// Compiles a file that includes the header with `compiler args`.
 fn compiles(compiler: &str, args: &[&str], source: &str, ext: &str) {
+    let out = compile(compiler, args, source, ext);
+    assert!(
+        out.status.success(),
+        "{compiler} {args:?} rejects include/rdcoll.h:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Compiles `source` (which includes the header) with `compiler args -fsyntax-only`.
+fn compile(compiler: &str, args: &[&str], source: &str, ext: &str) -> std::process::Output {
     let dir = std::env::temp_dir().join(format!("rdcoll-header-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join(format!("use_header.{ext}"));
@@ -53,11 +63,7 @@ fn compiles(compiler: &str, args: &[&str], source: &str, ext: &str) {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(
-        out.status.success(),
-        "{compiler} {args:?} rejects include/rdcoll.h:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    out
 }
 
 const USE: &str = r#"
@@ -94,5 +100,46 @@ fn header_compiles_as_cpp() {
         &["-std=c++11", "-Wall", "-Wextra", "-Werror"],
         &USE.replace("rdc_comm *world = 0", "rdc_comm *world = nullptr"),
         "cpp",
+    );
+}
+
+/// An operation where a datatype goes (or the reverse) is what the compiler can see: the
+/// arguments are the `rdc_datatype` and `rdc_op` enums, so `rdc_send(buf, 4, RDC_SUM, ...)`
+/// draws gcc's `-Wenum-conversion` (in `-Wextra`) and is an error in C++.
+#[test]
+fn an_operation_for_a_datatype_is_caught_at_compile_time() {
+    let wrong = r#"
+#include <rdcoll.h>
+int wrong(const rdc_comm *world);
+int wrong(const rdc_comm *world) {
+    int x = 0;
+    return rdc_send(&x, 4, RDC_SUM, 0, 0, world);
+}
+"#;
+    let c = compile("cc", &["-std=c99", "-Wextra", "-Werror"], wrong, "c");
+    let said = String::from_utf8_lossy(&c.stderr);
+    assert!(
+        !c.status.success() && said.contains("enum"),
+        "cc accepted an operation as a datatype: {said}"
+    );
+    let cpp = compile("c++", &["-std=c++11"], wrong, "cpp");
+    assert!(
+        !cpp.status.success(),
+        "c++ accepted an operation as a datatype"
+    );
+    // A handle from rdc_op_create, kept in an int, still converts in C.
+    let user_op = r#"
+#include <rdcoll.h>
+int reduce_with(const rdc_comm *world, int op);
+int reduce_with(const rdc_comm *world, int op) {
+    int x = 0;
+    return rdc_allreduce(RDC_IN_PLACE, &x, 1, RDC_INT32, op, world);
+}
+"#;
+    compiles(
+        "cc",
+        &["-std=c99", "-Wall", "-Wextra", "-Werror"],
+        user_op,
+        "c",
     );
 }

@@ -340,7 +340,7 @@ static void nonblocking_block_collectives(rdc_comm *world, int rank, int size) {
 }
 
 static void user_ops(rdc_comm *world) {
-    int op = -7, freed;
+    rdc_op op = (rdc_op)-7, freed;
     int32_t a = 1, b = 0;
     RC(RDC_ERR_NULL, rdc_op_create(NULL, 1, &op));
     RC(RDC_ERR_NULL, rdc_op_create(keep_first, 1, NULL));
@@ -348,11 +348,11 @@ static void user_ops(rdc_comm *world) {
     freed = op;
     RC(RDC_ERR_DATATYPE, rdc_allreduce(&a, &b, 1, 99, op, world));
     RC(RDC_SUCCESS, rdc_op_free(&op));
-    EXPECT(op == -1, "a freed op is reset");
+    EXPECT(op == RDC_OP_NULL, "a freed op is reset");
     RC(RDC_ERR_OP, rdc_op_free(&freed));
     RC(RDC_ERR_OP, rdc_allreduce(&a, &b, 1, RDC_INT32, freed, world));
     RC(RDC_ERR_OP, rdc_scan(&a, &b, 1, RDC_INT32, freed, world));
-    int builtin = RDC_SUM;
+    rdc_op builtin = RDC_SUM;
     RC(RDC_ERR_OP, rdc_op_free(&builtin));
     RC(RDC_ERR_NULL, rdc_op_free(NULL));
 }

@@ -155,7 +155,7 @@ static void reductions(rdc_comm *c, int rank, int size) {
                 EXPECT(acc[i] == (size - 1) * 10 + i + 1, "ireduce in place [%d]", i);
     }
     /* A user operation that is not commutative, on allreduce and scan: rank 0's values. */
-    int op;
+    rdc_op op;
     CHECK(rdc_op_create(first_wins, 0, &op));
     for (int i = 0; i < 6; i++) want[i] = i + 1;
     memset(out, 0, sizeof out);
