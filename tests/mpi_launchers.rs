@@ -1,6 +1,10 @@
 //! Jobs started by MPI's own launchers with no rdcoll setting: MPICH's `mpiexec` (Hydra, PMI-1
-//! over `PMI_FD`) on 2 and 4 ranks, over shm and tcp. The test binary re-launches itself as
-//! the ranks. Skipped, saying so, where the launcher is not installed.
+//! over `PMI_FD`), Open MPI's `mpirun` (PMIx) and Slurm's `srun` (`--mpi=pmi2`, and
+//! `--mpi=pmix`; a one-node Slurm started by the test) on 2 and 4 ranks, over shm and tcp. The
+//! test binary re-launches itself as the ranks. Skipped, saying so, where the launcher is not
+//! installed.
+
+mod slurm;
 
 #[allow(dead_code)]
 mod progress_cases;
@@ -112,7 +116,13 @@ fn under(launcher: &str, args: &[&str], n: usize, transport: &str) -> Command {
 
 /// Runs [`under`] and checks that every rank passed.
 fn run_under(launcher: &str, args: &[&str], n: usize, transport: &str) {
+    run_under_with(launcher, args, n, transport, &[]);
+}
+
+/// [`run_under`] with `env` set for the launcher.
+fn run_under_with(launcher: &str, args: &[&str], n: usize, transport: &str, env: &[(&str, &str)]) {
     let mut cmd = under(launcher, args, n, transport);
+    cmd.envs(env.iter().copied());
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -180,57 +190,90 @@ fn a_failing_rank_ends_the_job_under_each_launcher() {
     }
     for (launcher, args) in launchers {
         for mode in ["abort", "panic", "early"] {
-            let start = std::time::Instant::now();
-            let mut child = under(launcher, &args, 3, "shm")
-                .env(RANK_VAR, mode)
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-            // A hang is a failure; its bound is generous (this is not a timing test).
-            let status = loop {
-                if let Some(s) = child.try_wait().unwrap() {
-                    break s;
-                }
-                if start.elapsed() > std::time::Duration::from_secs(120) {
-                    let _ = child.kill();
-                    panic!("{launcher}, rank 1 {mode}: the job did not end");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(20));
-            };
-            let mut stderr = String::new();
-            std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
-            eprintln!(
-                "{launcher}, rank 1 {mode}: ended in {:?} with {status}",
-                start.elapsed()
-            );
-            assert!(
-                !status.success(),
-                "{launcher}, rank 1 {mode}: {status}\n{stderr}"
-            );
-            let named = match mode {
-                "abort" => "rank 1 called abort(7)",
-                "early" => "rank 1 leaves early",
-                _ => "rank 1 fails on purpose",
-            };
-            assert!(
-                stderr.contains(named),
-                "{launcher}, rank 1 {mode}: {stderr}"
-            );
-            if mode == "abort" {
-                assert_eq!(status.code(), Some(7), "{launcher}: {stderr}");
+            failing_rank_ends_the_job(launcher, &args, mode, &[]);
+        }
+    }
+}
+
+/// Rank 1 of 3 calls `abort`, panics or leaves early (`mode`) under `launcher args` (with `env`)
+/// while the others wait in a barrier: the job must end with a non-zero status that names it.
+fn failing_rank_ends_the_job(launcher: &str, args: &[&str], mode: &str, env: &[(&str, &str)]) {
+    let start = std::time::Instant::now();
+    let mut child = under(launcher, args, 3, "shm")
+        .env(RANK_VAR, mode)
+        .envs(env.iter().copied())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A hang is a failure; its bound is generous (this is not a timing test).
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(120) {
+            let _ = child.kill();
+            panic!("{launcher}, rank 1 {mode}: the job did not end");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).unwrap();
+    eprintln!(
+        "{launcher}, rank 1 {mode}: ended in {:?} with {status}",
+        start.elapsed()
+    );
+    assert!(
+        !status.success(),
+        "{launcher}, rank 1 {mode}: {status}\n{stderr}"
+    );
+    let named = match mode {
+        "abort" => "rank 1 called abort(7)",
+        "early" => "rank 1 leaves early",
+        _ => "rank 1 fails on purpose",
+    };
+    assert!(
+        stderr.contains(named),
+        "{launcher}, rank 1 {mode}: {stderr}"
+    );
+    if mode == "abort" {
+        assert_eq!(status.code(), Some(7), "{launcher}: {stderr}");
+    }
+    if launcher.ends_with("rdcoll-run") && mode != "early" {
+        // The rank that failed first, not a survivor that saw it go.
+        assert!(stderr.contains("rdcoll-run: rank 1 "), "{stderr}");
+    }
+    if launcher.ends_with("rdcoll-run") && mode == "early" {
+        // A survivor failed, and the launcher says rank 1 had left before.
+        assert!(
+            stderr.contains("after rank(s) 1 had already exited"),
+            "{stderr}"
+        );
+    }
+}
+
+/// Slurm's `srun` with no rdcoll setting: over PMI-1 where Slurm's `pmi2` plug-in serves it
+/// (`--mpi=pmi2`), and over PMIx (`--mpi=pmix`) with the `pmix` feature; 2 and 4 ranks over
+/// shm and tcp, then a rank that aborts, panics or leaves early. The test starts a one-node
+/// Slurm of its own (root, `auth/none`); skipped, saying so, without Slurm or root.
+#[test]
+fn srun_of_slurm_needs_no_setting() {
+    let Some(slurm) = slurm::Slurm::start() else {
+        return;
+    };
+    let env = [("SLURM_CONF", slurm.conf())];
+    let mut plugins = vec!["--mpi=pmi2"];
+    if cfg!(feature = "pmix") {
+        plugins.push("--mpi=pmix");
+    }
+    for plugin in plugins {
+        for n in [2, 4] {
+            for transport in ["shm", "tcp"] {
+                run_under_with("srun", &[plugin, "-n"], n, transport, &env);
             }
-            if launcher.ends_with("rdcoll-run") && mode != "early" {
-                // The rank that failed first, not a survivor that saw it go.
-                assert!(stderr.contains("rdcoll-run: rank 1 "), "{stderr}");
-            }
-            if launcher.ends_with("rdcoll-run") && mode == "early" {
-                // A survivor failed, and the launcher says rank 1 had left before.
-                assert!(
-                    stderr.contains("after rank(s) 1 had already exited"),
-                    "{stderr}"
-                );
-            }
+        }
+        for mode in ["abort", "panic", "early"] {
+            failing_rank_ends_the_job("srun", &[plugin, "-n"], mode, &env);
         }
     }
 }

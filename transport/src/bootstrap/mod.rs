@@ -90,12 +90,18 @@ pub fn connect_store(rank: Rank, cfg: &FabricConfig) -> Result<StoreHandle> {
             return launcher::store_through_launcher(rank, cfg)
         }
         Err(_) => {
-            return Err(TransportError::Bootstrap(
-                "RDCOLL_STORE is not set and the launcher offers no PMI: start the job with \
-                 rdcoll-run or mpiexec, or set RDCOLL_STORE=host:port (rank 0 serves it) or \
-                 RDCOLL_STORE=file:/shared/dir"
-                    .into(),
-            ))
+            // Slurm offers PMI only when asked (`MpiDefault=none` is common).
+            let slurm = match std::env::var_os("SLURM_JOB_ID") {
+                Some(_) => {
+                    " (under srun: `srun --mpi=pmi2`, or `--mpi=pmix` with the `pmix` feature)"
+                }
+                None => "",
+            };
+            return Err(TransportError::Bootstrap(format!(
+                "RDCOLL_STORE is not set and the launcher offers no PMI{slurm}: start the job \
+                 with rdcoll-run or mpiexec, or set RDCOLL_STORE=host:port (rank 0 serves it) \
+                 or RDCOLL_STORE=file:/shared/dir"
+            )));
         }
     };
     let external = crate::settings::word("RDCOLL_STORE_SERVER")? == Some("launcher");
