@@ -243,6 +243,15 @@ fn failing_rank_ends_the_job(launcher: &str, args: &[&str], mode: &str, env: &[(
         // The rank that failed first, not a survivor that saw it go.
         assert!(stderr.contains("rdcoll-run: rank 1 "), "{stderr}");
     }
+    if launcher.ends_with("rdcoll-run") {
+        // The survivors' last lines: they end on their own before the launcher stops them.
+        for r in [0, 2] {
+            assert!(
+                stderr.contains(&format!("rank {r}: the barrier returned")),
+                "{launcher}, rank 1 {mode}: rank {r}'s last line is missing:\n{stderr}"
+            );
+        }
+    }
     if launcher.ends_with("rdcoll-run") && mode == "early" {
         // A survivor failed, and the launcher says rank 1 had left before.
         assert!(

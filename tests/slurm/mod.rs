@@ -15,9 +15,8 @@ pub struct Slurm {
 /// Whether `program` is on the `PATH` (Slurm's clients fail `--version` without a
 /// configuration).
 fn runs(program: &str) -> bool {
-    std::env::var_os("PATH").is_some_and(|path| {
-        std::env::split_paths(&path).any(|dir| dir.join(program).is_file())
-    })
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 /// Output of a command, trimmed ("" if it cannot run).
