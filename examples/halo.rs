@@ -27,7 +27,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1).map(|a| a.parse::<usize>());
     let cells = args.next().transpose()?.unwrap_or(1 << 16);
     let steps = args.next().transpose()?.unwrap_or(1000);
-    let (rank, size) = (comm.rank() as usize, comm.size());
+    let (rank, size) = (comm.rank() as usize, comm.size() as usize);
     if cells < 2 * size {
         return Err(format!("{cells} cells are too few for {size} ranks").into());
     }

@@ -114,7 +114,7 @@ impl Comm {
     /// assert!(got.iter().all(|a| *a == [0, 10, 20]));
     /// ```
     pub fn allgather<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
-        let parts = even_parts(self.size(), std::mem::size_of_val(send));
+        let parts = even_parts(self.size() as usize, std::mem::size_of_val(send));
         Ok(self
             .collectives()?
             .allgatherv(bytes(send), bytes_mut(recv), &parts)?)
@@ -145,7 +145,7 @@ impl Comm {
     /// ```
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.size();
-        let block = whole_blocks(send.len(), n, "alltoall's send buffer")?;
+        let block = whole_blocks(send.len(), n as usize, "alltoall's send buffer")?;
         if recv.len() != send.len() {
             return Err(Error::InvalidArgument(format!(
                 "alltoall's receive buffer has {} elements, its send buffer {}",

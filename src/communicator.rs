@@ -104,7 +104,7 @@ impl Comm {
     /// every rank gets [`Error::Mismatch`]).
     pub fn subset(&self, ranks: &[Rank]) -> Result<Option<Comm>> {
         let n = self.size();
-        let mut seen = vec![false; n];
+        let mut seen = vec![false; n as usize];
         for &r in ranks {
             match seen.get_mut(r as usize) {
                 Some(s) if !*s => *s = true,
@@ -129,7 +129,7 @@ impl Comm {
     fn split_checked(&self, color: Option<u32>, key: i32, check: u64) -> Result<Option<Comm>> {
         let n = self.size();
         let mine = [color.map_or(NO_COLOR, u64::from), key as i64 as u64, check];
-        let mut all = vec![0u64; 3 * n];
+        let mut all = vec![0u64; 3 * n as usize];
         self.allgather(&mine, &mut all)?;
         let engine = self.engine()?.clone();
         // Every rank takes part in the agreement, also one that will refuse the split, so that

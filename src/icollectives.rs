@@ -122,7 +122,7 @@ impl<'scope> Scope<'scope, '_> {
         send: &'scope [T],
         recv: &'scope mut [T],
     ) -> Result<CollRequest<'scope>> {
-        let parts = even_parts(self.comm().size(), std::mem::size_of_val(send));
+        let parts = even_parts(self.comm().size() as usize, std::mem::size_of_val(send));
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.allgatherv(send, recv, &parts)?)
         })
@@ -135,7 +135,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
     ) -> Result<CollRequest<'scope>> {
         let n = self.comm().size();
-        if send.len() != recv.len() || send.len() % n != 0 {
+        if send.len() != recv.len() || send.len() % (n as usize) != 0 {
             return Err(Error::InvalidArgument(format!(
                 "alltoall needs send and receive buffers of the same whole number of blocks for \
                  {n} ranks ({} and {} elements)",
@@ -143,7 +143,7 @@ impl<'scope> Scope<'scope, '_> {
                 recv.len()
             )));
         }
-        let block = std::mem::size_of_val(send) / n;
+        let block = std::mem::size_of_val(send) / (n as usize);
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.alltoall(send, recv, block)?)
         })

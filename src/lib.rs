@@ -255,11 +255,13 @@ impl Comm {
             Some(m) => m.me(),
         }
     }
-    /// Number of ranks.
-    pub fn size(&self) -> usize {
+    /// Number of ranks: a [`Rank`], as [`rank`](Comm::rank) is, so that rank arithmetic
+    /// (`(comm.rank() + 1) % comm.size()`) needs no conversion; `comm.size() as usize` for
+    /// a buffer of one element per rank.
+    pub fn size(&self) -> Rank {
         match &self.members {
-            None => self.fabric.size(),
-            Some(m) => m.size(),
+            None => self.fabric.size() as Rank,
+            Some(m) => m.size() as Rank,
         }
     }
     /// The transport underneath: `local`, `shm` or `tcp`.
@@ -312,7 +314,7 @@ pub fn init() -> Result<Comm> {
         .map_err(rdcoll_transport::TransportError::from)?;
     let comm = Comm::from_fabric(rdcoll_transport::bootstrap::init_from_env()?);
     if bind == Some("core") && !spans_hosts(comm.backend()) {
-        bind::to_core(comm.rank() as usize, comm.size());
+        bind::to_core(comm.rank() as usize, comm.size() as usize);
     }
     Ok(comm)
 }

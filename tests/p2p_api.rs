@@ -85,7 +85,7 @@ fn wait_any_and_test_all_report_each_request_once() {
 fn sendrecv_shifts_a_ring_without_deadlock_for_every_protocol() {
     for len in [1usize, 100_000] {
         let got = rdcoll::local::run(5, |world| {
-            let (rank, size) = (world.rank(), world.size() as u32);
+            let (rank, size) = (world.rank(), world.size());
             let out = vec![rank as u16; len];
             let mut inbox = vec![0u16; len];
             let st = world
@@ -301,7 +301,7 @@ fn proc_null_operations_complete_at_once() {
             a.wait().unwrap();
         });
         // A line of ranks: the ends talk to nobody on one side.
-        let (me, n) = (c.rank(), c.size() as u32);
+        let (me, n) = (c.rank(), c.size());
         let right = if me + 1 < n { me + 1 } else { PROC_NULL };
         let left = if me > 0 { me - 1 } else { PROC_NULL };
         let mut got = [u32::MAX];

@@ -68,7 +68,7 @@ fn broadcast_every_root_and_size() {
 fn reductions_and_the_other_collectives() {
     for n in [2, 5] {
         run(SimConfig::switch(n), |c| {
-            reduce_cases::every_type(c, &[0, 1, 7, 1000], &[0, (c.size() as u32) / 2])
+            reduce_cases::every_type(c, &[0, 1, 7, 1000], &[0, c.size() / 2])
         });
         run(SimConfig::switch(n), |c| {
             blocks_cases::every_collective(c, &[0, 1, 3, 100, 20_000])
@@ -90,7 +90,7 @@ fn the_same_program_gives_the_same_times() {
             .unwrap();
         times.push(c.wtime());
         // Irregular point-to-point traffic, with wildcards.
-        let n = c.size() as u32;
+        let n = c.size();
         for round in 0..20u32 {
             let dest = (c.rank() + 1 + round % (n - 1)) % n;
             let len = (round as usize * 7919 + me * 131) % 100_000;

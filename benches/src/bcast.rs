@@ -35,7 +35,7 @@ impl Collective for RdcollCollective {
         self.0.rank()
     }
     fn size(&self) -> usize {
-        self.0.size()
+        self.0.size() as usize
     }
     fn bcast(&self, buf: &mut [u8], root: u32) -> Result<(), String> {
         self.0.bcast(buf, root).map_err(s)

@@ -54,7 +54,7 @@ pub fn rank(args: &[String]) -> i32 {
 
 /// Loops `workload` until an operation fails; the error.
 fn run_workload(world: &rdcoll::Comm, workload: &str) -> rdcoll::Error {
-    let (me, n) = (world.rank(), world.size() as u32);
+    let (me, n) = (world.rank(), world.size());
     let (next, prev) = ((me + 1) % n, (me + n - 1) % n);
     let len = match workload {
         "rendezvous" => 64 << 20,

@@ -160,7 +160,7 @@ struct Counts {
 }
 
 fn soak(world: &Comm, seed: u64, seconds: u64, inject: bool) -> Result<(), String> {
-    let (me, size) = (world.rank(), world.size() as u32);
+    let (me, size) = (world.rank(), world.size());
     let start = Instant::now();
     let mut next_seq = vec![vec![0u64; size as usize]; size as usize];
     let mut rng = Rng::new(seed.wrapping_add(u64::from(me) << 32));

@@ -115,7 +115,7 @@ fn parts(
 /// Every rank's block of `count` elements: rank `r`'s at element `r * count`.
 fn even(c: &Comm, count: i64, dt: c_int) -> Result<(Vec<Range<usize>>, usize), c_int> {
     let len = byte_len(count, dt)?;
-    let n = c.size();
+    let n = c.size() as usize;
     let span = len.checked_mul(n).ok_or(RDC_ERR_COUNT)?;
     Ok(((0..n).map(|r| r * len..(r + 1) * len).collect(), span))
 }
@@ -143,7 +143,7 @@ fn root_part(
 pub(crate) fn root_of(c: &Comm, root: c_int) -> Result<u32, c_int> {
     u32::try_from(root)
         .ok()
-        .filter(|&r| (r as usize) < c.size())
+        .filter(|&r| r < c.size())
         .ok_or(RDC_ERR_RANK)
 }
 

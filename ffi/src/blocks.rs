@@ -75,7 +75,7 @@ pub extern "C" fn rdc_comm_create_from_ranks(
                 .map(|r| u32::try_from(r).map_err(|_| RDC_ERR_RANK))
                 .collect::<Result<Vec<_>, _>>()?;
             let c = comm_of(comm)?;
-            if list.iter().any(|&r| r as usize >= c.size()) {
+            if list.iter().any(|&r| r as usize >= c.size() as usize) {
                 return Err(RDC_ERR_RANK);
             }
             let sub = c.subset(&list).map_err(|e| code_of(&e))?;

@@ -71,7 +71,7 @@ fn dest_rank(comm: &Comm, r: c_int) -> Result<u32, c_int> {
     }
     u32::try_from(r)
         .ok()
-        .filter(|&r| (r as usize) < comm.size())
+        .filter(|&r| r < comm.size())
         .ok_or(RDC_ERR_RANK)
 }
 

@@ -29,7 +29,7 @@ fn arrived(dir: &Path, rank: u32) -> Result<usize, String> {
 /// `rounds` barriers, ranks arriving in a different order each round: after each, every
 /// rank's record (written before it entered) shows that round.
 pub fn nobody_leaves_early(world: &Comm, dir: &Path, rounds: usize) -> Result<(), String> {
-    let (me, n) = (world.rank(), world.size() as u32);
+    let (me, n) = (world.rank(), world.size());
     for round in 1..=rounds {
         // A different rank is last to arrive in each round.
         if (round as u32) % n == me {
@@ -53,7 +53,7 @@ pub fn nobody_leaves_early(world: &Comm, dir: &Path, rounds: usize) -> Result<()
 /// died, or the communicator broken by another rank's failure), not hang, and the next one
 /// must report the communicator broken.
 pub fn peer_death(world: &Comm) -> Result<(), String> {
-    let n = world.size() as u32;
+    let n = world.size();
     world
         .barrier()
         .map_err(|e| format!("before the death: {e}"))?;
@@ -88,7 +88,7 @@ fn thread_cpu_time() -> std::time::Duration {
 /// outnumber cores.
 pub fn long_waits_sleep(world: &Comm) -> Result<(), String> {
     let pause = std::time::Duration::from_millis(400);
-    let last = world.size() as u32 - 1;
+    let last = world.size() - 1;
     for what in ["barrier", "bcast"] {
         if world.rank() == last {
             std::thread::sleep(pause);

@@ -49,7 +49,7 @@ fn one(world: &Comm, len: usize, root: u32, round: usize, what: &str) -> Result<
 
 /// Every root, every size in `sizes`, checked byte for byte.
 pub fn every_root_and_size(world: &Comm, sizes: &[usize]) -> Result<(), String> {
-    let n = world.size() as u32;
+    let n = world.size();
     for (round, &len) in sizes.iter().enumerate() {
         for root in 0..n {
             one(world, len, root, round, &format!("{len} bytes from {root}"))?;
@@ -61,7 +61,7 @@ pub fn every_root_and_size(world: &Comm, sizes: &[usize]) -> Result<(), String> 
 /// Many small broadcasts back to back with rotating roots: every block of the counter-byte
 /// buffer is reused many times and the counter wraps (255 values) several times.
 pub fn back_to_back(world: &Comm, count: usize) -> Result<(), String> {
-    let n = world.size() as u32;
+    let n = world.size();
     for round in 0..count {
         let root = (round as u32 * 7) % n;
         let len = [0, 3, 64, 4095, 9000][round % 5];
@@ -72,7 +72,7 @@ pub fn back_to_back(world: &Comm, count: usize) -> Result<(), String> {
 
 /// A rank that does not know the length learns it from the root.
 pub fn any_size(world: &Comm) -> Result<(), String> {
-    let n = world.size() as u32;
+    let n = world.size();
     for (round, &len) in [0usize, 5, 10_000, 300_000].iter().enumerate() {
         let root = round as u32 % n;
         let mine: Vec<u8> = (0..len).map(|i| byte(root, round, i)).collect();
@@ -149,7 +149,7 @@ pub fn length_mismatch(world: &Comm) -> Result<(), String> {
             ));
         }
         // Still usable, from another root.
-        let root = round as u32 % world.size() as u32;
+        let root = round as u32 % world.size();
         one(world, 10, root, round, &format!("after {what}"))?;
     }
     Ok(())
@@ -203,7 +203,7 @@ pub fn shared_staging(world: &Comm, chunk: usize) -> Result<(), String> {
         .map_err(|e| e.to_string())?;
     let sizes = [0, 1, chunk - 1, chunk, chunk + 1, 100_000, 1 << 20];
     every_root_and_size(&c, &sizes).map_err(|e| format!("shared, {chunk}-byte chunks: {e}"))?;
-    let n = c.size() as u32;
+    let n = c.size();
     for round in 0..200 {
         let root = (round as u32 * 5 + round as u32 / 7) % n;
         let len = [40_000, 9000, 3 * chunk + 5, 100, 0][round % 5];
@@ -228,7 +228,7 @@ pub fn shared_refused(world: &Comm) -> Result<(), String> {
 
 /// One 64 MiB broadcast from the last rank.
 pub fn huge(world: &Comm) -> Result<(), String> {
-    let root = world.size() as u32 - 1;
+    let root = world.size() - 1;
     one(world, 64 << 20, root, 3, "64 MiB")
 }
 
@@ -236,7 +236,7 @@ pub fn huge(world: &Comm) -> Result<(), String> {
 /// communicator broken by a failure elsewhere) within a few attempts, none hangs, and once a
 /// broadcast has failed every later one fails too.
 pub fn peer_death(world: &Comm) -> Result<(), String> {
-    let n = world.size() as u32;
+    let n = world.size();
     // A first broadcast sets everything up while everyone is alive.
     one(world, 10, 0, 0, "before the death")?;
     if world.rank() == n - 1 {

@@ -8,7 +8,7 @@ use super::{e, every_collective, same, value};
 /// statuses in their ranks, collectives on them, ranks in two at once with collectives
 /// interleaved, nested splits, subsets, communicators of one, and drops in any order.
 pub fn splits(world: &Comm) -> Result<(), String> {
-    let (me, n) = (world.rank() as usize, world.size());
+    let (me, n) = (world.rank() as usize, world.size() as usize);
     // Colour rank % 3, ranked in reverse.
     let color = (me % 3) as u32;
     let a = world
@@ -16,7 +16,7 @@ pub fn splits(world: &Comm) -> Result<(), String> {
         .map_err(e("split"))?
         .ok_or("split gave no communicator")?;
     let members: Vec<usize> = (0..n).rev().filter(|r| r % 3 == me % 3).collect();
-    if a.size() != members.len() || members[a.rank() as usize] != me {
+    if a.size() as usize != members.len() || members[a.rank() as usize] != me {
         return Err(format!(
             "split: rank {} of {}, expected {} of {members:?}",
             a.rank(),
@@ -93,7 +93,7 @@ pub fn splits(world: &Comm) -> Result<(), String> {
         let mut x = [0u64];
         a.allreduce(&[round + me as u64], &mut x, Op::Max)
             .map_err(e("a"))?;
-        let mut y = vec![0u32; b.size()];
+        let mut y = vec![0u32; b.size() as usize];
         b.allgather(&[me as u32 + round as u32], &mut y)
             .map_err(e("b"))?;
         let half: Vec<u32> = (0..n)
@@ -115,7 +115,7 @@ pub fn splits(world: &Comm) -> Result<(), String> {
     dup.allreduce(&[1u32], &mut s, Op::Sum)
         .map_err(e("dup allreduce"))?;
     let want = (0..an).filter(|r| r % 2 == ar % 2).count() as u32;
-    if s[0] != want || inner.size() as u32 != want {
+    if s[0] != want || inner.size() != want {
         return Err(format!(
             "nested: {s:?}, size {}, expected {want}",
             inner.size()
@@ -140,8 +140,8 @@ pub fn splits(world: &Comm) -> Result<(), String> {
     let list: Vec<Rank> = (0..n as Rank).rev().filter(|r| r % 2 == 0).collect();
     let sub = world.subset(&list).map_err(e("subset"))?;
     match (&sub, list.iter().position(|&r| r as usize == me)) {
-        (Some(s), Some(p)) if s.rank() as usize == p && s.size() == list.len() => {
-            let mut g = vec![0u32; s.size()];
+        (Some(s), Some(p)) if s.rank() as usize == p && s.size() as usize == list.len() => {
+            let mut g = vec![0u32; s.size() as usize];
             s.allgather(&[me as u32], &mut g)
                 .map_err(e("subset allgather"))?;
             if g != list {
@@ -170,7 +170,7 @@ pub fn splits(world: &Comm) -> Result<(), String> {
         let mut t = [0u32];
         c.allreduce(&[1u32], &mut t, Op::Sum)
             .map_err(e("repeated"))?;
-        if t[0] as usize != c.size() {
+        if t[0] as usize != (c.size() as usize) {
             return Err(format!("repeated split {round}: {t:?}"));
         }
     }
@@ -181,7 +181,7 @@ pub fn splits(world: &Comm) -> Result<(), String> {
 /// messages and with blocking collectives, waited for in another order than started, and on
 /// a split communicator.
 pub fn nonblocking(world: &Comm) -> Result<(), String> {
-    let (me, n) = (world.rank() as usize, world.size());
+    let (me, n) = (world.rank() as usize, world.size() as usize);
     let right = ((me + 1) % n) as Rank;
     let left = ((me + n - 1) % n) as Rank;
     for round in 0..20u64 {

@@ -58,7 +58,7 @@ fn same<T: PartialEq + std::fmt::Debug>(what: &str, got: &[T], want: &[T]) -> Re
 
 /// Every block collective at block lengths `lens` (elements of u32), every root.
 pub fn every_collective(c: &Comm, lens: &[usize]) -> Result<(), String> {
-    let (me, n) = (c.rank() as usize, c.size());
+    let (me, n) = (c.rank() as usize, c.size() as usize);
     for (round, &k) in lens.iter().enumerate() {
         let salt = round as u64 * 1000 + k as u64;
         let mine = data(me, k, salt);
@@ -136,7 +136,7 @@ pub fn every_collective(c: &Comm, lens: &[usize]) -> Result<(), String> {
 /// reduce_scatter (block and v), scan and exscan against serial folds in rank order: wrapping
 /// sums, and a non-commutative operation (composition of affine maps x -> a x + b mod 2^64).
 fn reductions(c: &Comm, k: usize, salt: u64) -> Result<(), String> {
-    let (me, n) = (c.rank() as usize, c.size());
+    let (me, n) = (c.rank() as usize, c.size() as usize);
     let long: Vec<Vec<u64>> = (0..n)
         .map(|r| {
             data(r, n * k, salt)
@@ -217,7 +217,7 @@ fn reductions(c: &Comm, k: usize, salt: u64) -> Result<(), String> {
 
 /// Allgather and alltoall of `bytes` in total per rank (large messages by rendezvous).
 pub fn large(c: &Comm, bytes: usize) -> Result<(), String> {
-    let (me, n) = (c.rank() as usize, c.size());
+    let (me, n) = (c.rank() as usize, c.size() as usize);
     let k = bytes / 4 / n;
     let mine = data(me, k, 77);
     let mut all = vec![0u32; n * k];
@@ -234,7 +234,7 @@ pub fn large(c: &Comm, bytes: usize) -> Result<(), String> {
 /// A rank whose arguments are wrong gets an error, every peer that expected a block from it a
 /// `Mismatch`, nobody hangs, and the next collectives are right.
 pub fn wrong_arguments(c: &Comm) -> Result<(), String> {
-    let (me, n) = (c.rank() as usize, c.size());
+    let (me, n) = (c.rank() as usize, c.size() as usize);
     if n < 2 {
         return Ok(());
     }

@@ -22,7 +22,7 @@ fn v(r: usize, i: usize, salt: u64) -> u64 {
 
 /// Runs the five `v` forms at once for every root, twice with other counts.
 pub fn nonblocking_v(world: &Comm) -> Result<(), String> {
-    let (me, n) = (world.rank() as usize, world.size());
+    let (me, n) = (world.rank() as usize, world.size() as usize);
     for round in 0..2 {
         let counts: Vec<usize> = (0..n).map(|r| count(r, round)).collect();
         let total: usize = counts.iter().sum();
@@ -108,7 +108,7 @@ pub fn nonblocking_v(world: &Comm) -> Result<(), String> {
 /// associative but not commutative (the lower ranks' value wins: `acc` holds them), which any
 /// order but rank order would get wrong.
 fn with_operations(world: &Comm) -> Result<(), String> {
-    let (me, n) = (world.rank() as usize, world.size());
+    let (me, n) = (world.rank() as usize, world.size() as usize);
     let mine: Vec<u64> = (0..7).map(|i| v(me, i, 7)).collect();
     let first_wins = |_: &mut u64, _: &u64| {};
     let sum = |a: &mut u64, b: &u64| *a = a.wrapping_add(*b);

@@ -13,7 +13,7 @@ fn e(err: Error) -> String {
 /// few more live at a time that ranks drop in different orders; every 1,000th communicator
 /// carries a message round the ring, which must arrive on that communicator only.
 pub fn dup_and_drop(world: &Comm, pairs: usize) -> Outcome {
-    let (me, n) = (world.rank(), world.size() as u32);
+    let (me, n) = (world.rank(), world.size());
     let keeper = world.dup().map_err(e)?;
     let mut live: Vec<Comm> = Vec::new();
     for i in 0..pairs {

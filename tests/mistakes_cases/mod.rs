@@ -110,9 +110,9 @@ pub const MISTAKES: &[(&str, &str, Case)] = &[
         "allreduce where the others allgather",
         "another collective",
         |c, odd| {
-            let mut out = vec![7u32; c.size()];
+            let mut out = vec![7u32; c.size() as usize];
             let r = if odd {
-                c.allreduce(&vec![1u32; c.size()], &mut out, Op::Sum)
+                c.allreduce(&vec![1u32; c.size() as usize], &mut out, Op::Sum)
             } else {
                 c.allgather(&[1u32], &mut out)
             };
@@ -123,7 +123,7 @@ pub const MISTAKES: &[(&str, &str, Case)] = &[
         },
     ),
     ("gather of 2 and 3 elements", "another length", |c, odd| {
-        let mut all = vec![7u16; 2 * c.size()];
+        let mut all = vec![7u16; 2 * c.size() as usize];
         let r = c.gather(&vec![1u16; if odd { 3 } else { 2 }], &mut all, 0);
         (r, all.iter().all(|&x| x == 7))
     }),
@@ -132,12 +132,12 @@ pub const MISTAKES: &[(&str, &str, Case)] = &[
         "another length",
         |c, odd| {
             let mut mine = vec![7u16; if odd { 3 } else { 2 }];
-            let r = c.scatter(&vec![1u16; 2 * c.size()], &mut mine, 0);
+            let r = c.scatter(&vec![1u16; 2 * c.size() as usize], &mut mine, 0);
             (r, mine.iter().all(|&x| x == 7))
         },
     ),
     ("allgatherv with other counts", "other counts", |c, odd| {
-        let n = c.size();
+        let n = c.size() as usize;
         let mut counts = vec![1usize; n];
         if odd {
             counts[n - 1] = 2;
@@ -151,7 +151,7 @@ pub const MISTAKES: &[(&str, &str, Case)] = &[
         "gatherv whose root counts another block",
         "counts",
         |c, odd| {
-            let n = c.size();
+            let n = c.size() as usize;
             let counts = vec![2usize; n];
             let mine = vec![1u32; if odd { 3 } else { 2 }];
             let mut all = vec![7u32; 2 * n];
@@ -169,8 +169,8 @@ pub const MISTAKES: &[(&str, &str, Case)] = &[
         "another length",
         |c, odd| {
             let len = c.size() * if odd { 2 } else { 1 };
-            let mut out = vec![7u8; len];
-            let r = c.alltoall(&vec![1u8; len], &mut out);
+            let mut out = vec![7u8; len as usize];
+            let r = c.alltoall(&vec![1u8; len as usize], &mut out);
             (r, out.iter().all(|&x| x == 7))
         },
     ),
@@ -180,7 +180,8 @@ pub const MISTAKES: &[(&str, &str, Case)] = &[
         |c, odd| {
             let block = if odd { 2 } else { 1 };
             let mut out = vec![7u32; block];
-            let r = c.reduce_scatter_block(&vec![1u32; block * c.size()], &mut out, Op::Sum);
+            let r =
+                c.reduce_scatter_block(&vec![1u32; block * (c.size() as usize)], &mut out, Op::Sum);
             (r, out.iter().all(|&x| x == 7))
         },
     ),
@@ -201,7 +202,7 @@ pub fn checked(world: &Comm) -> Result<Comm, String> {
 /// same message, buffers untouched, then an allreduce that must be right.
 pub fn every_mistake(world: &Comm) -> Result<(), String> {
     let comm = checked(world)?;
-    let n = comm.size();
+    let n = comm.size() as usize;
     if n < 2 {
         return Ok(());
     }

@@ -50,7 +50,7 @@ pub fn clustered(
 
 /// Robber and MOB from every root (or the first `roots`), over `lens`.
 pub fn every_root(comm: &Comm, lens: &[usize], roots: usize) -> Result<(), String> {
-    let n = comm.size() as u32;
+    let n = comm.size();
     for (round, &len) in lens.iter().enumerate() {
         for root in (0..n).take(roots) {
             for how in [Multicast::Robber, Multicast::Mob] {
@@ -95,7 +95,7 @@ pub fn shapes(n: usize) -> Vec<Vec<usize>> {
 /// Every shape of this job's size, clusters in rank order and interleaved, every root,
 /// lengths around the piece (64 KiB) and not a whole number of pieces.
 pub fn shapes_and_roots(world: &Comm) -> Result<(), String> {
-    for sizes in shapes(world.size()) {
+    for sizes in shapes(world.size() as usize) {
         for interleave in [false, true] {
             let comm = clustered(world, &sizes, interleave, 64 << 10)?;
             every_root(&comm, &[0, 1, 65_536, 300_001], usize::MAX)
@@ -109,7 +109,7 @@ pub fn shapes_and_roots(world: &Comm) -> Result<(), String> {
 /// (the dead rank, or a survivor that gave up on it), and the communicator's next collective
 /// says it is broken.
 pub fn node_death(world: &Comm) -> Result<(), String> {
-    let n = world.size();
+    let n = world.size() as usize;
     let comm = clustered(world, &[n / 2, n - n / 2], true, 4 << 10)?;
     // Everything set up while everyone is alive.
     let mut warm = vec![1u8; 100_000];

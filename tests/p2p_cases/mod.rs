@@ -271,7 +271,7 @@ pub fn self_send_and_probe(world: &Comm) -> Outcome {
 /// `count` messages from every other rank to rank 0, sizes 0 to 8 MiB (mostly small), taken
 /// with a mix of wildcard and specific receives; checked byte for byte and for order.
 pub fn random_traffic(world: &Comm, count: u32) -> Outcome {
-    let size = world.size() as u32;
+    let size = world.size();
     let senders = size - 1;
     let per_sender = count / senders;
     let len_of = |src: u32, seq: u32| -> usize {

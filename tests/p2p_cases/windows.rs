@@ -20,7 +20,7 @@ const ENTRY_BUF: usize = 40 << 10;
 /// Every rank but 0 sends `per_sender` messages (tag = sequence number) to rank 0, which takes
 /// them in random windows of receives.
 pub fn random_windows(world: &Comm, per_sender: u32) -> Outcome {
-    let size = world.size() as u32;
+    let size = world.size();
     let rank = world.rank();
     let len_of = |src: u32, seq: u32| (src as usize * 7919 + seq as usize * 104_729) % MAX_LEN;
     if rank != 0 {
@@ -270,7 +270,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// runs on its own equal share of them, no two sharing one.
 pub fn each_rank_has_its_cores(world: &Comm, cores: usize) -> Outcome {
     let cpus = allowed_cpus();
-    let per = cores / world.size();
+    let per = cores / (world.size() as usize);
     ensure!(
         cpus.len() == per,
         "rank {} may run on {cpus:?}, not on {per} cores",

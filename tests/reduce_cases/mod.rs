@@ -122,7 +122,7 @@ fn first_difference<T: Sample>(got: &[T], want: &[T]) -> Option<String> {
 
 /// Allreduce (and in place) and reduce to `roots` of `count` elements of `T` with `op`.
 pub fn check_op<T: Sample>(comm: &Comm, count: usize, op: Op, roots: &[u32]) -> Result<(), String> {
-    let n = comm.size();
+    let n = comm.size() as usize;
     let me = comm.rank();
     let salt = count as u64 * 131 + op as u64;
     let vals: Vec<Vec<T>> = (0..n as u32)
@@ -238,7 +238,7 @@ pub fn reproducible(comm: &Comm, runs: usize, count: usize) -> Result<Vec<Vec<u3
 /// rank's values only when contributions are combined in rank order (MPI's rule for such
 /// operations), at every root, for small vectors (the degree-k tree) and large ones.
 pub fn not_commutative(comm: &Comm) -> Result<(), String> {
-    let (me, n) = (comm.rank() as usize, comm.size());
+    let (me, n) = (comm.rank() as usize, comm.size() as usize);
     let first_wins = |_: &mut u64, _: &u64| {};
     let last_wins = |a: &mut u64, b: &u64| *a = *b;
     for count in [1, 100, SMALL_MAX / 8 + 1] {

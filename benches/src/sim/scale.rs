@@ -71,7 +71,7 @@ pub fn one_job(e: &Scale, ranks: usize) -> Result<(f64, f64, f64), String> {
             comm.allreduce(&mine, &mut sum, Op::Sum).map_err(err)?;
             allreduce = (start, comm.wtime());
         }
-        let n = comm.size();
+        let n = comm.size() as usize;
         let base = (n * (n - 1) / 2) as f64;
         if sum
             .iter()
