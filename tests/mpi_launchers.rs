@@ -236,7 +236,9 @@ fn failing_rank_ends_the_job(launcher: &str, args: &[&str], mode: &str, env: &[(
         stderr.contains(named),
         "{launcher}, rank 1 {mode}: {stderr}"
     );
-    if mode == "abort" {
+    // srun exits with the highest status of its tasks: 137 where it killed a survivor (after
+    // the abort cancelled the step) before that survivor exited on its own.
+    if mode == "abort" && launcher != "srun" {
         assert_eq!(status.code(), Some(7), "{launcher}: {stderr}");
     }
     if launcher.ends_with("rdcoll-run") && mode != "early" {

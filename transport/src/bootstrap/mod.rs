@@ -16,6 +16,7 @@ mod pmi1;
 #[cfg(feature = "pmix")]
 mod pmix;
 mod store;
+mod store_gate;
 mod tcp_store;
 
 use std::net::IpAddr;

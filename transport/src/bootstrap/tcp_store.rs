@@ -18,14 +18,15 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use super::store::Store;
+use super::store_gate;
 use crate::error::{Result, TransportError};
 
 const OP_SET: u8 = 1;
 const OP_GET: u8 = 2;
 const OP_ADD: u8 = 3;
 const OP_WAIT: u8 = 4;
-const OP_AUTH: u8 = 5;
-const ST_OK: u8 = 0;
+pub(super) const OP_AUTH: u8 = 5;
+pub(super) const ST_OK: u8 = 0;
 const ST_TIMEOUT: u8 = 1;
 const ST_BAD: u8 = 2;
 const MAX_KEY: usize = 4096;
@@ -126,42 +127,32 @@ fn encode_request(op: u8, key: &[u8], val: &[u8], arg: i64, timeout_ms: u64) -> 
 pub type Secret = [u8; 16];
 
 /// Whether `a` and `b` are equal, in time that does not depend on where they differ.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Reads the first request of a connection to a secured store: an `AUTH` with `secret`,
-/// answered; anything else is not answered at all.
+/// answered; anything else is not answered at all. (The server reads it without blocking, in
+/// `store_gate`; this is the same check on a blocking stream.)
+#[cfg(test)]
 fn authenticate(stream: &mut (impl Read + Write), secret: &Secret) -> bool {
-    let mut op = [0u8; 1];
-    if stream.read_exact(&mut op).is_err() || op[0] != OP_AUTH {
-        return false;
-    }
-    let req = (|| -> std::io::Result<_> {
-        let _key = read_bytes(stream, MAX_KEY)?;
-        let val = read_bytes(stream, MAX_VALUE)?;
-        read_u64(stream)?;
-        read_u64(stream)?;
-        Ok(val)
-    })();
-    let ok = req.is_ok_and(|val| same_secret(&val, secret));
-    ok && stream.write_all(&[ST_OK, 0, 0, 0, 0]).is_ok()
+    let mut req = [0u8; store_gate::AUTH_LEN];
+    stream.read_exact(&mut req).is_ok()
+        && store_gate::auth_request_ok(&req, secret)
+        && stream.write_all(&store_gate::AUTH_REPLY).is_ok()
 }
 
 /// Longest a `GET` or `WAIT` request may wait at the server.
 const MAX_WAIT: Duration = Duration::from_secs(86_400);
 
-fn serve_connection(table: Arc<Table>, mut stream: TcpStream, secret: Option<Secret>) {
-    let _ = stream.set_nodelay(true);
-    if let Some(secret) = &secret {
-        // A client that holds the secret sends it at once.
-        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-        if !authenticate(&mut stream, secret) {
-            return;
-        }
-        let _ = stream.set_read_timeout(None);
-    }
-    serve_requests(&table, &mut stream, MAX_WAIT);
+/// Serves a connection (an authenticated one, on a secured store) on a thread of its own.
+fn serve_connection(table: Arc<Table>, mut stream: TcpStream) {
+    let _ = std::thread::Builder::new()
+        .name("rdcoll-store-conn".into())
+        .spawn(move || {
+            let _ = stream.set_nodelay(true);
+            serve_requests(&table, &mut stream, MAX_WAIT);
+        });
 }
 
 /// Answers requests on `stream` until it ends or sends something malformed (which closes it
@@ -224,16 +215,19 @@ impl StoreServer {
         let stop2 = stop.clone();
         std::thread::Builder::new()
             .name("rdcoll-store".into())
-            .spawn(move || {
-                for conn in listener.incoming() {
-                    if stop2.load(Ordering::Acquire) {
-                        return;
-                    }
-                    if let Ok(stream) = conn {
-                        let t = table.clone();
-                        let _ = std::thread::Builder::new()
-                            .name("rdcoll-store-conn".into())
-                            .spawn(move || serve_connection(t, stream, secret));
+            .spawn(move || match secret {
+                // Members present the secret first; nobody else gets a thread.
+                Some(secret) => store_gate::run(listener, &stop2, secret, |stream| {
+                    serve_connection(table.clone(), stream)
+                }),
+                None => {
+                    for conn in listener.incoming() {
+                        if stop2.load(Ordering::Acquire) {
+                            return;
+                        }
+                        if let Ok(stream) = conn {
+                            serve_connection(table.clone(), stream);
+                        }
                     }
                 }
             })
@@ -418,6 +412,60 @@ mod tests {
             member.get("job/x", Duration::from_secs(1)).unwrap(),
             b"private"
         );
+    }
+
+    /// Threads of this process whose name starts with `prefix` (as /proc shows it).
+    fn threads_named(prefix: &str) -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .map(|tasks| {
+                tasks
+                    .flatten()
+                    .filter(|t| {
+                        std::fs::read_to_string(t.path().join("comm"))
+                            .is_ok_and(|name| name.starts_with(prefix))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// Connections that do not present the secret (idle, or part of an `AUTH` and then
+    /// nothing) cost the secured store no thread, and a member still gets in among them.
+    #[test]
+    fn idle_strangers_cost_no_threads_and_do_not_keep_members_out() {
+        let secret: Secret = [3; 16];
+        let server = StoreServer::start_secured("127.0.0.1:0", secret).unwrap();
+        let addr = server.addr().to_string();
+        let strangers: Vec<TcpStream> = (0..200)
+            .map(|_| TcpStream::connect(server.addr()).unwrap())
+            .collect();
+        for s in strangers.iter().step_by(2) {
+            (&*s).write_all(&[OP_AUTH, 0, 0]).unwrap();
+        }
+        let member = TcpStore::connect_secured(&addr, Duration::from_secs(5), &secret).unwrap();
+        member.set("k", b"v").unwrap();
+        assert_eq!(member.get("k", Duration::from_secs(1)).unwrap(), b"v");
+        // One thread per member (other tests' stores may have a few of their own).
+        let serving = threads_named("rdcoll-store-co");
+        assert!(
+            serving < 50,
+            "{serving} store threads for 200 strangers and one member"
+        );
+        // A stranger that sends a whole wrong AUTH is closed unanswered.
+        let mut wrong = TcpStream::connect(server.addr()).unwrap();
+        wrong
+            .write_all(&encode_request(OP_AUTH, b"", &[4; 16], 0, 0))
+            .unwrap();
+        wrong
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        assert_eq!(
+            wrong.read(&mut byte).unwrap_or(0),
+            0,
+            "a wrong secret was answered"
+        );
+        drop(strangers);
     }
 
     #[test]
