@@ -20,6 +20,7 @@ mod error;
 mod fabric;
 #[doc(hidden)]
 pub mod fuzzing;
+mod gate;
 pub mod launch;
 pub mod local;
 mod membarrier;

@@ -6,10 +6,12 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
-use super::wire::{check_hello, hello, HELLO_LEN};
+use super::wire::{check_hello, hello, HELLO_LEN, MAGIC};
 use crate::bootstrap::{Store, SECRET_KEY};
 use crate::error::{Result, TransportError};
+use crate::gate::Door;
 use crate::types::Rank;
+use std::cell::RefCell;
 
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -116,6 +118,13 @@ fn connect_lower(
     }
 }
 
+/// Connections that may wait at once for their hello (the oldest is dropped for a newer one).
+const MAX_PENDING_HELLOS: usize = 1024;
+
+/// Accepts the connections of the `expected` ranks above `me`, each identified by its hello
+/// (checked against the job's `secret`). Hellos are read from every connection at once
+/// (`gate::Door`): a connection that sends nothing, or something else, holds up no peer;
+/// before, they were read one after another, each for up to `HANDSHAKE_TIMEOUT`.
 fn accept_higher(
     listener: TcpListener,
     me: Rank,
@@ -124,48 +133,43 @@ fn accept_higher(
     secret: &[u8; 16],
     deadline: Instant,
 ) -> Result<Vec<(Rank, TcpStream)>> {
-    let mut got: Vec<(Rank, TcpStream)> = Vec::with_capacity(expected);
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| TransportError::io("listener", e))?;
-    while got.len() < expected {
-        let (mut s, from) = match listener.accept() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if Instant::now() >= deadline {
-                    let have: Vec<Rank> = got.iter().map(|(r, _)| *r).collect();
-                    return Err(TransportError::Timeout {
-                        what: format!("rank {me}: connections from higher ranks (have {have:?})"),
-                        after: HANDSHAKE_TIMEOUT,
-                    });
+    let got: RefCell<Vec<(Rank, TcpStream)>> = RefCell::new(Vec::with_capacity(expected));
+    let door = Door {
+        first_len: HELLO_LEN,
+        per_connection: HANDSHAKE_TIMEOUT,
+        max_pending: MAX_PENDING_HELLOS,
+    };
+    door.run(
+        &listener,
+        || got.borrow().len() < expected && Instant::now() < deadline,
+        |start| start.iter().zip(MAGIC).all(|(&b, m)| b == m),
+        |mut s, first| {
+            let from = s.peer_addr().map(|a| a.to_string()).unwrap_or_default();
+            let checked = (|| -> std::result::Result<Rank, String> {
+                let h: &[u8; HELLO_LEN] = first.try_into().map_err(|_| "a short hello")?;
+                let peer = check_hello(h, secret)?;
+                let seen = got.borrow().iter().any(|(r, _)| *r == peer);
+                if peer <= me || peer as usize >= size || seen {
+                    return Err(format!("unexpected rank {peer}"));
                 }
-                std::thread::sleep(Duration::from_millis(2));
-                continue;
+                s.write_all(&me.to_le_bytes()).map_err(|e| e.to_string())?;
+                s.set_nodelay(true).map_err(|e| e.to_string())?;
+                Ok(peer)
+            })();
+            match checked {
+                Ok(peer) => got.borrow_mut().push((peer, s)),
+                Err(why) => tracing::warn!("rank {me}: refused a connection from {from}: {why}"),
             }
-            Err(e) => return Err(TransportError::io("accept", e)),
-        };
-        let checked = (|| -> std::result::Result<Rank, String> {
-            s.set_nonblocking(false).map_err(|e| e.to_string())?;
-            s.set_read_timeout(Some(HANDSHAKE_TIMEOUT))
-                .map_err(|e| e.to_string())?;
-            let mut h = [0u8; HELLO_LEN];
-            s.read_exact(&mut h).map_err(|e| e.to_string())?;
-            let peer = check_hello(&h, secret)?;
-            if peer <= me || peer as usize >= size || got.iter().any(|(r, _)| *r == peer) {
-                return Err(format!("unexpected rank {peer}"));
-            }
-            s.write_all(&me.to_le_bytes()).map_err(|e| e.to_string())?;
-            s.set_read_timeout(None).map_err(|e| e.to_string())?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
-            Ok(peer)
-        })();
-        match checked {
-            Ok(peer) => got.push((peer, s)),
-            Err(why) => {
-                tracing::warn!("rank {me}: refused a connection from {from}: {why}");
-                drop(s);
-            }
-        }
+        },
+    )
+    .map_err(|e| TransportError::io("listener", e))?;
+    let got = got.into_inner();
+    if got.len() < expected {
+        let have: Vec<Rank> = got.iter().map(|(r, _)| *r).collect();
+        return Err(TransportError::Timeout {
+            what: format!("rank {me}: connections from higher ranks (have {have:?})"),
+            after: HANDSHAKE_TIMEOUT,
+        });
     }
     Ok(got)
 }
@@ -197,11 +201,20 @@ mod tests {
         let mut garbage = TcpStream::connect(&addr).unwrap();
         garbage.write_all(b"GET / HTTP/1.0\r\n\r\n").unwrap();
         drop(garbage);
+        // Connections that stay silent, or stop halfway through a hello, hold up no peer:
+        // hellos are read from every connection at once, not one after another for up to the
+        // handshake timeout each.
+        let silent: Vec<TcpStream> = (0..20)
+            .map(|_| TcpStream::connect(&addr).unwrap())
+            .collect();
+        let mut half = TcpStream::connect(&addr).unwrap();
+        half.write_all(&hello(1, &secret)[..10]).unwrap();
         let a = connect_lower(&addr, 1, 0, &secret, deadline).unwrap();
         let b = connect_lower(&addr, 2, 0, &secret, deadline).unwrap();
         let got = acceptor.join().unwrap().unwrap();
         let ranks: Vec<Rank> = got.iter().map(|(r, _)| *r).collect();
+        // (Read one after another, the 21 would have taken the acceptor past its deadline.)
         assert_eq!(ranks, vec![1, 2]);
-        drop((a, b));
+        drop((a, b, silent, half));
     }
 }
