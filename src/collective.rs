@@ -86,8 +86,7 @@ impl Comm {
     /// (`RDCOLL_BCAST_*` settings in the README). Ranks that pass another length or root get
     /// [`Error::Mismatch`]: with `RDCOLL_CHECK_COLLECTIVES` on (the default in debug builds)
     /// every rank, before anything moves; off, a rank that hears another length than its own,
-    /// once it has taken its part, with as much of the root's message as fits (two lengths
-    /// that both fit one counter block, 8255 bytes, cannot be told apart, and ranks that
+    /// once it has taken its part, with as much of the root's message as fits (ranks that
     /// disagree on the root do not hear of it). The communicator stays usable (see
     /// [`Error::Mismatch`]).
     ///

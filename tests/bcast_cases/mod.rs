@@ -11,8 +11,8 @@ pub const SIZES: &[usize] = &[
     4095,
     4096,
     4097,
-    8255,
-    8256,
+    8253,
+    8254,
     20_000,
     100_000,
     1 << 20,
@@ -91,16 +91,12 @@ pub fn any_size(world: &Comm) -> Result<(), String> {
     Ok(())
 }
 
-/// Longest message that one counter block carries, without its length.
-const ONE_BLOCK: usize = 8255;
-
 /// Ranks whose buffers are shorter or longer than the root's message get an error once
-/// their part is done, hold as much of the message as fits (none if the root's message fits
-/// one counter block, which carries no length) and nothing else (no byte written past it),
-/// and the communicator stays usable: for one-block, multi-block and RDMC messages, and
-/// where the other length would take the other path. (Two lengths that both fit one counter
-/// block cannot be told apart.) With `RDCOLL_CHECK_COLLECTIVES` on, every rank, the root too,
-/// gets the error and nothing moves.
+/// their part is done, hold as much of the message as fits and nothing else (no byte written
+/// past it), and the communicator stays usable: for one-block (both lengths in one block
+/// too), multi-block and RDMC messages, and where the other length would take the other
+/// path. With `RDCOLL_CHECK_COLLECTIVES` on, every rank, the root too, gets the error and
+/// nothing moves.
 pub fn length_mismatch(world: &Comm) -> Result<(), String> {
     const UNTOUCHED: u8 = 0xEE;
     // (root's length, rank 1's, rank 2's)
@@ -111,6 +107,8 @@ pub fn length_mismatch(world: &Comm) -> Result<(), String> {
         (200_000, 100_000, 300_000),
         (2 << 20, 100, 3 << 20),
         (20_000, 0, 2 << 20),
+        (80, 160, 8),
+        (8253, 8000, 1),
     ];
     for (round, &(len, short, long)) in cases.iter().enumerate() {
         let mine = match world.rank() {
@@ -130,7 +128,6 @@ pub fn length_mismatch(world: &Comm) -> Result<(), String> {
             // Checked: every rank hears of it before anything moves.
             (_, Err(rdcoll::Error::Mismatch(_))) if checked => 0,
             (_, other) if checked => return Err(format!("{what} gave {other:?} (checked)")),
-            (false, Err(rdcoll::Error::Mismatch(_))) if len <= ONE_BLOCK => 0,
             (false, Err(rdcoll::Error::Mismatch(_))) => len.min(mine),
             (false, other) => return Err(format!("{what} gave {other:?}")),
             (true, Err(e)) => return Err(format!("{what} failed: {e}")),

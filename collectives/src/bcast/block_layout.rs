@@ -1,6 +1,6 @@
 //! The layout of the counter-byte broadcast's blocks (paper 004, Section 4.1.3): how a message
-//! (and its header) is cut into bottom-filled chunks of `BLOCK - 1` bytes, which block and
-//! epoch each chunk uses, where it starts. Pure arithmetic, shared by the root's and the
+//! (and its header, or a one-block message's length) is cut into bottom-filled chunks of
+//! `BLOCK - 1` bytes, which block and epoch each chunk uses, where it starts. Pure arithmetic, shared by the root's and the
 //! receivers' paths in `counter_blocks`.
 
 /// Bytes per block (the last is the counter byte): an 8 KiB message fits one block. With
@@ -30,10 +30,15 @@ pub(crate) fn chunk(len: usize, block: usize, i: usize) -> (usize, usize, usize)
 
 /// Bytes of the header (see [`Heard`]).
 pub(crate) const HEADER: usize = 8;
-/// Longest message that goes without a header: one block's worth.
-pub(crate) const ONE_BLOCK: usize = BLOCK - 1;
+/// Bytes of a one-block message's own length, where a longer message has its header (right
+/// before the counter byte): paper 004's blocks carry no length, so a receiver that expected
+/// another one could not tell; written in the same store as the message, it costs 2 bytes.
+pub(crate) const SHORT: usize = 2;
+/// Longest message that goes without a header: one block's worth, less its length.
+pub(crate) const ONE_BLOCK: usize = BLOCK - 1 - SHORT;
 /// The blocks of one broadcast: its message length and whether the first block carries the
-/// header (then the message's first chunk is `HEADER` bytes shorter, the header after it).
+/// header (then the message's first chunk is `HEADER` bytes shorter, the header after it;
+/// without it, the message fits one block, its `SHORT` length after it).
 #[derive(Clone, Copy)]
 pub(crate) struct Layout {
     pub(crate) len: usize,
@@ -41,10 +46,20 @@ pub(crate) struct Layout {
 }
 
 impl Layout {
-    /// Bytes in the blocks: the message and the header.
+    /// Bytes after the message in its first block: the header, or the message's length.
+    #[inline]
+    pub(crate) fn tail(self) -> usize {
+        if self.headed {
+            HEADER
+        } else {
+            SHORT
+        }
+    }
+
+    /// Bytes in the blocks: the message and its tail.
     #[inline]
     pub(crate) fn stream(self) -> usize {
-        self.len + if self.headed { HEADER } else { 0 }
+        self.len + self.tail()
     }
 
     #[inline]
@@ -62,10 +77,10 @@ pub(crate) struct Chunk {
     pub(crate) epoch: u64,
     /// Offset in the area where the chunk starts (bottom-filled: it ends at the counter byte).
     pub(crate) data: usize,
-    /// Bytes of the message in this chunk (from `data` on; the header, if any, after them).
+    /// Bytes of the message in this chunk (from `data` on; the tail, if any, after them).
     pub(crate) body: std::ops::Range<usize>,
-    /// Whether the header follows the message bytes.
-    pub(crate) headed: bool,
+    /// Bytes after the message bytes: the layout's tail in the first chunk, none after.
+    pub(crate) tail: usize,
 }
 
 impl Chunk {
@@ -74,27 +89,23 @@ impl Chunk {
         let at = cursor + i as u64;
         let (lo, n, in_block) = chunk(layout.stream(), BLOCK, i);
         let slot = (at % BLOCKS as u64) as usize;
-        let headed = layout.headed && i == 0;
-        // The header is the first chunk's last bytes: every later chunk starts `HEADER`
-        // bytes earlier in the message than in the stream.
-        let body = match layout.headed {
-            false => lo..lo + n,
-            true => lo.max(HEADER) - HEADER..lo + n - HEADER,
-        };
+        // The tail is the first chunk's last bytes: every later chunk starts that many bytes
+        // earlier in the message than in the stream.
+        let tail = layout.tail();
         Chunk {
             at,
             slot,
             epoch: at / EPOCH as u64,
             data: slot * BLOCK + in_block,
-            body,
-            headed,
+            body: lo.max(tail) - tail..lo + n - tail,
+            tail: if i == 0 { tail } else { 0 },
         }
     }
 
     /// Bytes from `data` up to the counter byte.
     #[inline]
     pub(crate) fn len(&self) -> usize {
-        self.body.len() + if self.headed { HEADER } else { 0 }
+        self.body.len() + self.tail
     }
 
     /// Offset of the block's counter byte.
@@ -123,7 +134,7 @@ mod tests {
     /// ending at its block's counter byte; a header takes the first block's last bytes.
     #[test]
     fn chunks_cover_the_message_and_leave_room_for_the_header() {
-        for len in [0, 1, 8247, 8248, 8255, 8256, 20_000, 3 * BLOCK] {
+        for len in [0, 1, 8247, 8248, 8253, 20_000, 3 * BLOCK] {
             for headed in [false, true] {
                 let layout = Layout { len, headed };
                 let mut next = 0;
@@ -132,13 +143,13 @@ mod tests {
                     assert_eq!(c.body.start, next, "{len} {headed} chunk {i}");
                     next = c.body.end;
                     assert_eq!(c.data + c.len(), c.flag());
-                    assert_eq!(c.headed, headed && i == 0);
+                    assert_eq!(c.tail > 0, i == 0);
                     assert!(c.len() < BLOCK);
                 }
                 assert_eq!(next, len, "{len} {headed}");
             }
         }
-        // One block carries 8255 bytes alone, 8247 with the header.
+        // One block carries 8253 bytes with their length, 8247 with the header.
         assert_eq!(
             Layout {
                 len: ONE_BLOCK,
@@ -149,7 +160,7 @@ mod tests {
         );
         assert_eq!(
             Layout {
-                len: ONE_BLOCK - HEADER,
+                len: BLOCK - 1 - HEADER,
                 headed: true
             }
             .blocks(),
@@ -157,7 +168,7 @@ mod tests {
         );
         assert_eq!(
             Layout {
-                len: ONE_BLOCK - HEADER + 1,
+                len: BLOCK - HEADER,
                 headed: true
             }
             .blocks(),

@@ -15,11 +15,11 @@
 //!
 //! Lengths: a message longer than a block, an announcement of a large broadcast and a
 //! message of unknown size carry a header ([`Heard`]) right before the first block's counter
-//! byte, and the counter byte says so ([`HEADED`]). A receiver then follows the root's length
-//! whatever it expected (so every rank's block cursor stays the same) and can report a
-//! mismatch at once. A one-block message goes without it, as in the paper (its 8 bytes and
-//! second copy cost 5-15 % of a small broadcast): a receiver that expected a longer one
-//! reports the mismatch; one that expected another one-block length cannot tell.
+//! byte, and the counter byte says so ([`HEADED`]). A one-block message carries its length
+//! there instead, in 2 bytes written with it (the paper's blocks carry none; a full header's
+//! 8 bytes and second copy cost 5-15 % of a small broadcast). Either way a receiver follows
+//! the root's length whatever it expected (so every rank's block cursor stays the same), takes
+//! as much of the message as fits, and reports the mismatch.
 //!
 //! Reuse (Section 3.3, 4.1.4): the buffer is split into `WINDOWS` epochs of blocks. A rank
 //! that has consumed every block of an epoch (copied it out, forwarded it, its writes from it
@@ -41,7 +41,7 @@ use crate::Puts;
 use crate::{placement, tree};
 
 pub(crate) use super::block_layout::ONE_BLOCK;
-use super::block_layout::{Chunk, Layout, BLOCK, BLOCKS, EPOCH, HEADER, WINDOWS};
+use super::block_layout::{Chunk, Layout, BLOCK, BLOCKS, EPOCH, HEADER, SHORT, WINDOWS};
 
 /// Most ranks for which a one-block broadcast on one host goes flat even when every rank has
 /// a core of its own (docs/ALGORITHMS.md, "Broadcast").
@@ -63,10 +63,6 @@ pub(crate) enum Heard {
     Message(u64),
     /// A header alone: a large broadcast (RDMC or shared staging) of this many bytes follows.
     Follows(u64),
-    /// A one-block message without a header, where the receiver expected a longer message
-    /// or an announcement: it was consumed and nothing was copied (its length is unknown,
-    /// at most [`ONE_BLOCK`]).
-    Short,
 }
 
 impl Heard {
@@ -83,7 +79,7 @@ impl Heard {
     fn payload(self) -> u64 {
         match self {
             Heard::Message(len) => len,
-            Heard::Follows(_) | Heard::Short => 0,
+            Heard::Follows(_) => 0,
         }
     }
 }
@@ -213,14 +209,16 @@ impl CounterBcast {
             len: data.len(),
             headed: follows.is_some() || sized || data.len() > ONE_BLOCK,
         };
-        let counter = match layout.headed {
-            true => self.next_counter() | HEADED,
-            false => self.next_counter(),
+        // Without a header the message fits one block: its length fits the 2 bytes.
+        let short = (data.len() as u16).to_le_bytes();
+        let (counter, tail): (u8, &[u8]) = match layout.headed {
+            true => (self.next_counter() | HEADED, &header),
+            false => (self.next_counter(), &short),
         };
         let me = w.rank();
         let place = Self::place_for(&mut self.place, self.one_block_shape, w, me, layout);
         self.blocks
-            .send(w, puts, &header, data, layout, &place.children, counter)
+            .send(w, puts, tail, data, layout, &place.children, counter)
     }
 
     /// Elsewhere: receives the broadcast from `root` into `sink` (see [`Sink`]) and returns
@@ -243,20 +241,28 @@ impl CounterBcast {
         let place = Self::place_for(&mut self.place, self.one_block_shape, w, root, layout);
         let first = self.blocks.first_block(w, place.parent, counter)?;
         match (first & HEADED != 0, sink) {
-            (false, Sink::Exact(buf)) if buf.len() <= ONE_BLOCK => {
-                // As the paper: the length is the one expected.
+            (false, Sink::Exact(buf)) if !headed && self.blocks.short_len()? == expect => {
+                // The length expected (the common case: the place is already this one).
                 self.blocks.relay(w, puts, buf, layout, place, first)?;
                 Ok(Heard::Message(expect as u64))
             }
-            (false, _) => {
-                // The root's tree is the one of a one-block message.
-                let layout = Layout {
-                    len: 0,
-                    headed: false,
-                };
+            (false, sink) => {
+                // Another length (the root's tree is the one of a one-block message): taken
+                // whole, then as much as fits.
+                let len = self.blocks.short_len()?;
+                let layout = Layout { len, headed: false };
                 let place = Self::place_for(&mut self.place, self.one_block_shape, w, root, layout);
-                self.blocks.pass_on_first(w, puts, place, first)?;
-                Ok(Heard::Short)
+                let mut whole = vec![0u8; len];
+                self.blocks
+                    .relay(w, puts, &mut whole, layout, place, first)?;
+                match sink {
+                    Sink::Exact(buf) | Sink::Announced(buf) => {
+                        let n = len.min(buf.len());
+                        buf[..n].copy_from_slice(&whole[..n]);
+                    }
+                    Sink::Grow(v) => *v = whole,
+                }
+                Ok(Heard::Message(len as u64))
             }
             (true, sink) => {
                 let heard = self.blocks.header()?;
@@ -329,18 +335,19 @@ impl Blocks {
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
-        header: &[u8; HEADER],
+        tail: &[u8],
         data: &[u8],
         layout: Layout,
         children: &[Rank],
         counter: u8,
     ) -> Result<()> {
+        debug_assert_eq!(tail.len(), layout.tail());
         let fabric = w.fabric();
         let blocks = layout.blocks();
         for i in 0..blocks {
             let c = Chunk::new(self.cursor, layout, i);
             let body = &data[c.body.clone()];
-            let head: &[u8] = if c.headed { header } else { &[] };
+            let head: &[u8] = if c.tail > 0 { tail } else { &[] };
             let local = self.area.local();
             // The chunk goes from the caller's buffer straight into the children's blocks
             // where the fabric can store there directly; otherwise it is staged in our own
@@ -388,33 +395,22 @@ impl Blocks {
         Chunk::new(self.cursor, layout, 0)
     }
 
+    /// The length a one-block message carries in the next broadcast's first block (valid: see
+    /// `first_block`; without [`HEADED`]).
+    #[inline]
+    fn short_len(&self) -> Result<usize> {
+        let mut bytes = [0u8; SHORT];
+        let at = self.first_chunk(ONE_BLOCK).flag() - SHORT;
+        self.area.local().read(at, &mut bytes)?;
+        Ok(u16::from_le_bytes(bytes) as usize)
+    }
+
     /// The header of the next broadcast's first block (valid: see `first_block`).
     fn header(&self) -> Result<Heard> {
         let mut bytes = [0u8; HEADER];
         let at = self.first_chunk(ONE_BLOCK).flag() - HEADER;
         self.area.local().read(at, &mut bytes)?;
         Ok(Heard::from_bytes(bytes))
-    }
-
-    /// Consumes the next broadcast's first block, a one-block message of unknown length,
-    /// unread: forwards the whole block (the message sits at its bottom) to the children
-    /// and releases it. `first` is its counter byte.
-    fn pass_on_first(
-        &mut self,
-        w: &Waiter,
-        puts: &mut Puts,
-        place: &Place,
-        first: u8,
-    ) -> Result<()> {
-        let c = self.first_chunk(ONE_BLOCK);
-        for &child in &place.children {
-            self.wait_released(w, child, c.epoch)?;
-            let to = self.area.at(child, c.data);
-            puts.put(w, self.area.local(), c.data, c.len(), to, Some(first))?;
-        }
-        self.finish_block(w, puts, &c)?;
-        self.cursor += 1;
-        Ok(())
     }
 
     /// Elsewhere: the blocks of a broadcast laid out as `layout` (`buf.len()` message bytes),

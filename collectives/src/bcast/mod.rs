@@ -8,9 +8,9 @@
 //! shared staging: every rank picks the same from that length and the shared settings).
 //! The root alone chooses small or large, from its length; the receivers follow what comes
 //! (`Heard`), so a rank whose buffer has another length still takes part in full (through
-//! a buffer of the root's length) and then reports the mismatch (except between two lengths
-//! that each fit one counter block, which carries no length, as in the paper), and
-//! `bcast_any_size` needs no separate round for the length.
+//! a buffer of the root's length) and then reports the mismatch (a one-block message carries
+//! its length too, which the paper's do not), and `bcast_any_size` needs no separate round
+//! for the length.
 
 mod block_layout;
 mod counter_blocks;
@@ -21,7 +21,7 @@ pub(crate) use counter_blocks::CounterBcast;
 pub(crate) use rdmc::Rdmc;
 pub(crate) use shared_staging::SharedStaging;
 
-use counter_blocks::{host_len, Heard, Sink, ONE_BLOCK};
+use counter_blocks::{host_len, Heard, Sink};
 use rdcoll_transport::Rank;
 
 use crate::agreement::{Call, CallKind};
@@ -33,10 +33,8 @@ use crate::{Collectives, Inner, Puts};
 impl Collectives {
     /// Broadcasts `buf` from `root` to every rank; every rank passes a buffer of the same
     /// length. A rank whose length differs from the root's still takes part and gets an
-    /// error (`Mismatch`) once its part is done, with as much of the root's message as fits
-    /// (nothing if the root's fits one counter block, which carries no length); the
-    /// communicator stays usable. Two lengths that both fit one counter block (8255 bytes)
-    /// cannot be told apart: the receiver gets the last bytes of the block.
+    /// error (`Mismatch`) once its part is done, with as much of the root's message as fits;
+    /// the communicator stays usable.
     pub fn bcast(&self, buf: &mut [u8], root: Rank) -> Result<()> {
         self.agree(|| Call::new(CallKind::Bcast).root(root).bytes(buf.len()))?;
         self.bcast_by(buf, root, None)
@@ -75,7 +73,7 @@ impl Collectives {
             };
             let heard = self.hear(inner, sink, root)?;
             let root_len = match heard {
-                Heard::Message(len) => Some(len),
+                Heard::Message(len) => len,
                 Heard::Follows(word) => {
                     let (len, way) = heard_way(word, root)?;
                     if len == buf.len() as u64 {
@@ -87,20 +85,14 @@ impl Collectives {
                         let n = whole.len().min(buf.len());
                         buf[..n].copy_from_slice(&whole[..n]);
                     }
-                    Some(len)
+                    len
                 }
-                Heard::Short => None,
             };
             // Every rank completed the broadcast: the communicator stays usable.
             Ok(match root_len {
-                Some(len) if len == buf.len() as u64 => Ok(()),
-                Some(len) => Err(CollError::Mismatch(format!(
+                len if len == buf.len() as u64 => Ok(()),
+                len => Err(CollError::Mismatch(format!(
                     "rank {root} broadcast {len} bytes into a {}-byte buffer",
-                    buf.len()
-                ))),
-                None => Err(CollError::Mismatch(format!(
-                    "rank {root} broadcast at most {ONE_BLOCK} bytes into a {}-byte buffer \
-                     (nothing was copied)",
                     buf.len()
                 ))),
             })
@@ -140,10 +132,6 @@ impl Collectives {
                     let (len, way) = heard_way(word, root)?;
                     out.resize(host_len(len)?, 0);
                     self.large(inner, &mut out, root, way)?;
-                }
-                Heard::Short => {
-                    // A root in `bcast` always sends a length where one is asked for.
-                    return Err(out_of_step(root, "bcast_any_size"));
                 }
             }
             Ok(Ok(out))
