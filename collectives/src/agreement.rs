@@ -114,7 +114,7 @@ pub(crate) struct Call {
 }
 
 /// Bytes of a published call.
-pub(crate) const RECORD: usize = 40;
+pub(crate) const RECORD: usize = 32;
 const NONE: u64 = u64::MAX;
 
 impl Call {
@@ -165,7 +165,7 @@ impl Call {
 
     fn decode(r: &[u8]) -> Option<Call> {
         let word = |i: usize| {
-            let v = u64::from_le_bytes(r[8 + 8 * i..16 + 8 * i].try_into().ok()?);
+            let v = u64::from_le_bytes(r.get(8 + 8 * i..16 + 8 * i)?.try_into().ok()?);
             Some((v != NONE).then_some(v))
         };
         let root = u32::from_le_bytes(r.get(4..8)?.try_into().ok()?);
@@ -397,6 +397,7 @@ mod tests {
         let bare = Call::new(CallKind::Barrier);
         assert_eq!(Call::decode(&bare.encode()), Some(bare));
         assert_eq!(Call::decode(&[0u8; RECORD]), None);
+        assert_eq!(Call::decode(&call.encode()[..RECORD - 1]), None);
     }
 
     #[test]
