@@ -9,7 +9,7 @@
 //! error that ends the job non-zero. Rounds end with an allreduce that also says whether to go
 //! on.
 //!
-//! `rdcoll-bench soak [--ranks N] [--transport shm|tcp|ofi] [--seconds S] [--seed X]`
+//! `rdcoll-bench soak [--ranks N] [--transport shm|tcp|ofi|local] [--seconds S] [--seed X]`
 //! (`--inject-corruption`: rank 0 flips a byte of one message it sends, to show that the
 //! checks catch it).
 
@@ -105,6 +105,9 @@ pub fn run(args: &[String]) -> i32 {
             }
         }
     }
+    if transport == "local" {
+        return in_process(ranks, seed, seconds, inject);
+    }
     let Ok(exe) = std::env::current_exe() else {
         eprintln!("rdcoll-bench soak: cannot find this program");
         return 2;
@@ -121,6 +124,27 @@ pub fn run(args: &[String]) -> i32 {
     println!("# rdcoll-bench soak: {ranks} ranks over {transport}, {seconds} s, seed {seed}");
     match run_job(&spec) {
         Ok(report) => report.exit_code(),
+        Err(e) => {
+            eprintln!("rdcoll-bench soak: {e}");
+            1
+        }
+    }
+}
+
+/// The soak on ranks that are threads of this process (`--transport local`); the exit code.
+fn in_process(ranks: usize, seed: u64, seconds: u64, inject: bool) -> i32 {
+    println!("# rdcoll-bench soak: {ranks} ranks over local, {seconds} s, seed {seed}");
+    match rdcoll::local::run(ranks, |world| soak(&world, seed, seconds, inject)) {
+        Ok(results) => {
+            let mut code = 0;
+            for (r, result) in results.into_iter().enumerate() {
+                if let Err(e) = result {
+                    eprintln!("soak-rank {r}: {e}");
+                    code = 1;
+                }
+            }
+            code
+        }
         Err(e) => {
             eprintln!("rdcoll-bench soak: {e}");
             1

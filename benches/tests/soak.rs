@@ -1,6 +1,6 @@
 //! `rdcoll-bench soak` end to end, briefly (the 10-minute runs are in docs/RELIABILITY.md):
-//! every message checked over shm and tcp, with as many ranks as cores and twice as many more;
-//! and a message corrupted on purpose is caught.
+//! every message checked over shm, tcp and local (threads), with as many ranks as cores and
+//! twice as many more; and a message corrupted on purpose is caught.
 
 use std::process::{Command, Output};
 
@@ -35,6 +35,12 @@ fn a_short_soak_over_shm_and_tcp_finds_every_message_intact() {
         "--seed",
         "2",
     ]);
+}
+
+/// The same on ranks that are threads of one process (the `local` transport).
+#[test]
+fn a_short_soak_over_local_ranks_finds_every_message_intact() {
+    assert_clean(&["--ranks", "4", "--seconds", "2", "--transport", "local"]);
 }
 
 #[test]
