@@ -215,6 +215,11 @@ typedef enum rdc_datatype {
    * `double`.
    */
   RDC_DOUBLE = 10,
+  /**
+   * Not a datatype: gives the enum the range of an `int` (C++ may then hold any value
+   * in it, and `-fshort-enums` cannot shrink it below the `int` the library reads).
+   */
+  RDC_DATATYPE_INT_RANGE = 2147483647,
 } rdc_datatype;
 
 /**
@@ -266,6 +271,11 @@ typedef enum rdc_op {
    * No operation: what `rdc_op_free` leaves in the handle it freed.
    */
   RDC_OP_NULL = -1,
+  /**
+   * Not an operation: gives the enum the range of an `int`, so that it holds the handles
+   * `rdc_op_create` makes (see `RDC_DATATYPE_INT_RANGE`).
+   */
+  RDC_OP_INT_RANGE = 2147483647,
 } rdc_op;
 
 /**
@@ -834,7 +844,7 @@ int rdc_iprobe(int source,
  * Sets `*count` to the length of the message `status` describes in elements of `datatype`
  * (as `MPI_Get_count`): `RDC_ERR_ARG` if it is not a whole number of them.
  */
-int rdc_get_count(const struct rdc_status *status, int datatype, int64_t *count);
+int rdc_get_count(const struct rdc_status *status, rdc_datatype datatype, int64_t *count);
 
 /**
  * Sends `sendcount` elements to `dest` and receives at most `recvcount` from `source`, both
@@ -842,12 +852,12 @@ int rdc_get_count(const struct rdc_status *status, int datatype, int64_t *count)
  */
 int rdc_sendrecv(const void *sendbuf,
                  int64_t sendcount,
-                 int sendtype,
+                 rdc_datatype sendtype,
                  int dest,
                  int sendtag,
                  void *recvbuf,
                  int64_t recvcount,
-                 int recvtype,
+                 rdc_datatype recvtype,
                  int source,
                  int recvtag,
                  const struct rdc_comm *comm,

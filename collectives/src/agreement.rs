@@ -219,12 +219,22 @@ impl Call {
 
 /// Fixed operands for reductions' fingerprints: `(accumulator byte, operand byte)`, each
 /// repeated over an element. Nonzero operands (a caller's reduction may divide by them); one
-/// zero accumulator tells logical and from logical or.
-const OPERANDS: [(u8, u8); 4] = [(0x13, 0x25), (0x93, 0x85), (0x93, 0x25), (0x00, 0x37)];
+/// zero accumulator tells logical and from logical or. As floats they are near 1 (0.75, 12
+/// and their negatives for `f32`), so no result is subnormal: a thread that flushes
+/// subnormals to zero computes the same bits.
+///
+/// Elements longer than [`FINGERPRINT_MAX`] are compared by size alone.
+const OPERANDS: [(u8, u8); 4] = [(0x3f, 0x41), (0xbf, 0xc1), (0xbf, 0x41), (0x00, 0x41)];
+
+/// Longest element whose reduction is fingerprinted (longer ones: by size).
+const FINGERPRINT_MAX: usize = 1 << 16;
 
 /// A hash of the element size and of the bits `reduce` computes on [`OPERANDS`]. A reduction
 /// that panics on them contributes a fixed value.
 pub(crate) fn fingerprint(elem: usize, reduce: &Reducer<'_>) -> u64 {
+    if elem > FINGERPRINT_MAX {
+        return fnv1a(&(elem as u64).to_le_bytes());
+    }
     // Aligned for any element type (u128 at most); on the stack for elements up to 64 bytes.
     let words = elem.div_ceil(16).max(1);
     let (mut acc_small, mut operand_small) = ([0u128; 4], [0u128; 4]);
@@ -310,7 +320,10 @@ impl Judge {
             return self.why;
         }
         let first = self.first?;
-        if first.kind.root_counts() {
+        // A root outside the communicator (the same on every rank: else it differed above) is
+        // each rank's own `InvalidArgument` once the collective checks its root.
+        let root_inside = first.root.is_some_and(|r| (r as usize) < self.blocks.len());
+        if first.kind.root_counts() && root_inside {
             let lens: Vec<u8> = self.blocks.iter().flat_map(|b| b.to_le_bytes()).collect();
             if self.root_counts != Some(fnv1a(&lens)) {
                 return Some(format!(
@@ -436,6 +449,22 @@ mod tests {
         assert_ne!(print::<u32>(Op::Sum), print::<u64>(Op::Sum));
         // Wrapping sums of signed and unsigned integers are the same bits.
         assert_eq!(print::<u32>(Op::Sum), print::<i32>(Op::Sum));
+    }
+
+    /// No operation on the fixed operands gives a subnormal float, whose bits would depend on
+    /// the thread's flush-to-zero mode.
+    #[test]
+    fn the_operands_give_no_subnormal_float() {
+        for (a, b) in OPERANDS {
+            for op in [Op::Sum, Op::Prod, Op::Min, Op::Max] {
+                let mut x = [f32::from_le_bytes([a; 4])];
+                f32::combine(op, &mut x, &[f32::from_le_bytes([b; 4])]);
+                assert!(x[0].is_normal() || x[0] == 0.0, "{op:?} {a:#x} {b:#x}: {}", x[0]);
+                let mut y = [f64::from_le_bytes([a; 8])];
+                f64::combine(op, &mut y, &[f64::from_le_bytes([b; 8])]);
+                assert!(y[0].is_normal() || y[0] == 0.0, "{op:?} {a:#x} {b:#x}: {}", y[0]);
+            }
+        }
     }
 
     #[test]

@@ -126,6 +126,9 @@ pub enum rdc_datatype {
     RDC_FLOAT = 9,
     /// `double`.
     RDC_DOUBLE = 10,
+    /// Not a datatype: gives the enum the range of an `int` (C++ may then hold any value
+    /// in it, and `-fshort-enums` cannot shrink it below the `int` the library reads).
+    RDC_DATATYPE_INT_RANGE = 0x7fff_ffff,
 }
 
 /// Reduction operations (integers wrap on overflow; logical and bitwise ones are for
@@ -155,6 +158,9 @@ pub enum rdc_op {
     RDC_BXOR = 9,
     /// No operation: what `rdc_op_free` leaves in the handle it freed.
     RDC_OP_NULL = -1,
+    /// Not an operation: gives the enum the range of an `int`, so that it holds the handles
+    /// `rdc_op_create` makes (see `RDC_DATATYPE_INT_RANGE`).
+    RDC_OP_INT_RANGE = 0x7fff_ffff,
 }
 
 /// A datatype argument as the C API takes it: C sees `rdc_datatype`, so a compiler warns

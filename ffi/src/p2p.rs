@@ -513,9 +513,10 @@ pub extern "C" fn rdc_iprobe(
 #[no_mangle]
 pub extern "C" fn rdc_get_count(
     status: *const rdc_status,
-    datatype: c_int,
+    datatype: DatatypeArg,
     count: *mut i64,
 ) -> c_int {
+    let datatype = datatype.0;
     guard(|| {
         if status.is_null() || count.is_null() {
             return RDC_ERR_NULL;
@@ -542,17 +543,18 @@ pub extern "C" fn rdc_get_count(
 pub extern "C" fn rdc_sendrecv(
     sendbuf: *const c_void,
     sendcount: i64,
-    sendtype: c_int,
+    sendtype: DatatypeArg,
     dest: c_int,
     sendtag: c_int,
     recvbuf: *mut c_void,
     recvcount: i64,
-    recvtype: c_int,
+    recvtype: DatatypeArg,
     source: c_int,
     recvtag: c_int,
     comm: *const rdc_comm,
     status: *mut rdc_status,
 ) -> c_int {
+    let (sendtype, recvtype) = (sendtype.0, recvtype.0);
     guard(|| {
         let r = (|| {
             let (slen, rlen) = (

@@ -66,7 +66,11 @@ impl Door {
                 )
             };
             if ready < 0 {
-                continue; // EINTR
+                let e = std::io::Error::last_os_error();
+                if e.kind() == ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
             }
             let mut keep = Vec::with_capacity(pending.len());
             for (mut p, fd) in pending.drain(..).zip(&fds[1..]) {
@@ -87,7 +91,7 @@ impl Door {
             }
             pending = keep;
             if fds[0].revents != 0 {
-                self.accept_all(listener, &mut pending);
+                self.accept_all(listener, &mut pending)?;
             }
         }
         Ok(())
@@ -110,7 +114,15 @@ impl Door {
         }
     }
 
-    fn accept_all(&self, listener: &TcpListener, pending: &mut Vec<Pending>) {
+    /// Accepts what the listener holds. Out of descriptors (EMFILE, ENFILE), the oldest waiting
+    /// connection is dropped to make room, and the rest wait for the next poll (a listener
+    /// that keeps failing would otherwise be polled ready again at once, for ever); another
+    /// error ends the door.
+    fn accept_all(
+        &self,
+        listener: &TcpListener,
+        pending: &mut Vec<Pending>,
+    ) -> std::io::Result<()> {
         loop {
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -127,7 +139,17 @@ impl Door {
                     });
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(_) => return,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
+                    if pending.is_empty() {
+                        // Nothing of ours to free: let whoever holds descriptors finish.
+                        std::thread::sleep(Duration::from_millis(10));
+                    } else {
+                        pending.remove(0);
+                    }
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
             }
         }
     }

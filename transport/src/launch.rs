@@ -193,7 +193,15 @@ fn spawn_rank(
             cmd.env(var, value);
         }
     }
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    // Standard error always goes through the launcher, a whole line per write: it is
+    // unbuffered in the ranks, so lines written in pieces (Rust's `eprintln!` writes each
+    // formatted argument on its own) mixed with other ranks' lines. Standard output keeps the
+    // launcher's own (a terminal stays a terminal, C's stdio keeps its buffering) unless
+    // lines are prefixed; Rust and C write a line of it in one piece when it is buffered.
+    if spec.prefix_output {
+        cmd.stdout(Stdio::piped());
+    }
+    cmd.stderr(Stdio::piped());
     // SAFETY: the closure only calls async-signal-safe prctl and setpgid between fork and exec.
     unsafe {
         cmd.pre_exec(|| {

@@ -402,7 +402,13 @@ impl Blocks {
         let mut bytes = [0u8; SHORT];
         let at = self.first_chunk(ONE_BLOCK).flag() - SHORT;
         self.area.local().read(at, &mut bytes)?;
-        Ok(u16::from_le_bytes(bytes) as usize)
+        match u16::from_le_bytes(bytes) as usize {
+            len if len <= ONE_BLOCK => Ok(len),
+            len => Err(CollError::Mismatch(format!(
+                "a one-block broadcast says it holds {len} bytes, more than a block: the \
+                 ranks' broadcasts are out of step"
+            ))),
+        }
     }
 
     /// The header of the next broadcast's first block (valid: see `first_block`).

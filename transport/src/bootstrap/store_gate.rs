@@ -16,8 +16,9 @@ use crate::gate::Door;
 /// Bytes of the `AUTH` request a member sends: op, an empty key, the 16-byte secret, `arg`
 /// and `timeout_ms` (the store's wire format).
 pub(super) const AUTH_LEN: usize = 1 + 4 + 4 + 16 + 8 + 8;
-/// Connections that may wait at once for their `AUTH`.
-const MAX_PENDING: usize = 1024;
+/// Connections that may wait at once for their `AUTH` (well below the usual 1,024
+/// descriptors a process may hold).
+const MAX_PENDING: usize = 256;
 /// How long a connection may take to send its `AUTH`.
 const AUTH_DEADLINE: Duration = Duration::from_secs(10);
 

@@ -118,8 +118,9 @@ fn connect_lower(
     }
 }
 
-/// Connections that may wait at once for their hello (the oldest is dropped for a newer one).
-const MAX_PENDING_HELLOS: usize = 1024;
+/// Connections that may wait at once for their hello (the oldest is dropped for a newer one;
+/// well below the usual 1,024 descriptors a process may hold).
+const MAX_PENDING_HELLOS: usize = 256;
 
 /// Accepts the connections of the `expected` ranks above `me`, each identified by its hello
 /// (checked against the job's `secret`). Hellos are read from every connection at once
