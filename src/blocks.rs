@@ -72,7 +72,7 @@ impl Comm {
         counts: &[usize],
         root: Rank,
     ) -> Result<()> {
-        let parts = byte_parts::<T>(counts)?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         Ok(self
             .collectives()?
             .gatherv(bytes(send), bytes_mut(recv), &parts, root)?)
@@ -95,7 +95,7 @@ impl Comm {
         recv: &mut [T],
         root: Rank,
     ) -> Result<()> {
-        let parts = byte_parts::<T>(counts)?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         Ok(self
             .collectives()?
             .scatterv(bytes(send), &parts, bytes_mut(recv), root)?)
@@ -123,7 +123,7 @@ impl Comm {
     /// Rank `r`'s `send` (`counts[r]` elements; every rank passes the same `counts`) into
     /// every rank's `recv`, one block after another in rank order.
     pub fn allgatherv<T: Pod>(&self, send: &[T], recv: &mut [T], counts: &[usize]) -> Result<()> {
-        let parts = byte_parts::<T>(counts)?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         Ok(self
             .collectives()?
             .allgatherv(bytes(send), bytes_mut(recv), &parts)?)
@@ -145,13 +145,17 @@ impl Comm {
     /// ```
     pub fn alltoall<T: Pod>(&self, send: &[T], recv: &mut [T]) -> Result<()> {
         let n = self.size();
-        let block = whole_blocks(send.len(), n as usize, "alltoall's send buffer")?;
+        let block = self.arguments(whole_blocks(
+            send.len(),
+            n as usize,
+            "alltoall's send buffer",
+        ))?;
         if recv.len() != send.len() {
-            return Err(Error::InvalidArgument(format!(
+            return self.arguments(Err(Error::InvalidArgument(format!(
                 "alltoall's receive buffer has {} elements, its send buffer {}",
                 recv.len(),
                 send.len()
-            )));
+            ))));
         }
         let block = block * std::mem::size_of::<T>();
         Ok(self
@@ -169,8 +173,8 @@ impl Comm {
         recv: &mut [T],
         recv_counts: &[usize],
     ) -> Result<()> {
-        let send_parts = byte_parts::<T>(send_counts)?;
-        let recv_parts = byte_parts::<T>(recv_counts)?;
+        let send_parts = self.arguments(byte_parts::<T>(send_counts))?;
+        let recv_parts = self.arguments(byte_parts::<T>(recv_counts))?;
         Ok(self
             .collectives()?
             .alltoallv(bytes(send), &send_parts, bytes_mut(recv), &recv_parts)?)
@@ -185,7 +189,7 @@ impl Comm {
         recv: &mut [T],
         op: Op,
     ) -> Result<()> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         let elem = std::mem::size_of::<T>();
         Ok(self.collectives()?.reduce_scatter_block(
             bytes(send),
@@ -204,8 +208,8 @@ impl Comm {
         counts: &[usize],
         op: Op,
     ) -> Result<()> {
-        check::<T>(op)?;
-        let parts = byte_parts::<T>(counts)?;
+        self.arguments(check::<T>(op))?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         self.reduce_scatter_parts(send, &parts, recv, &op_reducer::<T>(op))
     }
 
@@ -235,7 +239,7 @@ impl Comm {
     /// assert_eq!(got, [1, 3, 6, 10]);
     /// ```
     pub fn scan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.prefix(send, recv, &op_reducer::<T>(op), true)
     }
 
@@ -254,7 +258,7 @@ impl Comm {
     /// Rank `r > 0`'s `recv` becomes the combination of ranks `0..r`'s `send`; rank 0's is
     /// left as it was (`MPI_Exscan`).
     pub fn exscan<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.prefix(send, recv, &op_reducer::<T>(op), false)
     }
 

@@ -8,6 +8,18 @@ use rdcoll_collectives::{Collectives, Element, Multicast, Op};
 use crate::{Comm, Error, Rank, Result};
 
 impl Comm {
+    /// `r`, a collective's own check of this rank's arguments: when it failed and the ranks
+    /// compare their calls (`RDCOLL_CHECK_COLLECTIVES`), this rank still takes part in the
+    /// comparison, as having refused, so that the others get `Mismatch` instead of waiting.
+    pub(crate) fn arguments<T, E: Into<Error>>(&self, r: std::result::Result<T, E>) -> Result<T> {
+        r.map_err(|e| {
+            if let Ok(c) = self.collectives() {
+                c.refuse_call();
+            }
+            e.into()
+        })
+    }
+
     /// The collectives of this communicator, created on first use.
     #[inline]
     pub(crate) fn collectives(&self) -> Result<&Collectives> {
@@ -178,8 +190,8 @@ impl Comm {
     /// assert!(sums.iter().all(|t| *t == [3.0, 3.0]));
     /// ```
     pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
-        check::<T>(op)?;
-        same_len(send.len(), recv.len())?;
+        self.arguments(check::<T>(op))?;
+        self.arguments(same_len(send.len(), recv.len()))?;
         recv.copy_from_slice(send);
         self.allreduce_in_place_unchecked(recv, &op_reducer::<T>(op))
     }
@@ -187,7 +199,7 @@ impl Comm {
     /// [`allreduce`](Comm::allreduce) with `buf` as both this rank's contribution and the
     /// result.
     pub fn allreduce_in_place<T: Element>(&self, buf: &mut [T], op: Op) -> Result<()> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.allreduce_in_place_unchecked(buf, &op_reducer::<T>(op))
     }
 
@@ -216,7 +228,7 @@ impl Comm {
         recv: &mut [T],
         f: F,
     ) -> Result<()> {
-        same_len(send.len(), recv.len())?;
+        self.arguments(same_len(send.len(), recv.len()))?;
         recv.copy_from_slice(send);
         self.allreduce_in_place_unchecked(recv, &reducer(f))
     }
@@ -236,7 +248,7 @@ impl Comm {
     /// as `send` there; ignored elsewhere), in the same fixed order as
     /// [`allreduce`](Comm::allreduce).
     pub fn reduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op, root: Rank) -> Result<()> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.reduce_into(send, recv, &op_reducer::<T>(op), root)
     }
 
@@ -255,7 +267,7 @@ impl Comm {
     /// [`reduce`](Comm::reduce) with `buf` as this rank's contribution and, at the root, the
     /// result (elsewhere `buf` is left as it was).
     pub fn reduce_in_place<T: Element>(&self, buf: &mut [T], op: Op, root: Rank) -> Result<()> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         if self.rank() == root {
             let f = op_reducer::<T>(op);
             let size = std::mem::size_of::<T>();
@@ -278,7 +290,7 @@ impl Comm {
     ) -> Result<()> {
         let size = std::mem::size_of::<T>();
         if self.rank() == root {
-            same_len(send.len(), recv.len())?;
+            self.arguments(same_len(send.len(), recv.len()))?;
             recv.copy_from_slice(send);
             return Ok(self.collectives()?.reduce(
                 bytemuck::cast_slice_mut(recv),

@@ -111,6 +111,9 @@ pub(crate) struct Call {
     counts: Option<u64>,
     /// The reduction's fingerprint ([`fingerprint`]).
     reduction: Option<u64>,
+    /// The rank refused its own arguments (it returns its own error): the others get
+    /// `Mismatch` instead of waiting for it.
+    refused: bool,
 }
 
 /// Bytes of a published call.
@@ -125,6 +128,15 @@ impl Call {
             bytes: None,
             counts: None,
             reduction: None,
+            refused: false,
+        }
+    }
+
+    /// The call of a rank that refused its own arguments.
+    fn refusal() -> Call {
+        Call {
+            refused: true,
+            ..Call::new(CallKind::Barrier)
         }
     }
 
@@ -156,6 +168,7 @@ impl Call {
     fn encode(&self) -> [u8; RECORD] {
         let mut r = [0u8; RECORD];
         r[0] = self.kind as u8;
+        r[1] = u8::from(self.refused);
         r[4..8].copy_from_slice(&self.root.unwrap_or(u32::MAX).to_le_bytes());
         for (i, v) in [self.bytes, self.counts, self.reduction].iter().enumerate() {
             r[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.unwrap_or(NONE).to_le_bytes());
@@ -175,6 +188,7 @@ impl Call {
             bytes: word(0)?,
             counts: word(1)?,
             reduction: word(2)?,
+            refused: r[1] == 1,
         })
     }
 
@@ -196,6 +210,11 @@ impl Call {
 
     /// How `other` (rank `r`'s call) differs from this one (rank `r0`'s), if it does.
     fn differs(&self, r0: usize, other: &Call, r: usize) -> Option<String> {
+        if other.refused {
+            return Some(format!(
+                "rank {r} refused its own arguments for this collective (its error says why)"
+            ));
+        }
         let what = if self.kind != other.kind {
             "another collective"
         } else if self.root != other.root {
@@ -281,6 +300,11 @@ struct Judge {
 impl Judge {
     fn take(&mut self, r: usize, call: Call) {
         let Some(first) = &self.first else {
+            if call.refused {
+                self.why = Some(format!(
+                    "rank {r} refused its own arguments for this collective (its error says why)"
+                ));
+            }
             self.first = Some(call);
             self.take_block(r, &call);
             return;
@@ -362,6 +386,16 @@ impl Collectives {
         self.agree_now(call())
     }
 
+    /// With `RDCOLL_CHECK_COLLECTIVES` on, takes part in the comparison of the ranks' calls
+    /// for a collective this rank refused on its own (its arguments are invalid here, and it
+    /// returns its own error): the others get `Mismatch` naming it instead of waiting for it.
+    /// Off: nothing.
+    pub fn refuse_call(&self) {
+        if self.cfg.check_collectives && self.waiter.size() > 1 {
+            let _ = self.agree_now(Call::refusal());
+        }
+    }
+
     #[cold]
     #[inline(never)]
     fn agree_now(&self, call: Call) -> Result<()> {
@@ -409,6 +443,10 @@ mod tests {
         assert_eq!(Call::decode(&call.encode()), Some(call));
         let bare = Call::new(CallKind::Barrier);
         assert_eq!(Call::decode(&bare.encode()), Some(bare));
+        assert_eq!(
+            Call::decode(&Call::refusal().encode()),
+            Some(Call::refusal())
+        );
         assert_eq!(Call::decode(&[0u8; RECORD]), None);
         assert_eq!(Call::decode(&call.encode()[..RECORD - 1]), None);
     }
@@ -459,10 +497,18 @@ mod tests {
             for op in [Op::Sum, Op::Prod, Op::Min, Op::Max] {
                 let mut x = [f32::from_le_bytes([a; 4])];
                 f32::combine(op, &mut x, &[f32::from_le_bytes([b; 4])]);
-                assert!(x[0].is_normal() || x[0] == 0.0, "{op:?} {a:#x} {b:#x}: {}", x[0]);
+                assert!(
+                    x[0].is_normal() || x[0] == 0.0,
+                    "{op:?} {a:#x} {b:#x}: {}",
+                    x[0]
+                );
                 let mut y = [f64::from_le_bytes([a; 8])];
                 f64::combine(op, &mut y, &[f64::from_le_bytes([b; 8])]);
-                assert!(y[0].is_normal() || y[0] == 0.0, "{op:?} {a:#x} {b:#x}: {}", y[0]);
+                assert!(
+                    y[0].is_normal() || y[0] == 0.0,
+                    "{op:?} {a:#x} {b:#x}: {}",
+                    y[0]
+                );
             }
         }
     }
@@ -484,6 +530,10 @@ mod tests {
         );
         let why = verdict(&[bcast(80), Call::new(CallKind::Bcast).root(1).bytes(80)]).unwrap();
         assert!(why.contains("another root"), "{why}");
+        let why = verdict(&[bcast(80), bcast(80), Call::refusal()]).unwrap();
+        assert!(why.contains("rank 2 refused"), "{why}");
+        let why = verdict(&[Call::refusal(), bcast(80)]).unwrap();
+        assert!(why.contains("rank 0 refused"), "{why}");
         let why = verdict(&[bcast(80), Call::new(CallKind::Barrier)]).unwrap();
         assert!(
             why.contains("another collective") && why.contains("barrier"),

@@ -240,6 +240,7 @@ pub fn every_mistake(world: &Comm) -> Result<(), String> {
             return Err(format!("after {name}: allreduce gave {}", sum[0]));
         }
     }
+    refusals(&comm, odd)?;
     // Correct calls still pass the check.
     let mut b = vec![0u8; 1000];
     if comm.rank() == 0 {
@@ -248,6 +249,44 @@ pub fn every_mistake(world: &Comm) -> Result<(), String> {
     comm.bcast(&mut b, 0).map_err(|e| e.to_string())?;
     if b.iter().any(|&x| x != 9) {
         return Err("a correct bcast after the mistakes went wrong".into());
+    }
+    Ok(())
+}
+
+/// A rank that refuses its own arguments (an operation not defined for its element type, a
+/// receive buffer of another length than its send buffer) gets its own `InvalidArgument`, and
+/// the others `Mismatch` naming it instead of waiting for it; then the communicator works.
+fn refusals(comm: &Comm, odd: bool) -> Result<(), String> {
+    let n = comm.size() as usize;
+    let expect = |what: &str, r: rdcoll::Result<()>| -> Result<(), String> {
+        match (odd, r) {
+            (true, Err(Error::InvalidArgument(_))) => Ok(()),
+            (false, Err(Error::Mismatch(why))) if why.contains("refused") => Ok(()),
+            (_, other) => Err(format!(
+                "{what}: {other:?} on a rank that is {}",
+                match odd {
+                    true => "the one refusing",
+                    false => "waiting for it",
+                }
+            )),
+        }
+    };
+    let r = if odd {
+        comm.allreduce(&[1.0f32], &mut [0.0f32], Op::BitAnd)
+    } else {
+        comm.allreduce(&[1i32], &mut [0i32], Op::BitAnd)
+    };
+    expect("allreduce with BitAnd on f32 on one rank", r)?;
+    let mut out = vec![0u8; if odd { n + 1 } else { n }];
+    expect(
+        "alltoall with a receive buffer of another length on one rank",
+        comm.alltoall(&vec![1u8; n], &mut out),
+    )?;
+    let mut sum = [0u64];
+    comm.allreduce(&[1u64], &mut sum, Op::Sum)
+        .map_err(|e| format!("after the refusals: {e}"))?;
+    if sum[0] != n as u64 {
+        return Err(format!("after the refusals: allreduce gave {}", sum[0]));
     }
     Ok(())
 }

@@ -102,9 +102,15 @@ impl Collectives {
     /// Broadcasts `data` (given at the root; ignored elsewhere) to every rank, which need not
     /// know its length: each rank returns the root's bytes.
     pub fn bcast_any_size(&self, data: Option<&[u8]>, root: Rank) -> Result<Vec<u8>> {
+        let me = self.waiter.rank();
+        if me == root && data.is_none() {
+            self.refuse_call();
+            return Err(CollError::InvalidArgument(
+                "the root of bcast_any_size must pass the data".into(),
+            ));
+        }
         self.agree(|| Call::new(CallKind::BcastAnySize).root(root))?;
         self.check_root(root)?;
-        let me = self.waiter.rank();
         let at_root = match (me == root, data) {
             (true, Some(d)) => Some(d),
             (true, None) => {
