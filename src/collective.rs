@@ -43,8 +43,10 @@ impl Comm {
     #[cold]
     #[inline(never)]
     fn start_collectives(&self) -> Result<&std::sync::Arc<Collectives>> {
-        let c = self.new_collectives(rdcoll_collectives::CollConfig::from_env()?)?;
-        Ok(self.collectives.get_or_init(|| std::sync::Arc::new(c)))
+        self.start_once(&self.collectives, || {
+            let cfg = rdcoll_collectives::CollConfig::from_env()?;
+            Ok(std::sync::Arc::new(self.new_collectives(cfg)?))
+        })
     }
 
     /// This communicator's collectives with settings `cfg`.

@@ -186,6 +186,7 @@ impl Comm {
             context,
             collectives: std::sync::OnceLock::new(),
             worker: std::sync::OnceLock::new(),
+            starting: parking_lot::ReentrantMutex::new(()),
             members,
         }
     }

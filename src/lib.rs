@@ -64,6 +64,7 @@ mod raw_collectives;
 mod request;
 pub mod sim;
 
+use parking_lot::ReentrantMutex;
 use std::sync::{Arc, OnceLock};
 
 /// The `bytemuck` crate whose [`Pod`] the buffers of every call are made of, for the derive
@@ -197,6 +198,10 @@ pub struct Comm {
     collectives: OnceLock<Arc<rdcoll_collectives::Collectives>>,
     /// The thread that runs its nonblocking collectives, started by the first one.
     worker: OnceLock<Arc<nonblocking::Worker>>,
+    /// Held while the engine, the collectives or the worker starts, so that two threads'
+    /// first calls start one, not two: a second engine would poll the same fabric and take
+    /// messages meant for the first. Reentrant: starting the collectives starts the engine.
+    starting: ReentrantMutex<()>,
     /// The ranks of a communicator over part of the job ([`Comm::split`]); `None` for the
     /// whole job in the fabric's order, whose ranks need no translation.
     members: Option<Arc<Members>>,
@@ -223,6 +228,7 @@ impl Comm {
             context: 0,
             collectives: OnceLock::new(),
             worker: OnceLock::new(),
+            starting: ReentrantMutex::new(()),
             members: None,
         }
     }
@@ -245,8 +251,27 @@ impl Comm {
     #[cold]
     #[inline(never)]
     fn start_engine(&self) -> Result<&Arc<Engine>> {
-        let engine = Engine::from_env(self.fabric.clone(), ranks_on_this_host(self)?)?;
-        Ok(self.engine.get_or_init(|| engine))
+        self.start_once(&self.engine, || {
+            Ok(Engine::from_env(
+                self.fabric.clone(),
+                ranks_on_this_host(self)?,
+            )?)
+        })
+    }
+
+    /// The value in `cell`, made by `make` if no thread has made it yet; only one thread
+    /// makes it, the others wait for it (see `starting`).
+    fn start_once<'a, T>(
+        &'a self,
+        cell: &'a OnceLock<T>,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<&'a T> {
+        let _one_at_a_time = self.starting.lock();
+        if let Some(made) = cell.get() {
+            return Ok(made);
+        }
+        let made = make()?;
+        Ok(cell.get_or_init(|| made))
     }
     /// This rank, in `0..size`.
     pub fn rank(&self) -> Rank {

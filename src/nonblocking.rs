@@ -213,11 +213,8 @@ impl Comm {
                 "nonblocking collectives do not run on the simulated fabric yet".into(),
             ));
         }
-        let coll = self.collectives_arc()?.clone();
-        let w = Worker::start(coll)?;
-        if let Err(w) = self.worker.set(w) {
-            w.stop();
-        }
-        Ok(self.worker.get().expect("set just above"))
+        self.start_once(&self.worker, || {
+            Worker::start(self.collectives_arc()?.clone())
+        })
     }
 }

@@ -19,7 +19,8 @@ fn e(err: Error) -> String {
 
 /// Bytes of message `seq` from `src`, `len` long.
 pub fn pattern(src: u32, seq: u32, len: usize) -> Vec<u8> {
-    let mut x = (src as u64) << 32 | seq as u64 | 1;
+    // Odd and distinct for every (src, seq): xorshift needs a nonzero seed.
+    let mut x = (src as u64) << 33 | (2 * seq as u64 + 1);
     (0..len)
         .map(|_| {
             x ^= x << 13;
