@@ -46,6 +46,9 @@ use provider::Provider;
 use state::State;
 use wire::Kind;
 
+/// Longest the progress thread serves the completion queue in one round (then it lets go of
+/// the state lock; one batch of completions is always served).
+const ROUND_BUDGET: Duration = Duration::from_millis(2);
 /// How recently the owner must have polled for the progress thread to leave the completion
 /// queue to it.
 const OWNER_ACTIVE: Duration = Duration::from_micros(200);
@@ -132,27 +135,46 @@ impl Shared {
     fn progress_round(&self, beat_due: bool) -> bool {
         let owner_active = self.owner_active();
         self.with_state(|st| {
+            // Heartbeats go first: a round that serves a flood can take long on a crowded
+            // host (64 completions took 100-170 ms with three busy loops beside two ranks on
+            // two cores), and a peer that hears nothing for the peer timeout fails this rank.
+            if beat_due {
+                self.send_heartbeats(st);
+            }
             if !owner_active {
+                let started = Instant::now();
                 for _ in 0..16 {
                     // Without lending, every message goes to the event queue.
                     if let Err(e) = st.drain(false) {
                         tracing::warn!(rank = self.rank, error = %e, "ofi progress");
                         break;
                     }
-                    if st.prov.may_sleep() {
+                    // The owner waits for the lock meanwhile: a round holds it briefly.
+                    if st.prov.may_sleep() || started.elapsed() > ROUND_BUDGET {
                         break;
                     }
                 }
             }
             st.flush();
             if beat_due {
-                self.beat(st);
+                self.fail_silent_peers(st);
             }
             !owner_active && self.wait_fd.is_some() && st.prov.may_sleep()
         })
     }
 
-    fn beat(&self, st: &mut State) {
+    /// Tells every live peer this rank is alive, unless messages to it wait already (they
+    /// tell it as well, once they go).
+    fn send_heartbeats(&self, st: &mut State) {
+        for peer in 0..self.size as Rank {
+            if peer != self.rank && !st.is_failed(peer) && st.outbox[peer as usize].len() < 4 {
+                let _ = st.send_control(peer, Kind::Heartbeat, [0; 6], &[], false);
+            }
+        }
+    }
+
+    /// Fails every peer not heard from for the peer timeout.
+    fn fail_silent_peers(&self, st: &mut State) {
         let now = Instant::now();
         for peer in 0..self.size as Rank {
             if peer == self.rank || st.is_failed(peer) {
@@ -165,10 +187,6 @@ impl Shared {
                     "ofi: peer silent past the peer timeout"
                 );
                 st.fail_peer(peer);
-                continue;
-            }
-            if st.outbox[peer as usize].len() < 4 {
-                let _ = st.send_control(peer, Kind::Heartbeat, [0; 6], &[], false);
             }
         }
     }
