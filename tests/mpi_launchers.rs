@@ -65,7 +65,8 @@ fn rank_entry() {
 }
 
 /// Rank 1 ends the job (`abort`: `rdcoll::abort(7)`; `panic`: a panic; `early`: it returns
-/// with status 0) while the others wait in a barrier that can never complete.
+/// with status 0; `kill`: SIGKILL, as `kill -9` or the kernel's out-of-memory killer would,
+/// with no chance to say goodbye) while the others wait in a barrier that can never complete.
 fn fail_on_rank_1(mode: &str) -> ! {
     let world = rdcoll::init().expect("init");
     if world.rank() == 1 {
@@ -75,6 +76,13 @@ fn fail_on_rank_1(mode: &str) -> ! {
                 eprintln!("rank 1 leaves early");
                 drop(world);
                 std::process::exit(0)
+            }
+            "kill" => {
+                eprintln!("rank 1 is killed");
+                // SAFETY: raising a signal has no memory-safety precondition; SIGKILL ends
+                // the process here.
+                unsafe { libc::raise(libc::SIGKILL) };
+                unreachable!("SIGKILL returned")
             }
             _ => panic!("rank 1 fails on purpose"),
         }
@@ -175,7 +183,7 @@ fn mpirun_of_open_mpi_needs_no_setting() {
     }
 }
 
-/// A rank that calls `abort`, panics or leaves early ends the job under each launcher
+/// A rank that calls `abort`, panics, leaves early or is killed ends the job under each launcher
 /// (`rdcoll-run` too) with a non-zero status
 /// (the others wait in a barrier that cannot complete); the time each took is printed.
 #[test]
@@ -189,13 +197,13 @@ fn a_failing_rank_ends_the_job_under_each_launcher() {
         launchers.push(("mpirun.openmpi", vec!["--oversubscribe", "-np"]));
     }
     for (launcher, args) in launchers {
-        for mode in ["abort", "panic", "early"] {
+        for mode in ["abort", "panic", "early", "kill"] {
             failing_rank_ends_the_job(launcher, &args, mode, &[]);
         }
     }
 }
 
-/// Rank 1 of 3 calls `abort`, panics or leaves early (`mode`) under `launcher args` (with `env`)
+/// Rank 1 of 3 calls `abort`, panics, leaves early or is killed (`mode`) under `launcher args` (with `env`)
 /// while the others wait in a barrier: the job must end with a non-zero status that names it.
 fn failing_rank_ends_the_job(launcher: &str, args: &[&str], mode: &str, env: &[(&str, &str)]) {
     let start = std::time::Instant::now();
@@ -230,6 +238,7 @@ fn failing_rank_ends_the_job(launcher: &str, args: &[&str], mode: &str, env: &[(
     let named = match mode {
         "abort" => "rank 1 called abort(7)",
         "early" => "rank 1 leaves early",
+        "kill" => "rank 1 is killed",
         _ => "rank 1 fails on purpose",
     };
     assert!(
@@ -283,7 +292,7 @@ fn srun_of_slurm_needs_no_setting() {
                 run_under_with("srun", &[plugin, "-n"], n, transport, &env);
             }
         }
-        for mode in ["abort", "panic", "early"] {
+        for mode in ["abort", "panic", "early", "kill"] {
             failing_rank_ends_the_job("srun", &[plugin, "-n"], mode, &env);
         }
     }
