@@ -47,6 +47,7 @@ fn rank_entry() {
             "many_sends" => limits_cases::many_sends_received_late(&world, 100_000, 2048),
             "past_nonces" => limits_cases::same_envelope_past_the_nonces(&world, 2048),
             "flood" => limits_cases::flood_then_reply(&world, 300_000),
+            "flood_at_the_end" => limits_cases::flood_received_at_the_end(&world, 1_000_000),
             "read_through_flood" => limits_cases::read_through_a_flood(&world, 3.0),
             "intruder" => limits_cases::intruder_learns_nothing(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
@@ -140,6 +141,15 @@ fn many_sends_in_flight_to_one_peer() {
 fn a_busy_peer_behind_a_flood_is_not_declared_dead() {
     let short = [("RDCOLL_PEER_TIMEOUT_MS", "500".to_string())];
     job_with(2, "tcp", "flood", &short);
+}
+
+/// A million small messages wait unexpected behind a later one that the receiver takes
+/// first; then it takes them all, in order (shm and tcp).
+#[test]
+fn a_million_unexpected_messages_are_received_in_order() {
+    for transport in ["shm", "tcp"] {
+        job(2, transport, "flood_at_the_end");
+    }
 }
 
 /// A rank whose host thread reads a flood for three peer timeouts keeps beating toward a third

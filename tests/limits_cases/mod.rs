@@ -153,6 +153,42 @@ pub fn flood_then_reply(world: &Comm, count: usize) -> Outcome {
     }
 }
 
+/// Rank 1 sends `count` small messages and then one with another tag, which rank 0 receives
+/// first, so that all `count` wait as unexpected messages; rank 0 then receives them in the
+/// order they were sent (each carries its index) and replies. Unexpected messages are limited
+/// by memory (about 250 bytes each for 64-byte messages, see docs/RELIABILITY.md).
+pub fn flood_received_at_the_end(world: &Comm, count: u64) -> Outcome {
+    const FLOOD: u32 = 1;
+    const LAST: u32 = 3;
+    const REPLY: u32 = 2;
+    match world.rank() {
+        0 => {
+            let mut buf = [0u64; 8];
+            world.recv(&mut buf, 1, LAST).map_err(e)?;
+            for i in 0..count {
+                world
+                    .recv(&mut buf, 1, FLOOD)
+                    .map_err(|err| format!("recv {i}: {err}"))?;
+                if buf[0] != i || buf[7] != !i {
+                    return Err(format!("receive {i} got message {}", buf[0]));
+                }
+            }
+            world.send(&[1u8], 1, REPLY).map_err(e)
+        }
+        1 => {
+            for i in 0..count {
+                let msg = [i, 0, 0, 0, 0, 0, 0, !i];
+                world
+                    .send(&msg, 0, FLOOD)
+                    .map_err(|err| format!("send {i}: {err}"))?;
+            }
+            world.send(&[0u64; 8], 0, LAST).map_err(e)?;
+            world.recv(&mut [0u8], 0, REPLY).map(drop).map_err(e)
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Rank 1 floods rank 0 with 16 KiB messages for `secs` seconds, which rank 0 receives as
 /// they come (its host thread reading the socket, tcp's `read_now`); rank 2 meanwhile waits for
 /// one message rank 0 sends only at the end, so all it hears of rank 0 for those seconds are
