@@ -151,6 +151,19 @@ pub(crate) fn bytes_level(c: &Comm) -> Result<&Collectives, c_int> {
     c.byte_collectives().map_err(|e| code_of(&e))
 }
 
+/// `r`, the C API's own check of a blocking collective's arguments on `c`: when it failed and
+/// the ranks compare their calls (`RDCOLL_CHECK_COLLECTIVES`), this rank still takes part in
+/// the comparison, as having refused, so that the others get `RDC_ERR_MISMATCH` instead of
+/// waiting for it (as the Rust API's own checks do).
+pub(crate) fn checked<T>(c: &Comm, r: Result<T, c_int>) -> Result<T, c_int> {
+    if r.is_err() {
+        if let Ok(coll) = c.byte_collectives() {
+            coll.refuse_call();
+        }
+    }
+    r
+}
+
 /// `count` elements of `dt` at `buf`, to read.
 fn send_buf(buf: *const c_void, count: i64, dt: c_int) -> Result<CBuf, c_int> {
     let len = byte_len(count, dt)?;

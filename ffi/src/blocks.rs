@@ -90,7 +90,7 @@ fn call(comm: *const rdc_comm, plan: impl FnOnce(&Comm) -> Result<Job, c_int>) -
     guard(|| {
         finish((|| {
             let c = comm_of(comm)?;
-            let job = plan(&c)?;
+            let job = checked(&c, plan(&c))?;
             job(bytes_level(&c)?).map_err(|e| code_of(&e.into()))
         })())
     })

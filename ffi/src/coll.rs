@@ -4,7 +4,7 @@ use std::ffi::{c_int, c_void};
 
 use rdcoll::{Comm, Element, Op};
 
-use crate::block_jobs::{bytes_level, op_of, reduction_job, root_of};
+use crate::block_jobs::{bytes_level, checked, op_of, reduction_job, root_of};
 use crate::p2p::{byte_len, bytes_mut};
 use crate::*;
 
@@ -95,6 +95,14 @@ struct Reduction {
     root: Option<u32>,
 }
 
+/// A reduction's buffers as elements.
+enum Buffers<'a, T> {
+    /// The receive buffer holds the contribution and takes the result.
+    InPlace(&'a mut [T]),
+    /// The contribution, and where the result goes.
+    Separate(&'a [T], &'a mut [T]),
+}
+
 impl Reduction {
     /// Runs the reduction on elements of `T`.
     ///
@@ -102,22 +110,39 @@ impl Reduction {
     /// The buffers must be as the C API documents them for `count` elements of `T`.
     unsafe fn run<T: Element>(self, comm: &Comm) -> Result<(), c_int> {
         let code = |e: rdcoll::Error| code_of(&e);
+        let at_root = self.root.is_none_or(|r| r == comm.rank());
+        // SAFETY: passed on from the caller.
+        let buffers = checked(comm, unsafe { self.buffers::<T>(at_root) })?;
+        match (buffers, self.root) {
+            (Buffers::InPlace(buf), None) => comm.allreduce_in_place(buf, self.op).map_err(code),
+            (Buffers::InPlace(buf), Some(root)) => {
+                comm.reduce_in_place(buf, self.op, root).map_err(code)
+            }
+            (Buffers::Separate(send, recv), None) => {
+                comm.allreduce(send, recv, self.op).map_err(code)
+            }
+            (Buffers::Separate(send, recv), Some(root)) => {
+                comm.reduce(send, recv, self.op, root).map_err(code)
+            }
+        }
+    }
+
+    /// The buffers as slices of `T` (the receive buffer empty where it is not used), or the
+    /// error of an operation `T` does not support or of a misaligned buffer.
+    ///
+    /// # Safety
+    /// As [`run`](Reduction::run).
+    unsafe fn buffers<'a, T: Element>(&self, at_root: bool) -> Result<Buffers<'a, T>, c_int> {
         if T::FLOAT && self.op.integers_only() {
             return Err(RDC_ERR_OP);
         }
-        let at_root = self.root.is_none_or(|r| r == comm.rank());
-        match (self.send, self.root) {
-            (Contribution::InPlace, None) => {
-                // SAFETY: the caller's receive buffer of `count` elements.
-                let buf = unsafe { elems_mut::<T>(self.recv, self.count)? };
-                comm.allreduce_in_place(buf, self.op).map_err(code)
-            }
-            (Contribution::InPlace, Some(root)) => {
-                // SAFETY: as above (at a non-root rank the contribution is read from it).
-                let buf = unsafe { elems_mut::<T>(self.recv, self.count)? };
-                comm.reduce_in_place(buf, self.op, root).map_err(code)
-            }
-            (Contribution::Separate(send), root) => {
+        match self.send {
+            // SAFETY: the caller's receive buffer of `count` elements (at a non-root rank the
+            // contribution is read from it).
+            Contribution::InPlace => Ok(Buffers::InPlace(unsafe {
+                elems_mut::<T>(self.recv, self.count)?
+            })),
+            Contribution::Separate(send) => {
                 // SAFETY: the caller's send buffer, checked not to overlap the receive one.
                 let send = unsafe { elems::<T>(send, self.count)? };
                 let recv = if at_root {
@@ -126,10 +151,7 @@ impl Reduction {
                 } else {
                     &mut []
                 };
-                match root {
-                    None => comm.allreduce(send, recv, self.op).map_err(code),
-                    Some(root) => comm.reduce(send, recv, self.op, root).map_err(code),
-                }
+                Ok(Buffers::Separate(send, recv))
             }
         }
     }
@@ -171,28 +193,32 @@ fn reduction(
 ) -> c_int {
     guard(|| {
         finish((|| {
+            let c = comm_of(comm)?;
             if crate::ops::is_user_op(op) {
                 // An operation of the caller's runs on bytes, as the nonblocking form does.
-                let c = comm_of(comm)?;
-                let job = reduction_job(&c, sendbuf, recvbuf, count, dt, op, root)?;
+                let job = checked(&c, reduction_job(&c, sendbuf, recvbuf, count, dt, op, root))?;
                 return job(bytes_level(&c)?).map_err(|e| code_of(&e.into()));
             }
-            let len = byte_len(count, dt)?;
-            let op = op_of(op)?;
-            let c = comm_of(comm)?;
-            let root = root.map(|r| root_of(&c, r)).transpose()?;
-            let recv_used = root.is_none_or(|r| r == c.rank());
-            let send = contribution(sendbuf, recvbuf, len, recv_used)?;
-            if recv_used && recvbuf.is_null() && len > 0 {
-                return Err(RDC_ERR_NULL);
-            }
-            let r = Reduction {
-                send,
-                recv: recvbuf,
-                count: len / crate::p2p::dt_size(dt)?,
-                op,
-                root,
-            };
+            let r = checked(
+                &c,
+                (|| {
+                    let len = byte_len(count, dt)?;
+                    let op = op_of(op)?;
+                    let root = root.map(|r| root_of(&c, r)).transpose()?;
+                    let recv_used = root.is_none_or(|r| r == c.rank());
+                    let send = contribution(sendbuf, recvbuf, len, recv_used)?;
+                    if recv_used && recvbuf.is_null() && len > 0 {
+                        return Err(RDC_ERR_NULL);
+                    }
+                    Ok(Reduction {
+                        send,
+                        recv: recvbuf,
+                        count: len / crate::p2p::dt_size(dt)?,
+                        op,
+                        root,
+                    })
+                })(),
+            )?;
             // SAFETY: the buffers are the caller's, as the API documents them.
             unsafe { r.run_as(dt, &c) }
         })())
@@ -213,11 +239,15 @@ pub extern "C" fn rdc_bcast(
     let dt = dt.0;
     guard(|| {
         finish((|| {
-            let len = byte_len(count, dt)?;
-            // SAFETY: the caller's buffer of `count` elements (the API's contract).
-            let data = unsafe { bytes_mut(buf, len)? };
             let c = comm_of(comm)?;
-            let root = root_of(&c, root)?;
+            let (data, root) = checked(
+                &c,
+                {
+                    // SAFETY: the caller's buffer of `count` elements (the API's contract).
+                    byte_len(count, dt).and_then(|len| unsafe { bytes_mut(buf, len) })
+                }
+                .and_then(|data| Ok((data, root_of(&c, root)?))),
+            )?;
             c.bcast(data, root).map_err(|e| code_of(&e))
         })())
     })
@@ -240,16 +270,21 @@ pub extern "C" fn rdc_multicast(
     let dt = dt.0;
     guard(|| {
         finish((|| {
-            let how = match how {
-                RDC_MULTICAST_ROBBER => rdcoll::Multicast::Robber,
-                RDC_MULTICAST_MOB => rdcoll::Multicast::Mob,
-                _ => return Err(RDC_ERR_ARG),
-            };
-            let len = byte_len(count, dt)?;
-            // SAFETY: the caller's buffer of `count` elements (the API's contract).
-            let data = unsafe { bytes_mut(buf, len)? };
             let c = comm_of(comm)?;
-            let root = root_of(&c, root)?;
+            let (data, root, how) = checked(
+                &c,
+                (|| {
+                    let how = match how {
+                        RDC_MULTICAST_ROBBER => rdcoll::Multicast::Robber,
+                        RDC_MULTICAST_MOB => rdcoll::Multicast::Mob,
+                        _ => return Err(RDC_ERR_ARG),
+                    };
+                    let len = byte_len(count, dt)?;
+                    // SAFETY: the caller's buffer of `count` elements (the API's contract).
+                    let data = unsafe { bytes_mut(buf, len)? };
+                    Ok((data, root_of(&c, root)?, how))
+                })(),
+            )?;
             c.multicast(data, root, how).map_err(|e| code_of(&e))
         })())
     })

@@ -2,6 +2,8 @@
  * (scripts/test-c sets it): the last rank passes another length, root, operation, datatype
  * or calls another collective; every rank must get RDC_ERR_MISMATCH with its buffers as they
  * were, and the communicator must stay usable (an allreduce after each mistake is checked).
+ * Then the last rank passes an argument the C API refuses on its own (a negative count, a
+ * root out of range, a NULL buffer): it gets that error, the others RDC_ERR_MISMATCH.
  * Run under rdcoll-run with 2 or more ranks.
  */
 #include <stdint.h>
@@ -17,6 +19,18 @@ static rdc_comm *world;
         int rc_ = (call);                                                                \
         EXPECT(rc_ == RDC_ERR_MISMATCH, "%s: rank %d got %d (%s)", what, rank, rc_,       \
                rdc_strerror(rc_));                                                       \
+        int64_t one_ = 1, sum_ = 0;                                                      \
+        CHECK(rdc_allreduce(&one_, &sum_, 1, RDC_INT64, RDC_SUM, world));                \
+        EXPECT(sum_ == size, "after %s: allreduce gave %lld", what, (long long)sum_);    \
+    } while (0)
+
+/* Expects `call` to give `own` on the last rank and RDC_ERR_MISMATCH elsewhere, then checks
+ * the communicator still sums right. */
+#define REFUSED(what, call, own)                                                         \
+    do {                                                                                 \
+        int rc_ = (call), want_ = odd ? (own) : RDC_ERR_MISMATCH;                        \
+        EXPECT(rc_ == want_, "%s: rank %d got %d (%s), not %d", what, rank, rc_,          \
+               rdc_strerror(rc_), want_);                                                \
         int64_t one_ = 1, sum_ = 0;                                                      \
         CHECK(rdc_allreduce(&one_, &sum_, 1, RDC_INT64, RDC_SUM, world));                \
         EXPECT(sum_ == size, "after %s: allreduce gave %lld", what, (long long)sum_);    \
@@ -71,7 +85,19 @@ int main(void) {
     /* scan: another operation. */
     MISMATCH("scan ops", rdc_scan(mine, all, 4, RDC_INT32, odd ? RDC_PROD : RDC_SUM, world));
 
+    /* Arguments the last rank's own call refuses before the ranks compare their calls. */
+    REFUSED("bcast count", rdc_bcast(b, odd ? -1 : 10, RDC_INT64, 0, world), RDC_ERR_COUNT);
+    REFUSED("bcast root", rdc_bcast(b, 10, RDC_INT64, odd ? size : 0, world), RDC_ERR_RANK);
+    REFUSED("allreduce buffer", rdc_allreduce(odd ? NULL : x, y, 4, RDC_DOUBLE, RDC_SUM, world),
+            RDC_ERR_NULL);
+    REFUSED("reduce operation",
+            rdc_reduce(x, y, 4, RDC_DOUBLE, odd ? RDC_BAND : RDC_SUM, 0, world), RDC_ERR_OP);
+    if (size <= 16) {
+        REFUSED("gather root", rdc_gather(mine, 2, all, RDC_INT32, odd ? -1 : 0, world),
+                RDC_ERR_RANK);
+    }
+
     CHECK(rdc_finalize());
-    printf("mistakes: rank %d: every mistake was RDC_ERR_MISMATCH\n", rank);
+    printf("mistakes: rank %d: every mistake was RDC_ERR_MISMATCH or refused\n", rank);
     return 0;
 }
