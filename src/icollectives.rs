@@ -12,6 +12,19 @@ use crate::nonblocking::{Buf, CollRequest, Job};
 use crate::{Error, Rank, Result, Scope};
 
 impl<'scope> Scope<'scope, '_> {
+    /// `r`, a nonblocking collective's own check of this rank's arguments: when it failed and
+    /// the ranks compare their calls (`RDCOLL_CHECK_COLLECTIVES`), this rank still takes part
+    /// in the comparison, as having refused, in order after the collectives it started
+    /// before, so that the others get `Mismatch` instead of waiting for it.
+    fn arguments<T, E: Into<Error>>(&'scope self, r: std::result::Result<T, E>) -> Result<T> {
+        r.map_err(|e| {
+            if let Some(refusal) = self.comm().submit_refusal() {
+                self.note_collective(refusal);
+            }
+            e.into()
+        })
+    }
+
     fn start(&'scope self, job: Job) -> Result<CollRequest<'scope>> {
         let pending = self.comm().worker()?.submit(job);
         self.note_collective(pending.clone());
@@ -80,7 +93,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.iallreduce_by(send, recv, op_reducer::<T>(op))
     }
 
@@ -101,11 +114,11 @@ impl<'scope> Scope<'scope, '_> {
         f: impl Fn(&mut [u8], &[u8]) + Send + Sync + 'static,
     ) -> Result<CollRequest<'scope>> {
         if send.len() != recv.len() {
-            return Err(Error::InvalidArgument(format!(
+            return self.arguments(Err(Error::InvalidArgument(format!(
                 "send has {} elements, recv {}",
                 send.len(),
                 recv.len()
-            )));
+            ))));
         }
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, acc| {
@@ -136,12 +149,12 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<CollRequest<'scope>> {
         let n = self.comm().size();
         if send.len() != recv.len() || send.len() % (n as usize) != 0 {
-            return Err(Error::InvalidArgument(format!(
+            return self.arguments(Err(Error::InvalidArgument(format!(
                 "alltoall needs send and receive buffers of the same whole number of blocks for \
                  {n} ranks ({} and {} elements)",
                 send.len(),
                 recv.len()
-            )));
+            ))));
         }
         let block = std::mem::size_of_val(send) / (n as usize);
         self.start_on(send, recv, move |c, send, recv| {
@@ -158,7 +171,7 @@ impl<'scope> Scope<'scope, '_> {
         op: Op,
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.ireduce_by(send, recv, op_reducer::<T>(op), root)
     }
 
@@ -182,11 +195,11 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<CollRequest<'scope>> {
         let at_root = self.comm().rank() == root;
         if at_root && send.len() != recv.len() {
-            return Err(Error::InvalidArgument(format!(
+            return self.arguments(Err(Error::InvalidArgument(format!(
                 "send has {} elements, recv {}",
                 send.len(),
                 recv.len()
-            )));
+            ))));
         }
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, acc| {
@@ -233,7 +246,7 @@ impl<'scope> Scope<'scope, '_> {
         counts: &[usize],
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
-        let parts = byte_parts::<T>(counts)?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.gatherv(send, recv, &parts, root)?)
         })
@@ -247,7 +260,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         root: Rank,
     ) -> Result<CollRequest<'scope>> {
-        let parts = byte_parts::<T>(counts)?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.scatterv(send, &parts, recv, root)?)
         })
@@ -274,7 +287,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         counts: &[usize],
     ) -> Result<CollRequest<'scope>> {
-        let parts = byte_parts::<T>(counts)?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.allgatherv(send, recv, &parts)?)
         })
@@ -288,8 +301,8 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         recv_counts: &[usize],
     ) -> Result<CollRequest<'scope>> {
-        let send_parts = byte_parts::<T>(send_counts)?;
-        let recv_parts = byte_parts::<T>(recv_counts)?;
+        let send_parts = self.arguments(byte_parts::<T>(send_counts))?;
+        let recv_parts = self.arguments(byte_parts::<T>(recv_counts))?;
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.alltoallv(send, &send_parts, recv, &recv_parts)?)
         })
@@ -304,8 +317,8 @@ impl<'scope> Scope<'scope, '_> {
         counts: &[usize],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
-        let parts = byte_parts::<T>(counts)?;
+        self.arguments(check::<T>(op))?;
+        let parts = self.arguments(byte_parts::<T>(counts))?;
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.reduce_scatter(send, &parts, recv, elem, &op_reducer::<T>(op))?)
@@ -319,7 +332,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, recv| {
             Ok(c.reduce_scatter_block(send, recv, elem, &op_reducer::<T>(op))?)
@@ -333,7 +346,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.prefix(send, recv, op_reducer::<T>(op), true)
     }
 
@@ -354,7 +367,7 @@ impl<'scope> Scope<'scope, '_> {
         recv: &'scope mut [T],
         op: Op,
     ) -> Result<CollRequest<'scope>> {
-        check::<T>(op)?;
+        self.arguments(check::<T>(op))?;
         self.prefix(send, recv, op_reducer::<T>(op), false)
     }
 

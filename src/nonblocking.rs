@@ -201,6 +201,29 @@ impl Buf {
 }
 
 impl Comm {
+    /// Queues, in order after the nonblocking collectives started before, this rank's part in
+    /// the ranks' comparison of a collective call it refused (`RDCOLL_CHECK_COLLECTIVES`);
+    /// `None` when the comparison is off (or no collective thread can run).
+    pub(crate) fn submit_refusal(&self) -> Option<Arc<Pending>> {
+        if !self.collectives_config().check_collectives {
+            return None;
+        }
+        let worker = self.worker().ok()?;
+        Some(worker.submit(Box::new(|c| {
+            c.refuse_call();
+            Ok(())
+        })))
+    }
+
+    /// For bindings whose own checks of a nonblocking collective's arguments fail before it
+    /// starts (the C API): with `RDCOLL_CHECK_COLLECTIVES` on, this rank takes part in the
+    /// ranks' comparison of that call as having refused it, in order after the nonblocking
+    /// collectives started before and without waiting, so that the others get `Mismatch`
+    /// naming it instead of waiting for it. Off: nothing. Rust's own calls do this themselves.
+    pub fn refuse_nonblocking_collective(&self) {
+        let _ = self.submit_refusal();
+    }
+
     /// This communicator's collective thread, started on first use.
     pub(crate) fn worker(&self) -> Result<&Arc<Worker>> {
         if let Some(w) = self.worker.get() {

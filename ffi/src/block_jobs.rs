@@ -164,6 +164,15 @@ pub(crate) fn checked<T>(c: &Comm, r: Result<T, c_int>) -> Result<T, c_int> {
     r
 }
 
+/// `r`, the C API's own check of a nonblocking collective's arguments on `c`: as [`checked`],
+/// with the refusal queued behind the nonblocking collectives started before.
+pub(crate) fn checked_nonblocking<T>(c: &Comm, r: Result<T, c_int>) -> Result<T, c_int> {
+    if r.is_err() {
+        c.refuse_nonblocking_collective();
+    }
+    r
+}
+
 /// `count` elements of `dt` at `buf`, to read.
 fn send_buf(buf: *const c_void, count: i64, dt: c_int) -> Result<CBuf, c_int> {
     let len = byte_len(count, dt)?;

@@ -23,7 +23,7 @@ fn start_job(
     plan: impl FnOnce(&Comm) -> Result<Job, c_int>,
 ) -> c_int {
     start(comm, req, |c| {
-        let job = plan(c)?;
+        let job = checked_nonblocking(c, plan(c))?;
         // SAFETY: the job touches only the caller's buffers, which the API's contract keeps
         // valid (and those written untouched) until the request completes; a dropped request
         // waits first.

@@ -8,6 +8,7 @@ use std::ffi::{c_int, c_void};
 
 use rdcoll::{Comm, RawRequest};
 
+use crate::block_jobs::checked_nonblocking;
 use crate::p2p::{byte_len, store};
 use crate::*;
 
@@ -48,11 +49,16 @@ pub extern "C" fn rdc_ibcast(
 ) -> c_int {
     let dt = dt.0;
     start(comm, req, |c| {
-        let len = byte_len(count, dt)?;
-        if buf.is_null() && len > 0 {
-            return Err(RDC_ERR_NULL);
-        }
-        let root = crate::block_jobs::root_of(c, root)?;
+        let (len, root) = checked_nonblocking(
+            c,
+            (|| {
+                let len = byte_len(count, dt)?;
+                if buf.is_null() && len > 0 {
+                    return Err(RDC_ERR_NULL);
+                }
+                Ok((len, crate::block_jobs::root_of(c, root)?))
+            })(),
+        )?;
         // SAFETY: the caller keeps `buf` valid and untouched until the request completes (the
         // API's contract); a dropped request waits first.
         unsafe { c.ibcast_raw(buf as *mut u8, len, root) }.map_err(|e| code_of(&e))

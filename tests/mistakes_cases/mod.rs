@@ -254,7 +254,8 @@ pub fn every_mistake(world: &Comm) -> Result<(), String> {
 }
 
 /// A rank that refuses its own arguments (an operation not defined for its element type, a
-/// receive buffer of another length than its send buffer) gets its own `InvalidArgument`, and
+/// receive buffer of another length than its send buffer, blocking and nonblocking) gets its
+/// own `InvalidArgument`, and
 /// the others `Mismatch` naming it instead of waiting for it; then the communicator works.
 fn refusals(comm: &Comm, odd: bool) -> Result<(), String> {
     let n = comm.size() as usize;
@@ -281,6 +282,21 @@ fn refusals(comm: &Comm, odd: bool) -> Result<(), String> {
     expect(
         "alltoall with a receive buffer of another length on one rank",
         comm.alltoall(&vec![1u8; n], &mut out),
+    )?;
+    // Nonblocking: the refusal is queued behind what the rank started before.
+    let (send, mut recv) = ([1u32; 4], [0u32; 4]);
+    let r = comm.scope(|s| {
+        let first = s.ibarrier()?;
+        let sent = if odd { &send[..3] } else { &send[..] };
+        let refused = s
+            .iallreduce(sent, &mut recv, Op::Sum)
+            .and_then(|r| r.wait());
+        first.wait()?;
+        refused
+    });
+    expect(
+        "iallreduce with a receive buffer of another length on one rank",
+        r,
     )?;
     let mut sum = [0u64];
     comm.allreduce(&[1u64], &mut sum, Op::Sum)

@@ -92,6 +92,15 @@ int main(void) {
             RDC_ERR_NULL);
     REFUSED("reduce operation",
             rdc_reduce(x, y, 4, RDC_DOUBLE, odd ? RDC_BAND : RDC_SUM, 0, world), RDC_ERR_OP);
+    {
+        /* Nonblocking: the last rank's refusal is queued behind its barrier. */
+        rdc_request *first = NULL, *bc = NULL;
+        CHECK(rdc_ibarrier(world, &first));
+        int rc = rdc_ibcast(b, 10, RDC_INT64, odd ? -2 : 0, world, &bc);
+        if (rc == RDC_SUCCESS) rc = rdc_wait(&bc, NULL);
+        CHECK(rdc_wait(&first, NULL));
+        REFUSED("ibcast root", rc, RDC_ERR_RANK);
+    }
     if (size <= 16) {
         REFUSED("gather root", rdc_gather(mine, 2, all, RDC_INT32, odd ? -1 : 0, world),
                 RDC_ERR_RANK);
