@@ -211,9 +211,7 @@ impl Call {
     /// How `other` (rank `r`'s call) differs from this one (rank `r0`'s), if it does.
     fn differs(&self, r0: usize, other: &Call, r: usize) -> Option<String> {
         if other.refused {
-            return Some(format!(
-                "rank {r} refused its own arguments for this collective (its error says why)"
-            ));
+            return Some(refused(r));
         }
         let what = if self.kind != other.kind {
             "another collective"
@@ -234,6 +232,11 @@ impl Call {
             other.describe()
         ))
     }
+}
+
+/// The verdict when rank `r` refused its own arguments.
+fn refused(r: usize) -> String {
+    format!("rank {r} refused its own arguments for this collective (its error says why)")
 }
 
 /// Fixed operands for reductions' fingerprints: `(accumulator byte, operand byte)`, each
@@ -301,9 +304,7 @@ impl Judge {
     fn take(&mut self, r: usize, call: Call) {
         let Some(first) = &self.first else {
             if call.refused {
-                self.why = Some(format!(
-                    "rank {r} refused its own arguments for this collective (its error says why)"
-                ));
+                self.why = Some(refused(r));
             }
             self.first = Some(call);
             self.take_block(r, &call);

@@ -102,24 +102,18 @@ impl Collectives {
     /// Broadcasts `data` (given at the root; ignored elsewhere) to every rank, which need not
     /// know its length: each rank returns the root's bytes.
     pub fn bcast_any_size(&self, data: Option<&[u8]>, root: Rank) -> Result<Vec<u8>> {
-        let me = self.waiter.rank();
-        if me == root && data.is_none() {
-            self.refuse_call();
-            return Err(CollError::InvalidArgument(
-                "the root of bcast_any_size must pass the data".into(),
-            ));
-        }
-        self.agree(|| Call::new(CallKind::BcastAnySize).root(root))?;
-        self.check_root(root)?;
-        let at_root = match (me == root, data) {
+        let at_root = match (self.waiter.rank() == root, data) {
             (true, Some(d)) => Some(d),
             (true, None) => {
+                self.refuse_call();
                 return Err(CollError::InvalidArgument(
                     "the root of bcast_any_size must pass the data".into(),
-                ))
+                ));
             }
             (false, _) => None,
         };
+        self.agree(|| Call::new(CallKind::BcastAnySize).root(root))?;
+        self.check_root(root)?;
         self.guarded(|inner| {
             if let Some(d) = at_root {
                 if self.is_small(d.len()) {
