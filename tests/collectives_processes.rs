@@ -176,7 +176,8 @@ fn posted_receives_progress_in_every_wait() {
 
 /// With no eager messages at all (`RDCOLL_EAGER_LIMIT=0`: every message, the collectives'
 /// set-up records included, goes by rendezvous) collectives and receives still work; the
-/// set-up used to send before receiving and hung below 20 bytes.
+/// set-up used to send before receiving and hung below 20 bytes. The same with no eager
+/// credit (`RDCOLL_UNEXPECTED_MAX=0`).
 #[test]
 fn everything_works_without_eager_messages() {
     for transport in ["shm", "tcp"] {
@@ -185,6 +186,13 @@ fn everything_works_without_eager_messages() {
             transport,
             "progress,reduce",
             &[("RDCOLL_EAGER_LIMIT", "0")],
+        );
+        // No eager credit: short messages by rendezvous, blocking sends waited for.
+        job_with(
+            3,
+            transport,
+            "progress,reduce,blocks,nonblocking",
+            &[("RDCOLL_UNEXPECTED_MAX", "0")],
         );
     }
 }

@@ -48,6 +48,9 @@ fn rank_entry() {
             "past_nonces" => limits_cases::same_envelope_past_the_nonces(&world, 2048),
             "flood" => limits_cases::flood_then_reply(&world, 300_000),
             "flood_at_the_end" => limits_cases::flood_received_at_the_end(&world, 1_000_000),
+            "flood_past_the_limit" => {
+                limits_cases::flood_past_the_limit(&world, 1_000_000, FLOOD_LIMIT)
+            }
             "read_through_flood" => limits_cases::read_through_a_flood(&world, 3.0),
             "intruder" => limits_cases::intruder_learns_nothing(&world),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
@@ -149,6 +152,35 @@ fn a_busy_peer_behind_a_flood_is_not_declared_dead() {
 fn a_million_unexpected_messages_are_received_in_order() {
     for transport in ["shm", "tcp"] {
         job(2, transport, "flood_at_the_end");
+    }
+}
+
+/// `RDCOLL_UNEXPECTED_MAX` of `a_flood_past_the_memory_limit_is_paced_and_told`.
+const FLOOD_LIMIT: u64 = 4 << 20;
+
+/// A million small messages (320 MB of charge) toward a receiver allowed 4 MiB for them,
+/// which first waits for a later message: the sender is paced (its sends past the share go by
+/// rendezvous), the receiver is told at once that the sender waits behind its own messages,
+/// then takes them all in order; memory stays bounded on both sides (shm and tcp).
+#[test]
+fn a_flood_past_the_memory_limit_is_paced_and_told() {
+    let limit = [("RDCOLL_UNEXPECTED_MAX", FLOOD_LIMIT.to_string())];
+    for transport in ["shm", "tcp"] {
+        job_with(2, transport, "flood_past_the_limit", &limit);
+    }
+}
+
+/// With no eager credit at all (`RDCOLL_UNEXPECTED_MAX=0`) every short message goes by
+/// rendezvous with nothing in its header, blocking sends marked as waited for: matching,
+/// order, truncation and random traffic hold as with eager messages (shm and tcp).
+#[test]
+fn everything_works_without_eager_credit() {
+    let none = [("RDCOLL_UNEXPECTED_MAX", "0".to_string())];
+    for transport in ["shm", "tcp"] {
+        job_with(2, transport, PAIR_CASES, &none);
+        job_with(3, transport, "random", &none);
+        job_with(3, transport, "windows", &none);
+        job_with(2, transport, "many_sends", &none);
     }
 }
 

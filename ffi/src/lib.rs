@@ -253,6 +253,7 @@ pub(crate) fn code_of(e: &rdcoll::Error) -> c_int {
         Error::Transport(TransportError::OutOfResources { .. }) => RDC_ERR_RESOURCES,
         Error::Transport(_) => RDC_ERR_TRANSPORT,
         Error::Offload(OffloadError::NoSpace { .. }) => RDC_ERR_RESOURCES,
+        Error::Offload(OffloadError::SenderBlocked { .. }) => RDC_ERR_RESOURCES,
         Error::Offload(_) => RDC_ERR_INTERNAL,
         Error::RankPanicked { .. } => RDC_ERR_INTERNAL,
     }

@@ -35,6 +35,17 @@ pub enum OffloadError {
         /// The receive buffer's length.
         capacity: usize,
     },
+    /// A blocking receive from `sender` cannot complete: `sender` waits in a blocking send
+    /// (of a message this receive does not match) until this rank receives it, because its
+    /// earlier messages, unreceived here, used up its share of this rank's memory for
+    /// unexpected messages. The receive was withdrawn; nothing was lost.
+    #[error("rank {sender} waits in a send until this rank receives it, but this receive does not match it: its earlier messages, unreceived here, fill its share of this rank's memory for unexpected messages (RDCOLL_UNEXPECTED_MAX = {limit} bytes); receive them first, or raise the limit")]
+    SenderBlocked {
+        /// The sender.
+        sender: rdcoll_transport::Rank,
+        /// `RDCOLL_UNEXPECTED_MAX` at this rank.
+        limit: usize,
+    },
     /// The transport failed.
     #[error(transparent)]
     Transport(#[from] TransportError),

@@ -109,6 +109,12 @@ pub(crate) struct MpiLists {
     matcher: Matcher<Posted, Unexpected>,
     /// Linked entries by sequence number, for unlinking.
     entries: HashMap<u64, ReceiveHandle>,
+    /// Header-data bits that mark a sender waiting for its message (`track_waiting`; 0: none).
+    waits_bits: u64,
+    /// Queued headers with `waits_bits`, by sender.
+    waiting: HashMap<Rank, usize>,
+    /// Their number, for readers without the state lock.
+    waiting_total: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// What posting a receive (entry or direct) found.
@@ -127,7 +133,10 @@ impl MpiLists {
             Posted::Direct(_) => None,
         };
         match self.matcher.post(spec, posted) {
-            PostOutcome::Matched { message, .. } => PostedAs::Took(message),
+            PostOutcome::Matched { message, .. } => {
+                self.left(&message);
+                PostedAs::Took(message)
+            }
             PostOutcome::Posted(handle) => {
                 if let Some(seq) = seq {
                     self.entries.insert(seq, handle);
@@ -172,7 +181,48 @@ impl MpiLists {
     /// Queues an unexpected header behind every earlier one.
     pub(crate) fn queue_header(&mut self, u: Unexpected) -> UnexpectedHandle {
         let envelope = envelope_of(u.initiator, u.match_bits);
+        if u.hdr_data & self.waits_bits != 0 {
+            *self.waiting.entry(u.initiator).or_default() += 1;
+            self.waiting_total
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
         self.matcher.queue_unexpected(envelope, u)
+    }
+
+    /// Counts queued headers whose header data has any of `bits`, per sender; their total
+    /// is kept in the returned counter.
+    pub(crate) fn track_waiting(
+        &mut self,
+        bits: u64,
+    ) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        self.waits_bits = bits;
+        self.waiting_total.clone()
+    }
+
+    /// Whether a queued header from `sender` has the tracked bits.
+    pub(crate) fn waiting_from(&self, sender: Rank) -> bool {
+        self.waiting.contains_key(&sender)
+    }
+
+    /// Books a header that left the queue.
+    #[inline]
+    fn left(&mut self, u: &Unexpected) {
+        self.left_by(u.hdr_data, u.initiator);
+    }
+
+    #[inline]
+    fn left_by(&mut self, hdr_data: u64, initiator: Rank) {
+        if hdr_data & self.waits_bits == 0 {
+            return;
+        }
+        if let Some(n) = self.waiting.get_mut(&initiator) {
+            self.waiting_total
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            *n -= 1;
+            if *n == 0 {
+                self.waiting.remove(&initiator);
+            }
+        }
     }
 
     pub(crate) fn header_mut(&mut self, h: UnexpectedHandle) -> Option<&mut Unexpected> {
@@ -180,6 +230,10 @@ impl MpiLists {
     }
 
     pub(crate) fn withdraw_header(&mut self, h: UnexpectedHandle) {
+        if let Some(u) = self.matcher.unexpected_mut(h) {
+            let (hdr_data, initiator) = (u.hdr_data, u.initiator);
+            self.left_by(hdr_data, initiator);
+        }
         self.matcher.withdraw_unexpected(h);
     }
 
@@ -198,13 +252,22 @@ impl MpiLists {
         spec: &ReceiveSpec,
         accept: impl FnOnce(&Unexpected) -> bool,
     ) -> Option<Unexpected> {
-        self.matcher
+        let taken = self
+            .matcher
             .matched_probe_if(spec, |_, u| accept(u))
-            .map(|(_, u)| u)
+            .map(|(_, u)| u);
+        if let Some(u) = &taken {
+            self.left(u);
+        }
+        taken
     }
 
     /// Takes the oldest unexpected header `spec` matches.
     pub(crate) fn take_header(&mut self, spec: &ReceiveSpec) -> Option<Unexpected> {
-        self.matcher.matched_probe(spec).map(|(_, u)| u)
+        let taken = self.matcher.matched_probe(spec).map(|(_, u)| u);
+        if let Some(u) = &taken {
+            self.left(u);
+        }
+        taken
     }
 }

@@ -181,6 +181,33 @@ impl Ni {
         Ok(mpi.cancel_direct(handle).is_some())
     }
 
+    /// Has MPI portal `pt` count, per sender, the queued unexpected headers whose header data
+    /// has any bit of `bits` set ([`Ni::sender_waits_behind`]). Returns a counter of all of
+    /// them, to read without the state lock.
+    pub fn track_waiting_senders(
+        &self,
+        pt: PtIndex,
+        bits: u64,
+    ) -> Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
+        let mut st = self.lock_state();
+        let mpi = st
+            .portal(pt)?
+            .mpi
+            .as_mut()
+            .ok_or_else(|| invalid("not an MPI portal"))?;
+        Ok(mpi.track_waiting(bits))
+    }
+
+    /// Whether a header from `sender` that [`Ni::track_waiting_senders`] counts is queued
+    /// unexpected on MPI portal `pt` (no receive posted so far matches it).
+    pub fn sender_waits_behind(&self, pt: PtIndex, sender: Rank) -> bool {
+        let mut st = self.lock_state();
+        st.portal(pt)
+            .ok()
+            .and_then(|p| p.mpi.as_ref())
+            .is_some_and(|mpi| mpi.waiting_from(sender))
+    }
+
     /// Moves every matched direct receive to `directs` (without a progress pass).
     pub fn take_direct_done(&self, directs: &mut Vec<DirectDone>) {
         let mut st = self.lock_state();

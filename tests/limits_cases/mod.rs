@@ -189,6 +189,67 @@ pub fn flood_received_at_the_end(world: &Comm, count: u64) -> Outcome {
     }
 }
 
+/// Peak resident memory of this process so far (`VmHWM`), in bytes.
+fn peak_resident() -> Result<u64, String> {
+    let status = std::fs::read_to_string("/proc/self/status").map_err(|err| err.to_string())?;
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .ok_or("no VmHWM in /proc/self/status")?;
+    Ok(kib << 10)
+}
+
+/// [`flood_received_at_the_end`] run with a small `RDCOLL_UNEXPECTED_MAX` (`limit` bytes,
+/// set by the caller) far below what `count` queued messages need: rank 1's sends past its
+/// share go by rendezvous and the first of them waits, so rank 0's receive of the later
+/// message fails at once with `SenderBlocked` naming rank 1 (not a hang, not an unbounded
+/// queue); rank 0 then receives everything in order, the later message last, and neither
+/// rank's peak memory grows by more than `limit` plus 64 MiB.
+pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
+    const FLOOD: u32 = 1;
+    const LAST: u32 = 3;
+    const REPLY: u32 = 2;
+    let before = peak_resident()?;
+    match world.rank() {
+        0 => {
+            let mut buf = [0u64; 8];
+            match world.recv(&mut buf, 1, LAST) {
+                Err(Error::Offload(rdcoll::OffloadError::SenderBlocked { sender: 1, .. })) => {}
+                other => return Err(format!("the later message first: {other:?}")),
+            }
+            for i in 0..count {
+                world
+                    .recv(&mut buf, 1, FLOOD)
+                    .map_err(|err| format!("recv {i}: {err}"))?;
+                if buf[0] != i || buf[7] != !i {
+                    return Err(format!("receive {i} got message {}", buf[0]));
+                }
+            }
+            world.recv(&mut buf, 1, LAST).map_err(e)?;
+            world.send(&[1u8], 1, REPLY).map_err(e)?;
+        }
+        1 => {
+            for i in 0..count {
+                let msg = [i, 0, 0, 0, 0, 0, 0, !i];
+                world
+                    .send(&msg, 0, FLOOD)
+                    .map_err(|err| format!("send {i}: {err}"))?;
+            }
+            world.send(&[0u64; 8], 0, LAST).map_err(e)?;
+            world.recv(&mut [0u8], 0, REPLY).map(drop).map_err(e)?;
+        }
+        _ => {}
+    }
+    let grown = peak_resident()?.saturating_sub(before);
+    if grown > limit + (64 << 20) {
+        return Err(format!(
+            "peak memory grew by {grown} bytes with RDCOLL_UNEXPECTED_MAX = {limit}"
+        ));
+    }
+    Ok(())
+}
+
 /// Rank 1 floods rank 0 with 16 KiB messages for `secs` seconds, which rank 0 receives as
 /// they come (its host thread reading the socket, tcp's `read_now`); rank 2 meanwhile waits for
 /// one message rank 0 sends only at the end, so all it hears of rank 0 for those seconds are

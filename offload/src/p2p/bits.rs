@@ -7,7 +7,8 @@
 //! rendezvous messages whose envelopes are identical (paper 002, Section 3.3).
 //!
 //! Header data: bit 63 marks a rendezvous; bits 48..62 carry the sender's chunk size in KiB;
-//! bits 0..47 the message's total length.
+//! bit 47 says that the sender waits in a blocking send for this message to be received (a
+//! send that found no eager credit, see `credits`); bits 0..46 the message's total length.
 
 use rdcoll_matching::envelope::{ContextId, Envelope, ReceiveSpec, Source as MatchSource};
 use rdcoll_matching::TagPattern;
@@ -17,8 +18,10 @@ use super::{Source, TagSel};
 const RENDEZVOUS: u64 = 1 << 63;
 const CHUNK_SHIFT: u32 = 48;
 const CHUNK_KIB_MAX: u64 = (1 << 15) - 1;
-/// Longest message the header can describe (256 TiB - 1).
-pub(crate) const MAX_LEN: u64 = (1 << 48) - 1;
+/// Longest message the header can describe (128 TiB - 1).
+pub(crate) const MAX_LEN: u64 = (1 << 47) - 1;
+/// Header bit: the sender waits in a blocking send until this message is received.
+pub(crate) const SENDER_WAITS: u64 = 1 << 47;
 /// Largest rendezvous chunk the header can carry.
 pub(crate) const MAX_CHUNK: usize = (CHUNK_KIB_MAX as usize) << 10;
 
@@ -67,6 +70,8 @@ pub(crate) struct Header {
     pub(crate) len: u64,
     /// `Some(chunk)`: a rendezvous whose rest is fetched in gets of `chunk` bytes.
     pub(crate) chunk: Option<usize>,
+    /// The sender waits in a blocking send until the message is received.
+    pub(crate) sender_waits: bool,
 }
 
 impl Header {
@@ -80,12 +85,21 @@ impl Header {
         RENDEZVOUS | (((chunk as u64) >> 10) << CHUNK_SHIFT) | (len as u64 & MAX_LEN)
     }
 
+    /// A rendezvous header whose sender waits for its receiver (`SENDER_WAITS`).
+    pub(crate) fn rendezvous_waited(len: usize, chunk: usize) -> u64 {
+        Header::rendezvous(len, chunk) | SENDER_WAITS
+    }
+
     pub(crate) fn decode(hdr: u64) -> Header {
         let len = hdr & MAX_LEN;
         let chunk = (hdr & RENDEZVOUS != 0)
             .then_some((((hdr >> CHUNK_SHIFT) & CHUNK_KIB_MAX) as usize) << 10)
             .filter(|&c| c > 0);
-        Header { len, chunk }
+        Header {
+            len,
+            chunk,
+            sender_waits: hdr & SENDER_WAITS != 0,
+        }
     }
 }
 
@@ -140,7 +154,8 @@ mod tests {
             Header::decode(Header::eager(100)),
             Header {
                 len: 100,
-                chunk: None
+                chunk: None,
+                sender_waits: false,
             }
         );
         let h = Header::decode(Header::rendezvous(5 << 20, 64 << 10));
@@ -148,8 +163,14 @@ mod tests {
             h,
             Header {
                 len: 5 << 20,
-                chunk: Some(64 << 10)
+                chunk: Some(64 << 10),
+                sender_waits: false,
             }
+        );
+        let h = Header::decode(Header::rendezvous_waited(MAX_LEN as usize, 1 << 10));
+        assert_eq!(
+            (h.len, h.chunk, h.sender_waits),
+            (MAX_LEN, Some(1 << 10), true)
         );
     }
 

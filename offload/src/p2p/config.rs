@@ -1,5 +1,6 @@
-//! Protocol settings: the eager limit and the rendezvous chunk size and credits, from
-//! `RDCOLL_EAGER_LIMIT`, `RDCOLL_RNDV_CHUNK` and `RDCOLL_RNDV_CREDITS`.
+//! Protocol settings: the eager limit, the rendezvous chunk size and credits, and the memory
+//! for unexpected eager messages, from `RDCOLL_EAGER_LIMIT`, `RDCOLL_RNDV_CHUNK`,
+//! `RDCOLL_RNDV_CREDITS` and `RDCOLL_UNEXPECTED_MAX`.
 
 use crate::error::{invalid, Result};
 
@@ -13,6 +14,8 @@ pub const DEFAULT_EAGER_LIMIT: usize = 32768;
 pub const DEFAULT_RNDV_CHUNK: usize = 2 << 20;
 /// Default most gets in flight per rendezvous receive.
 pub const DEFAULT_RNDV_CREDITS: usize = 4;
+/// Default bytes a rank spends on other ranks' unexpected eager messages (see `credits`).
+pub const DEFAULT_UNEXPECTED_MAX: usize = 1 << 30;
 
 /// How messages travel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,6 +27,10 @@ pub struct P2pConfig {
     pub rndv_chunk: usize,
     /// Most gets a rendezvous receive has in flight (`c`).
     pub rndv_credits: usize,
+    /// Bytes of memory a rank spends on other ranks' eager messages that wait unreceived
+    /// (payload plus 256 bytes each), divided among its peers with at least 256 KiB each; a
+    /// sender past its share sends by rendezvous until the receiver catches up.
+    pub unexpected_max: usize,
 }
 
 impl Default for P2pConfig {
@@ -32,6 +39,7 @@ impl Default for P2pConfig {
             eager_limit: DEFAULT_EAGER_LIMIT,
             rndv_chunk: DEFAULT_RNDV_CHUNK,
             rndv_credits: DEFAULT_RNDV_CREDITS,
+            unexpected_max: DEFAULT_UNEXPECTED_MAX,
         }
     }
 }
@@ -46,6 +54,7 @@ impl P2pConfig {
         if let Some(v) = number("RDCOLL_RNDV_CREDITS")? {
             c.rndv_credits = usize::try_from(v).unwrap_or(usize::MAX);
         }
+        c.unexpected_max = size("RDCOLL_UNEXPECTED_MAX")?.unwrap_or(c.unexpected_max);
         c.validate(crate::initiator::inline_capacity())?;
         Ok(c)
     }

@@ -98,7 +98,7 @@ impl Engine {
                 .fast_receive_open(self.pt_msg, &spec, buf, eager, open)
             {
                 FastOpen::Open(seen) => seen,
-                FastOpen::Took(d) => return Some(super::recv::queued_eager(d, buf.len())),
+                FastOpen::Took(d) => return Some(super::recv::queued_eager(self, d, buf.len())),
                 FastOpen::Closed => return None,
             };
             inner.fast = Some(FastRecv {
@@ -113,12 +113,19 @@ impl Engine {
         let fabric = self.ni.fabric();
         let mut backoff = Backoff::default();
         let mut idle_polls = 0u32;
+        let mut looks = 0u32;
         loop {
             // Idle: a few plain loads, no lock (the locks' atomics would set the pace).
             let claimed = self.fast_state.load(Ordering::Acquire) == FAST_CLAIMED;
             if claimed {
                 // The claimer holds the engine lock until it has posted the receive.
                 return self.finish_as_ordinary(false);
+            }
+            // A sender blocked behind its own unreceived messages: the ordinary wait
+            // withdraws the receive with the error (`Engine::wait`).
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(64) && from.is_some_and(|s| self.sender_blocked(s)) {
+                return self.finish_as_ordinary(true);
             }
             // Another thread's progress may have queued a message for this receive as
             // unexpected: looked at below, before anything newer is taken.
@@ -134,7 +141,14 @@ impl Engine {
             let mut taken = None;
             let still_open = || self.fast_state.load(Ordering::Relaxed) == FAST_OPEN;
             let close = || self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-            let take = |src, q: &QuietPut<'_>| Some(take_message(src, q, buf));
+            let take = |src, q: &QuietPut<'_>| {
+                let taken = take_message(src, q, buf);
+                if let Taken::Eager(_) = taken {
+                    // The pass holds the NI's state lock (see `received_in_pass`).
+                    self.credits.received_in_pass(src, q.payload.len());
+                }
+                Some(taken)
+            };
             let pass = self.ni.fast_receive_pass(
                 self.pt_msg,
                 &spec,
@@ -193,7 +207,7 @@ impl Engine {
             .ni
             .take_queued(self.pt_msg, spec, buf, eager, others_open)
         {
-            Queued::Took(d) => Some(super::recv::queued_eager(d, buf.len())),
+            Queued::Took(d) => Some(super::recv::queued_eager(self, d, buf.len())),
             Queued::Empty(at) => {
                 self.empty_at.store(at, Ordering::Relaxed);
                 None

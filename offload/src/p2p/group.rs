@@ -63,7 +63,8 @@ impl Engine {
     }
 
     /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`: complete at once
-    /// if it fits the eager limit (no request to track), else a request in flight.
+    /// if it fits the eager limit and `dest` has eager credit for it (no request to track),
+    /// else a request in flight.
     ///
     /// # Safety
     /// As for [`Engine::isend`].
@@ -81,8 +82,10 @@ impl Engine {
         if len <= self.cfg.eager_limit {
             // SAFETY: the caller keeps the buffer valid for the call, which copies it out.
             let data = unsafe { super::send::slice_or_empty(ptr, len) };
-            self.send_eager(data, dest, tag, context)?;
-            return Ok(Started::Done(self.sent_status(tag, len)));
+            if self.send_credited(data, dest, tag, context)? {
+                return Ok(Started::Done(self.sent_status(tag, len)));
+            }
+            // No eager credit: a request, the data pulled from the buffer when received.
         }
         // SAFETY: passed on from the caller.
         Ok(Started::Pending(unsafe {

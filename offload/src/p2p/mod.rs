@@ -19,6 +19,7 @@ mod backoff;
 mod bits;
 mod config;
 mod contexts;
+mod credits;
 mod fast;
 mod group;
 mod members;
@@ -42,7 +43,9 @@ pub use send::RNDV_FIRST_CHUNK;
 pub use status::{NULL_TAG, PROC_NULL};
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
 pub const MAX_RNDV_CHUNK: usize = bits::MAX_CHUNK;
-pub use config::{parse_size, P2pConfig, DEFAULT_EAGER_LIMIT, DEFAULT_RNDV_CHUNK};
+pub use config::{
+    parse_size, P2pConfig, DEFAULT_EAGER_LIMIT, DEFAULT_RNDV_CHUNK, DEFAULT_UNEXPECTED_MAX,
+};
 
 use crate::error::{invalid, OffloadError, Result};
 use crate::event::{Event, EventKind};
@@ -109,6 +112,8 @@ const RESERVED_IDS: u64 = u64::MAX - 16;
 const BOUNCE: u64 = u64::MAX;
 /// `user_ptr` of eager puts (their events report only failures).
 const EAGER: u64 = u64::MAX - 1;
+/// `user_ptr` of the entry that takes credit returns.
+const CREDIT: u64 = u64::MAX - 2;
 /// Bytes of each bounce buffer on the overflow list.
 const BOUNCE_BYTES: usize = 1 << 20;
 /// Bounce buffers kept on the overflow list (each renews itself when full).
@@ -146,6 +151,11 @@ pub struct Engine {
     eq: EqHandle,
     pt_msg: PtIndex,
     pt_rndv: PtIndex,
+    /// Where receivers return eager credit (zero-byte puts whose header data is the total).
+    pt_credit: PtIndex,
+    credits: credits::Credits,
+    /// Queued headers of senders that wait for their message (`bits::SENDER_WAITS`).
+    waiting_headers: Arc<std::sync::atomic::AtomicUsize>,
     /// Events and counts of eager puts (their payload is passed inline).
     eager_md: MdHandle,
     /// The region probes name (they deposit nothing).
@@ -222,7 +232,24 @@ impl Engine {
         let eq = ni.eq_alloc(usize::MAX)?;
         let pt_msg = ni.pt_alloc_mpi(Some(eq))?;
         let pt_rndv = ni.pt_alloc(None, false)?;
+        let pt_credit = ni.pt_alloc(Some(eq), false)?;
         let probe_region = fabric.alloc_region(0)?;
+        // Credit returns land here: nothing is deposited, the PUT event tells who and how much.
+        let credit_entry = MeSpec {
+            region: probe_region.clone(),
+            match_bits: 0,
+            ignore_bits: !0,
+            match_id: MatchId::Any,
+            options: MeOptions {
+                op_get: false,
+                ack_disable: true,
+                event_link_disable: true,
+                ..MeOptions::default()
+            },
+            user_ptr: CREDIT,
+        };
+        ni.me_append(pt_credit, List::Priority, credit_entry)?;
+        let waiting_headers = ni.track_waiting_senders(pt_msg, bits::SENDER_WAITS)?;
         let eager_opts = MdOptions {
             event_send_disable: true,
             ..MdOptions::default()
@@ -255,6 +282,9 @@ impl Engine {
             eq,
             pt_msg,
             pt_rndv,
+            pt_credit,
+            credits: credits::Credits::new(fabric.size(), cfg.unexpected_max as u64),
+            waiting_headers,
             eager_md,
             probe_region,
             rndv_chunk: cfg.rndv_chunk.into(),
@@ -294,6 +324,15 @@ impl Engine {
     /// Ranks of the job on this host (as the launcher said; all of them by default).
     pub fn ranks_here(&self) -> usize {
         self.ranks_here
+    }
+
+    /// Whether a sender that waits for its message may be blocked behind its own unreceived
+    /// messages for a receive from `source` (a cheap look first, then the NI's books).
+    fn sender_blocked(&self, source: Rank) -> bool {
+        self.waiting_headers
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0
+            && self.ni.sender_waits_behind(self.pt_msg, source)
     }
 
     /// Whether the ranks on this host outnumber the cores this process may run on: waiting
@@ -403,6 +442,7 @@ impl Engine {
         }
         inner.scratch = events;
         inner.directs = directs;
+        self.return_credits();
         Ok(())
     }
 
@@ -423,13 +463,52 @@ impl Engine {
             recv::on_direct(self, &mut inner, d);
         }
         inner.directs = directs;
+        drop(inner);
+        self.return_credits();
         true
+    }
+
+    /// Returns the eager credit that is due to senders (see `credits`): one zero-byte put
+    /// each, its header data the running total received from that sender.
+    #[inline]
+    fn return_credits(&self) {
+        if self.credits.any_due() {
+            self.send_credit_returns();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn send_credit_returns(&self) {
+        let mut due = Vec::new();
+        self.credits.take_due(&mut due);
+        for (peer, total) in due {
+            let a = crate::types::PutArgs {
+                md: self.eager_md,
+                local_offset: 0,
+                len: 0,
+                ack_req: crate::types::AckReq::None,
+                target: peer,
+                pt: self.pt_credit,
+                match_bits: 0,
+                remote_offset: 0,
+                user_ptr: EAGER,
+                hdr_data: total,
+            };
+            if let Err(e) = self.ni.put_inline_unsignalled(a, &[]) {
+                // The peer is gone (its sends fail on their own) or the NI is closing.
+                tracing::debug!("eager credit for rank {peer} not returned: {e}");
+            }
+        }
     }
 
     fn dispatch(&self, inner: &mut Inner, ev: Event) {
         match ev.kind {
             EventKind::Search => {
                 inner.searches.insert(ev.user_ptr, ev);
+            }
+            EventKind::Put if ev.user_ptr == CREDIT => {
+                self.credits.returned_by(ev.peer, ev.hdr_data);
             }
             EventKind::Ack if ev.user_ptr == EAGER && ev.fail != crate::NiFail::Ok => {
                 tracing::error!(
@@ -510,6 +589,7 @@ impl Engine {
             return Ok(s);
         }
         let mut backoff = Backoff::default();
+        let mut looks = 0u32;
         loop {
             match self.test(id) {
                 Ok(Some(s)) => return Ok(s),
@@ -520,8 +600,42 @@ impl Engine {
                 Err(e) if self.is_pending(id) => log_progress_failure(&e),
                 Err(e) => return Err(e),
             }
+            looks = looks.wrapping_add(1);
+            if looks.is_multiple_of(64) {
+                if let Some(e) = self.withdraw_if_sender_blocked(id) {
+                    return Err(e);
+                }
+            }
             self.idle(&mut backoff);
         }
+    }
+
+    /// Withdraws receive `id` if it waits for a message its sender cannot send: the sender
+    /// waits in a blocking send that found no eager credit, for a message queued here that
+    /// this receive does not match (see `credits`). Its error then; `None` otherwise (or if
+    /// the receive matched meanwhile).
+    fn withdraw_if_sender_blocked(&self, id: ReqId) -> Option<OffloadError> {
+        if self
+            .waiting_headers
+            .load(std::sync::atomic::Ordering::Relaxed)
+            == 0
+        {
+            return None;
+        }
+        let mut inner = self.inner.lock();
+        let Some(Req::Recv(r)) = inner.reqs.get_mut(id.0) else {
+            return None;
+        };
+        let sender = recv::waiting_for(r)?;
+        if !self.sender_blocked(sender) {
+            return None;
+        }
+        recv::cancel(self, r)?.ok()?;
+        inner.reqs.remove(id.0);
+        Some(OffloadError::SenderBlocked {
+            sender,
+            limit: self.cfg.unexpected_max,
+        })
     }
 
     /// Tries to cancel a posted receive. Returns whether it was cancelled (its result is then

@@ -158,6 +158,12 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
         return;
     }
     let first = d.rlength as usize;
+    match header.chunk {
+        None => engine.credits.received(d.initiator, status.len),
+        // Nothing with the header: sent without eager credit (or with no eager limit).
+        Some(_) if first == 0 => engine.credits.owed_now(d.initiator),
+        Some(_) => {}
+    }
     let chunk = match header.chunk {
         Some(c) if status.len > first => c,
         _ => {
@@ -172,7 +178,7 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
 }
 
 /// The result of a blocking receive of `capacity` bytes that took a queued eager message.
-pub(super) fn queued_eager(d: DirectDone, capacity: usize) -> Result<Status> {
+pub(super) fn queued_eager(engine: &Engine, d: DirectDone, capacity: usize) -> Result<Status> {
     if d.fail != NiFail::Ok {
         return Err(TransportError::PeerFailed(d.initiator).into());
     }
@@ -182,6 +188,7 @@ pub(super) fn queued_eager(d: DirectDone, capacity: usize) -> Result<Status> {
         len: usize::try_from(Header::decode(d.hdr_data).len).unwrap_or(usize::MAX),
         cancelled: false,
     };
+    engine.credits.received(d.initiator, status.len);
     complete(status, capacity)
 }
 
@@ -317,6 +324,20 @@ pub(super) fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
     }
 }
 
+/// The one sender a receive that has not matched yet waits for (none for `Source::Any`).
+pub(super) fn waiting_for(r: &Receive) -> Option<Rank> {
+    match (r.phase.matching(), r.source) {
+        (true, Source::Rank(s)) => Some(s),
+        _ => None,
+    }
+}
+
+impl Phase {
+    fn matching(&self) -> bool {
+        matches!(self, Phase::Matching { posted: Some(_) })
+    }
+}
+
 /// Cancels a receive that has not matched yet.
 pub(super) fn cancel(engine: &Engine, r: &mut Receive) -> Option<Result<Status>> {
     let Phase::Matching { posted: Some(h) } = r.phase else {
@@ -345,10 +366,12 @@ impl Engine {
         if source == Source::Rank(super::PROC_NULL) {
             return Ok(Status::from_proc_null());
         }
-        if let Some(done) = self.recv_fast(buf, source, tag, context) {
-            return done;
-        }
-        self.recv_posted(buf, source, tag, context)
+        let done = match self.recv_fast(buf, source, tag, context) {
+            Some(done) => done,
+            None => self.recv_posted(buf, source, tag, context),
+        };
+        self.return_credits();
+        done
     }
 
     /// Goes on with a rendezvous message the fast receive into `buf` from `source` took (`d`:

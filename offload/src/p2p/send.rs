@@ -94,6 +94,23 @@ pub(super) struct SendBooks {
 /// (the rest is fetched by gets either way).
 pub const RNDV_FIRST_CHUNK: usize = 1024;
 
+/// How a rendezvous send announces itself.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Announce {
+    /// Bytes that travel with the header.
+    first: usize,
+    /// The header says that the sender waits for the receive (`bits::SENDER_WAITS`).
+    sender_waits: bool,
+}
+
+impl Announce {
+    /// A short message that found no eager credit: only the header travels.
+    const UNCREDITED: Announce = Announce {
+        first: 0,
+        sender_waits: false,
+    };
+}
+
 /// A rendezvous send waiting for its receiver's gets.
 pub(super) struct Rendezvous {
     dest: Rank,
@@ -124,6 +141,24 @@ impl Engine {
         tag: u32,
         context: Context,
     ) -> Result<ReqId> {
+        // SAFETY: passed on from the caller.
+        unsafe { self.isend_as(ptr, len, dest, tag, context, None) }
+    }
+
+    /// [`isend`](Engine::isend), by rendezvous as `announce` says if given (else eagerly when
+    /// the message is short and credit allows, by rendezvous otherwise).
+    ///
+    /// # Safety
+    /// As for [`Engine::isend`].
+    unsafe fn isend_as(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+        announce: Option<Announce>,
+    ) -> Result<ReqId> {
         if dest == super::PROC_NULL {
             let mut inner = self.inner.lock();
             let status = self.sent_status(tag, 0);
@@ -143,12 +178,18 @@ impl Engine {
         // SAFETY: the caller keeps the buffer valid and unmodified while the request is in
         // flight; eager sends copy it before returning.
         let data = unsafe { slice_or_empty(ptr, len) };
-        if len <= self.cfg.eager_limit {
-            let bits = bits::message_bits(context, tag, 0);
-            self.put_first(dest, bits, Header::eager(len), data)?;
-            let id = inner.reqs.insert(Req::Done(Ok(self.sent_status(tag, len))));
-            return Ok(ReqId(id));
-        }
+        let announce = match announce {
+            Some(a) => a,
+            None if len > self.cfg.eager_limit => self.announce_rendezvous(),
+            None if self.credits.take(dest, len) => {
+                let bits = bits::message_bits(context, tag, 0);
+                self.put_first(dest, bits, Header::eager(len), data)?;
+                let id = inner.reqs.insert(Req::Done(Ok(self.sent_status(tag, len))));
+                return Ok(ReqId(id));
+            }
+            // No eager credit: the data waits here until the receive pulls it.
+            None => Announce::UNCREDITED,
+        };
         let envelope = bits::message_bits(context, tag, 0);
         let Some(nonce) = inner.books.nonces.take(dest, envelope) else {
             return Err(OffloadError::NoSpace {
@@ -158,7 +199,8 @@ impl Engine {
         };
         let books = &mut inner.books;
         // SAFETY: passed on from the caller.
-        let started = unsafe { self.start_rendezvous(books, dest, tag, context, nonce, ptr, data) };
+        let started =
+            unsafe { self.start_rendezvous(books, dest, tag, context, nonce, ptr, data, announce) };
         match started {
             Ok(r) => Ok(ReqId(inner.reqs.insert(Req::Send(r)))),
             Err(e) => {
@@ -187,6 +229,22 @@ impl Engine {
         tag: u32,
         context: Context,
     ) -> Result<()> {
+        if self.send_credited(data, dest, tag, context)? {
+            return Ok(());
+        }
+        self.send_uncredited(data, dest, tag, context)
+    }
+
+    /// Sends a message of at most the eager limit eagerly if `dest` has credit for it (see
+    /// `credits`); `false` (nothing sent) if not.
+    #[inline]
+    pub(super) fn send_credited(
+        &self,
+        data: &[u8],
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<bool> {
         self.check_rank(dest, "destination")?;
         if self.ni.fabric().is_failed(dest) {
             return Err(TransportError::PeerFailed(dest).into());
@@ -197,8 +255,45 @@ impl Engine {
         {
             self.take_delivery_failure(&mut self.inner.lock())?;
         }
+        if !self.credits.take(dest, data.len()) {
+            return Ok(false);
+        }
         let bits = bits::message_bits(context, tag, 0);
-        self.put_first(dest, bits, Header::eager(data.len()), data)
+        self.put_first(dest, bits, Header::eager(data.len()), data)?;
+        Ok(true)
+    }
+
+    /// A short send that found no eager credit (its receiver has not caught up): by
+    /// rendezvous with nothing in the header, waited for, and marked as waited for so that a
+    /// receiver blocked on a later message of this rank can tell (`Engine::wait`).
+    #[cold]
+    #[inline(never)]
+    fn send_uncredited(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
+        let announce = Announce {
+            sender_waits: !data.is_empty(),
+            ..Announce::UNCREDITED
+        };
+        // SAFETY: `data` is borrowed for the whole call and the request completes before it
+        // returns (`wait` returns only once the request is no longer the engine's).
+        let id = unsafe {
+            self.isend_as(
+                data.as_ptr(),
+                data.len(),
+                dest,
+                tag,
+                context,
+                Some(announce),
+            )?
+        };
+        self.wait(id).map(drop)
+    }
+
+    /// How an ordinary rendezvous announces itself.
+    fn announce_rendezvous(&self) -> Announce {
+        Announce {
+            first: self.cfg.eager_limit.min(RNDV_FIRST_CHUNK),
+            sender_waits: false,
+        }
     }
 
     /// # Safety
@@ -213,12 +308,13 @@ impl Engine {
         nonce: u16,
         ptr: *const u8,
         data: &[u8],
+        announce: Announce,
     ) -> Result<Rendezvous> {
         // SAFETY: the caller of `isend` keeps the buffer valid and unmodified until the send
         // completes, and the region is only exposed through a get-only entry (peers read it).
         let region = unsafe { books.registrations.take(self, ptr, data.len())? };
         let buffer = (ptr as usize, data.len());
-        let started = self.expose_and_announce(&region, dest, tag, context, nonce, data);
+        let started = self.expose_and_announce(&region, dest, tag, context, nonce, data, announce);
         match started {
             Ok((me, ct, gets)) => Ok(Rendezvous {
                 dest,
@@ -246,6 +342,7 @@ impl Engine {
 
     /// Appends the get entry over `region` and puts the first chunk with the header; the
     /// entry, its counter, and how many gets the receiver will make.
+    #[allow(clippy::too_many_arguments)]
     fn expose_and_announce(
         &self,
         region: &Region,
@@ -254,10 +351,11 @@ impl Engine {
         context: Context,
         nonce: u16,
         data: &[u8],
+        announce: Announce,
     ) -> Result<(MeHandle, CtHandle, u64)> {
         let ct = self.ni.ct_alloc()?;
         let bits = bits::message_bits(context, tag, nonce);
-        let first = self.cfg.eager_limit.min(RNDV_FIRST_CHUNK);
+        let first = announce.first.min(data.len());
         let chunk = self.rndv_chunk();
         let spec = MeSpec {
             region: region.clone(),
@@ -283,7 +381,11 @@ impl Engine {
                 return Err(e);
             }
         };
-        let header = Header::rendezvous(data.len(), chunk);
+        let header = if announce.sender_waits {
+            Header::rendezvous_waited(data.len(), chunk)
+        } else {
+            Header::rendezvous(data.len(), chunk)
+        };
         // The buffer's region published with the header: the receiver's gets read it directly.
         let a = self.first_put(dest, bits, header, first);
         if let Err(e) = self.ni.put_inline_published(a, &data[..first], region) {

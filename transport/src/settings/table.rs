@@ -159,6 +159,13 @@ pub static SETTINGS: &[Setting] = &[
         doc: "most rendezvous gets in flight per receive (`c`): a slow receiver paces its sender to `c` chunks",
     },
     Setting {
+        name: "RDCOLL_UNEXPECTED_MAX",
+        kind: Kind::Size,
+        default: "`1G`",
+        level: Level::User,
+        doc: "memory a rank spends on other ranks' eager messages that wait unreceived (payload plus 256 bytes each), shared among its peers (at least 256 KiB each, unless the limit is smaller; `0`: every message by rendezvous): a sender past its share sends by rendezvous, the data staying in its buffer, until the receiver catches up; a receive that waits for a message its sender cannot send past its own unreceived ones fails at once (`SenderBlocked`)",
+    },
+    Setting {
         name: "RDCOLL_SINK_RATE",
         kind: Kind::Rate,
         default: "no pacing",
