@@ -142,7 +142,9 @@
 #define RDC_ERR_TRANSPORT 17
 
 /**
- * Out of a resource (memory, handles).
+ * Out of a resource (memory, handles); also a blocking receive from a rank that waits in a
+ * send this receive does not match, behind its own messages that fill its share of this
+ * rank's memory for unexpected messages (`RDCOLL_UNEXPECTED_MAX`): receive those first.
  */
 #define RDC_ERR_RESOURCES 18
 

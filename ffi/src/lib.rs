@@ -75,7 +75,9 @@ pub const RDC_ERR_MISMATCH: c_int = 15;
 pub const RDC_ERR_COMM_BROKEN: c_int = 16;
 /// The transport failed (I/O, bootstrap, bad remote key...).
 pub const RDC_ERR_TRANSPORT: c_int = 17;
-/// Out of a resource (memory, handles).
+/// Out of a resource (memory, handles); also a blocking receive from a rank that waits in a
+/// send this receive does not match, behind its own messages that fill its share of this
+/// rank's memory for unexpected messages (`RDCOLL_UNEXPECTED_MAX`): receive those first.
 pub const RDC_ERR_RESOURCES: c_int = 18;
 /// A bug in rdcoll (a caught panic, say).
 pub const RDC_ERR_INTERNAL: c_int = 19;
