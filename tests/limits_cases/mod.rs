@@ -202,9 +202,9 @@ fn peak_resident() -> Result<u64, String> {
 
 /// [`flood_received_at_the_end`] run with a small `RDCOLL_UNEXPECTED_MAX` (`limit` bytes,
 /// set by the caller) far below what `count` queued messages need: rank 1's sends past its
-/// share go by rendezvous and the first of them waits, so rank 0's receive of the later
-/// message fails at once with `SenderBlocked` naming rank 1 (not a hang, not an unbounded
-/// queue); rank 0 then receives everything in order, the later message last, and neither
+/// share go by rendezvous and the first of them waits, so rank 0's probe and then its receive
+/// of the later message fail at once with `SenderBlocked` naming rank 1 (not a hang, not an
+/// unbounded queue); rank 0 then receives everything in order, the later message last, and neither
 /// rank's peak memory grows by more than `limit` plus 64 MiB.
 pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
     const FLOOD: u32 = 1;
@@ -214,10 +214,14 @@ pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
     match world.rank() {
         0 => {
             let mut buf = [0u64; 8];
-            match world.recv(&mut buf, 1, LAST) {
-                Err(Error::Offload(rdcoll::OffloadError::SenderBlocked { sender: 1, .. })) => {}
-                other => return Err(format!("the later message first: {other:?}")),
-            }
+            let blocked = |r: Result<rdcoll::Status, Error>, what: &str| match r {
+                Err(Error::Offload(rdcoll::OffloadError::SenderBlocked { sender: 1, .. })) => {
+                    Ok(())
+                }
+                other => Err(format!("{what} of the later message first: {other:?}")),
+            };
+            blocked(world.probe(1, LAST), "probe")?;
+            blocked(world.recv(&mut buf, 1, LAST), "receive")?;
             for i in 0..count {
                 world
                     .recv(&mut buf, 1, FLOOD)

@@ -3,7 +3,7 @@
 
 use super::bits::{self, Header};
 use super::{Context, Engine, Source, Status, TagSel};
-use crate::error::{invalid, Result};
+use crate::error::{invalid, OffloadError, Result};
 use crate::types::{MatchId, MeOptions, MeSpec, NiFail, SearchOp};
 use rdcoll_transport::TransportError;
 
@@ -57,7 +57,9 @@ impl Engine {
     }
 
     /// Waits for a message from `source` with `tag` in `context` and returns its envelope,
-    /// leaving it queued. Fails if the awaited sender has failed.
+    /// leaving it queued. Fails if the awaited sender has failed, or waits in a send behind its
+    /// own messages that fill its share of this rank's unexpected-message memory
+    /// ([`OffloadError::SenderBlocked`]).
     pub fn probe(&self, source: Source, tag: TagSel, context: Context) -> Result<Status> {
         let mut backoff = super::Backoff::default();
         loop {
@@ -81,6 +83,16 @@ impl Engine {
                 self.progress()?;
                 if self.ni.queued_unexpected() != seen {
                     break;
+                }
+                // A sender blocked behind its own messages, none of which this probe matches
+                // (it would have found one): as for a receive (`Engine::wait`).
+                if let Source::Rank(p) = source {
+                    if self.sender_blocked(p) {
+                        return Err(OffloadError::SenderBlocked {
+                            sender: p,
+                            limit: self.cfg.unexpected_max,
+                        });
+                    }
                 }
                 self.idle(&mut backoff);
             }
