@@ -237,7 +237,8 @@ impl Ni {
 
     /// Where a blocking receive with `spec` on MPI portal `pt` into `buf` stands, under one
     /// acquisition of the state lock:
-    /// - the oldest queued message it matches is all in and `takes` its header data: taken,
+    /// - the oldest queued message it matches is all in and `takes` its sender and header data
+    ///   (called under the state lock, and only once: `true` means it is taken): taken,
     ///   copied into `buf` (as much as fits), and reported ([`FastOpen::Took`]), exactly as a
     ///   receive posted now would take it;
     /// - nothing queued matches and nothing is posted: `open` ran, and it may take the fast
@@ -253,7 +254,7 @@ impl Ni {
         pt: PtIndex,
         spec: &ReceiveSpec,
         buf: &mut [u8],
-        takes: impl FnOnce(u64) -> bool,
+        takes: impl FnOnce(Rank, u64) -> bool,
         open: impl FnOnce(),
     ) -> FastOpen {
         let mut st = self.lock_state();
@@ -265,7 +266,7 @@ impl Ni {
         let taken = if mpi.unexpected_len() > 0 {
             mpi.take_header_if(spec, |u| {
                 matched = true;
-                u.pending.is_none() && takes(u.hdr_data)
+                u.pending.is_none() && takes(u.initiator, u.hdr_data)
             })
         } else {
             None
@@ -283,7 +284,8 @@ impl Ni {
     /// The first step of a blocking receive with `spec` on MPI portal `pt` into `buf` when
     /// messages may be queued: under the state lock only, unless `others_open()` (another
     /// thread's fast receive, which is older), the oldest queued message it matches is taken
-    /// and copied as by [`Ni::fast_receive_open`] if it is all in and `takes` its header data.
+    /// and copied as by [`Ni::fast_receive_open`] if it is all in and `takes` its sender and
+    /// header data (as there).
     /// The caller's other receives need not be held off: this takes only what a receive
     /// posted now would take, and receives of other threads that race with it have no order.
     #[inline]
@@ -292,7 +294,7 @@ impl Ni {
         pt: PtIndex,
         spec: &ReceiveSpec,
         buf: &mut [u8],
-        takes: impl FnOnce(u64) -> bool,
+        takes: impl FnOnce(Rank, u64) -> bool,
         others_open: impl FnOnce() -> bool,
     ) -> Queued {
         let mut st = self.lock_state();
@@ -306,7 +308,9 @@ impl Ni {
         if others_open() {
             return Queued::Other;
         }
-        let taken = mpi.take_header_if(spec, |u| u.pending.is_none() && takes(u.hdr_data));
+        let taken = mpi.take_header_if(spec, |u| {
+            u.pending.is_none() && takes(u.initiator, u.hdr_data)
+        });
         match taken {
             Some(u) => Queued::Took(copy_into(buf, &u)),
             None => Queued::Other,

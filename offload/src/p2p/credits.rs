@@ -42,8 +42,9 @@ pub(super) struct Credits {
     returned: Box<[AtomicU64]>,
     /// Charge received from each peer (running total), but for `received_in_pass`.
     received: Box<[AtomicU64]>,
-    /// Charge received by fast receive passes, which run under the NI's state lock: one writer
-    /// at a time, so a plain load and store instead of a locked add on the latency path.
+    /// Charge received by blocking receives' fast paths, which count under the NI's state lock
+    /// (a fast receive pass, or the take of a queued message): one writer at a time, so a
+    /// plain load and store instead of a locked add on the latency path.
     received_in_pass: Box<[AtomicU64]>,
     /// The running total last returned to each peer (or about to be).
     reported: Box<[AtomicU64]>,
@@ -112,8 +113,9 @@ impl Credits {
         self.note_received(source, charge);
     }
 
-    /// [`received`](Credits::received), by a fast receive pass: only ever called under the
-    /// network interface's state lock (`Ni::fast_receive_pass`), which serialises the writers.
+    /// [`received`](Credits::received), by a blocking receive's fast path: only ever called
+    /// under the network interface's state lock (`Ni::fast_receive_pass`, `Ni::take_queued`,
+    /// `Ni::fast_receive_open`), which serialises the writers.
     #[inline]
     pub(super) fn received_in_pass(&self, source: Rank, len: usize) {
         let Some(received) = self.received_in_pass.get(source as usize) else {

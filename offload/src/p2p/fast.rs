@@ -92,13 +92,13 @@ impl Engine {
             // nothing queued for it, it opens under the state lock, which serialises it with
             // claims.
             let open = || self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
-            let eager = |hdr_data| Header::decode(hdr_data).chunk.is_none();
+            let eager = |src, hdr_data| self.takes_eager(src, hdr_data);
             seen = match self
                 .ni
                 .fast_receive_open(self.pt_msg, &spec, buf, eager, open)
             {
                 FastOpen::Open(seen) => seen,
-                FastOpen::Took(d) => return Some(super::recv::queued_eager(self, d, buf.len())),
+                FastOpen::Took(d) => return Some(super::recv::queued_eager(d, buf.len())),
                 FastOpen::Closed => return None,
             };
             inner.fast = Some(FastRecv {
@@ -201,19 +201,32 @@ impl Engine {
         {
             return None;
         }
-        let eager = |hdr_data| Header::decode(hdr_data).chunk.is_none();
+        let eager = |src, hdr_data| self.takes_eager(src, hdr_data);
         let others_open = || self.fast_state.load(Ordering::Relaxed) != FAST_NONE;
         match self
             .ni
             .take_queued(self.pt_msg, spec, buf, eager, others_open)
         {
-            Queued::Took(d) => Some(super::recv::queued_eager(self, d, buf.len())),
+            Queued::Took(d) => Some(super::recv::queued_eager(d, buf.len())),
             Queued::Empty(at) => {
                 self.empty_at.store(at, Ordering::Relaxed);
                 None
             }
             Queued::Other => None,
         }
+    }
+
+    /// Whether a blocking receive takes a queued message from `src` with `hdr_data` in place:
+    /// an eager one, which is then received (called under the NI's state lock, see
+    /// `Credits::received_in_pass`).
+    #[inline]
+    fn takes_eager(&self, src: Rank, hdr_data: u64) -> bool {
+        let header = Header::decode(hdr_data);
+        if header.chunk.is_some() {
+            return false;
+        }
+        self.credits.received_in_pass(src, header.len as usize);
+        true
     }
 
     /// Ends a fast receive that became an ordinary one (claimed by another thread, or posted

@@ -178,7 +178,8 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
 }
 
 /// The result of a blocking receive of `capacity` bytes that took a queued eager message.
-pub(super) fn queued_eager(engine: &Engine, d: DirectDone, capacity: usize) -> Result<Status> {
+/// (Its credit was counted when it was taken, `Engine::takes_eager`.)
+pub(super) fn queued_eager(d: DirectDone, capacity: usize) -> Result<Status> {
     if d.fail != NiFail::Ok {
         return Err(TransportError::PeerFailed(d.initiator).into());
     }
@@ -188,7 +189,6 @@ pub(super) fn queued_eager(engine: &Engine, d: DirectDone, capacity: usize) -> R
         len: usize::try_from(Header::decode(d.hdr_data).len).unwrap_or(usize::MAX),
         cancelled: false,
     };
-    engine.credits.received(d.initiator, status.len);
     complete(status, capacity)
 }
 
