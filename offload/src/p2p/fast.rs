@@ -124,7 +124,7 @@ impl Engine {
             // A sender blocked behind its own unreceived messages: the ordinary wait
             // withdraws the receive with the error (`Engine::wait`).
             looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(64) && from.is_some_and(|s| self.sender_blocked(s)) {
+            if looks.is_multiple_of(64) && self.blocked_sender(source).is_some() {
                 return self.finish_as_ordinary(true);
             }
             // Another thread's progress may have queued a message for this receive as

@@ -326,13 +326,26 @@ impl Engine {
         self.ranks_here
     }
 
-    /// Whether a sender that waits for its message may be blocked behind its own unreceived
-    /// messages for a receive from `source` (a cheap look first, then the NI's books).
-    fn sender_blocked(&self, source: Rank) -> bool {
-        self.waiting_headers
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-            && self.ni.sender_waits_behind(self.pt_msg, source)
+    /// The sender that keeps a receive (or probe) from `source`, which matches none of the
+    /// queued messages, waiting for ever: it waits in a blocking send for one of its messages
+    /// queued here (`bits::SENDER_WAITS`, sent without eager credit), so it cannot send a later
+    /// one. From any source: only if every other rank is so blocked (the last is named). A
+    /// cheap look first, then the NI's books.
+    fn blocked_sender(&self, source: Source) -> Option<Rank> {
+        let waiting = self
+            .waiting_headers
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let blocked = |p| self.ni.sender_waits_behind(self.pt_msg, p);
+        match source {
+            _ if waiting == 0 => None,
+            Source::Rank(p) => blocked(p).then_some(p),
+            Source::Any => {
+                let me = self.rank();
+                let others = (0..self.size() as Rank).filter(|&p| p != me);
+                let all = waiting + 1 >= self.size() && others.clone().all(blocked);
+                all.then(|| others.last()).flatten()
+            }
+        }
     }
 
     /// Whether the ranks on this host outnumber the cores this process may run on: waiting
@@ -626,10 +639,7 @@ impl Engine {
         let Some(Req::Recv(r)) = inner.reqs.get_mut(id.0) else {
             return None;
         };
-        let sender = recv::waiting_for(r)?;
-        if !self.sender_blocked(sender) {
-            return None;
-        }
+        let sender = self.blocked_sender(recv::waiting_for(r)?)?;
         recv::cancel(self, r)?.ok()?;
         inner.reqs.remove(id.0);
         Some(OffloadError::SenderBlocked {

@@ -86,13 +86,11 @@ impl Engine {
                 }
                 // A sender blocked behind its own messages, none of which this probe matches
                 // (it would have found one): as for a receive (`Engine::wait`).
-                if let Source::Rank(p) = source {
-                    if self.sender_blocked(p) {
-                        return Err(OffloadError::SenderBlocked {
-                            sender: p,
-                            limit: self.cfg.unexpected_max,
-                        });
-                    }
+                if let Some(sender) = self.blocked_sender(source) {
+                    return Err(OffloadError::SenderBlocked {
+                        sender,
+                        limit: self.cfg.unexpected_max,
+                    });
                 }
                 self.idle(&mut backoff);
             }

@@ -324,12 +324,9 @@ pub(super) fn peer_gone(engine: &Engine, source: Source) -> Option<Rank> {
     }
 }
 
-/// The one sender a receive that has not matched yet waits for (none for `Source::Any`).
-pub(super) fn waiting_for(r: &Receive) -> Option<Rank> {
-    match (r.phase.matching(), r.source) {
-        (true, Source::Rank(s)) => Some(s),
-        _ => None,
-    }
+/// Whom a receive that has not matched yet waits for.
+pub(super) fn waiting_for(r: &Receive) -> Option<Source> {
+    r.phase.matching().then_some(r.source)
 }
 
 impl Phase {
