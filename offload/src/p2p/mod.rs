@@ -341,9 +341,9 @@ impl Engine {
             Source::Rank(p) => blocked(p).then_some(p),
             Source::Any => {
                 let me = self.rank();
-                let others = (0..self.size() as Rank).filter(|&p| p != me);
+                let mut others = (0..self.size() as Rank).filter(|&p| p != me);
                 let all = waiting + 1 >= self.size() && others.clone().all(blocked);
-                all.then(|| others.last()).flatten()
+                all.then(|| others.next_back()).flatten()
             }
         }
     }
