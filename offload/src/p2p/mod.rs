@@ -19,6 +19,7 @@ mod backoff;
 mod bits;
 mod config;
 mod contexts;
+mod credit_flow;
 mod credits;
 mod fast;
 mod group;
@@ -40,7 +41,7 @@ pub use contexts::{CONTEXT_IDS, CONTEXT_MASK_WORDS, GROUP_MASK_WORDS};
 pub use group::{Group, Started};
 pub use members::Members;
 pub use send::RNDV_FIRST_CHUNK;
-pub use status::{NULL_TAG, PROC_NULL};
+pub use status::{Source, Status, TagSel, NULL_TAG, PROC_NULL};
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
 pub const MAX_RNDV_CHUNK: usize = bits::MAX_CHUNK;
 pub use config::{
@@ -51,49 +52,6 @@ use crate::error::{invalid, OffloadError, Result};
 use crate::event::{Event, EventKind};
 use crate::types::{EqHandle, List, MatchId, MdHandle, MdOptions, MeOptions, MeSpec, PtIndex};
 use crate::{Ni, NiConfig};
-
-/// Which sender a receive or probe accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Source {
-    /// Any rank (`MPI_ANY_SOURCE`).
-    Any,
-    /// This rank only.
-    Rank(Rank),
-}
-
-impl From<Rank> for Source {
-    fn from(r: Rank) -> Source {
-        Source::Rank(r)
-    }
-}
-
-/// Which tag a receive or probe accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TagSel {
-    /// Any tag (`MPI_ANY_TAG`).
-    Any,
-    /// This tag only.
-    Value(u32),
-}
-
-impl From<u32> for TagSel {
-    fn from(t: u32) -> TagSel {
-        TagSel::Value(t)
-    }
-}
-
-/// What a completed receive (or a probe) tells about its message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status {
-    /// The sender.
-    pub source: Rank,
-    /// The message's tag.
-    pub tag: u32,
-    /// The message's length in bytes.
-    pub len: usize,
-    /// The request was cancelled before it matched (nothing was received).
-    pub cancelled: bool,
-}
 
 /// A nonblocking operation in flight, named by the engine that started it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -232,23 +190,8 @@ impl Engine {
         let eq = ni.eq_alloc(usize::MAX)?;
         let pt_msg = ni.pt_alloc_mpi(Some(eq))?;
         let pt_rndv = ni.pt_alloc(None, false)?;
-        let pt_credit = ni.pt_alloc(Some(eq), false)?;
         let probe_region = fabric.alloc_region(0)?;
-        // Credit returns land here: nothing is deposited, the PUT event tells who and how much.
-        let credit_entry = MeSpec {
-            region: probe_region.clone(),
-            match_bits: 0,
-            ignore_bits: !0,
-            match_id: MatchId::Any,
-            options: MeOptions {
-                op_get: false,
-                ack_disable: true,
-                event_link_disable: true,
-                ..MeOptions::default()
-            },
-            user_ptr: CREDIT,
-        };
-        ni.me_append(pt_credit, List::Priority, credit_entry)?;
+        let pt_credit = credit_flow::credit_portal(&ni, eq, &probe_region)?;
         let waiting_headers = ni.track_waiting_senders(pt_msg, bits::SENDER_WAITS)?;
         let eager_opts = MdOptions {
             event_send_disable: true,
@@ -324,28 +267,6 @@ impl Engine {
     /// Ranks of the job on this host (as the launcher said; all of them by default).
     pub fn ranks_here(&self) -> usize {
         self.ranks_here
-    }
-
-    /// The sender that keeps a receive (or probe) from `source`, which matches none of the
-    /// queued messages, waiting for ever: it waits in a blocking send for one of its messages
-    /// queued here (`bits::SENDER_WAITS`, sent without eager credit), so it cannot send a later
-    /// one. From any source: only if every other rank is so blocked (the last is named). A
-    /// cheap look first, then the NI's books.
-    fn blocked_sender(&self, source: Source) -> Option<Rank> {
-        let waiting = self
-            .waiting_headers
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let blocked = |p| self.ni.sender_waits_behind(self.pt_msg, p);
-        match source {
-            _ if waiting == 0 => None,
-            Source::Rank(p) => blocked(p).then_some(p),
-            Source::Any => {
-                let me = self.rank();
-                let mut others = (0..self.size() as Rank).filter(|&p| p != me);
-                let all = waiting + 1 >= self.size() && others.clone().all(blocked);
-                all.then(|| others.next_back()).flatten()
-            }
-        }
     }
 
     /// Whether the ranks on this host outnumber the cores this process may run on: waiting
@@ -481,40 +402,6 @@ impl Engine {
         true
     }
 
-    /// Returns the eager credit that is due to senders (see `credits`): one zero-byte put
-    /// each, its header data the running total received from that sender.
-    #[inline]
-    fn return_credits(&self) {
-        if self.credits.any_due() {
-            self.send_credit_returns();
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn send_credit_returns(&self) {
-        let mut due = Vec::new();
-        self.credits.take_due(&mut due);
-        for (peer, total) in due {
-            let a = crate::types::PutArgs {
-                md: self.eager_md,
-                local_offset: 0,
-                len: 0,
-                ack_req: crate::types::AckReq::None,
-                target: peer,
-                pt: self.pt_credit,
-                match_bits: 0,
-                remote_offset: 0,
-                user_ptr: EAGER,
-                hdr_data: total,
-            };
-            if let Err(e) = self.ni.put_inline_unsignalled(a, &[]) {
-                // The peer is gone (its sends fail on their own) or the NI is closing.
-                tracing::debug!("eager credit for rank {peer} not returned: {e}");
-            }
-        }
-    }
-
     fn dispatch(&self, inner: &mut Inner, ev: Event) {
         match ev.kind {
             EventKind::Search => {
@@ -621,31 +508,6 @@ impl Engine {
             }
             self.idle(&mut backoff);
         }
-    }
-
-    /// Withdraws receive `id` if it waits for a message its sender cannot send: the sender
-    /// waits in a blocking send that found no eager credit, for a message queued here that
-    /// this receive does not match (see `credits`). Its error then; `None` otherwise (or if
-    /// the receive matched meanwhile).
-    fn withdraw_if_sender_blocked(&self, id: ReqId) -> Option<OffloadError> {
-        if self
-            .waiting_headers
-            .load(std::sync::atomic::Ordering::Relaxed)
-            == 0
-        {
-            return None;
-        }
-        let mut inner = self.inner.lock();
-        let Some(Req::Recv(r)) = inner.reqs.get_mut(id.0) else {
-            return None;
-        };
-        let sender = self.blocked_sender(recv::waiting_for(r)?)?;
-        recv::cancel(self, r)?.ok()?;
-        inner.reqs.remove(id.0);
-        Some(OffloadError::SenderBlocked {
-            sender,
-            limit: self.cfg.unexpected_max,
-        })
     }
 
     /// Tries to cancel a posted receive. Returns whether it was cancelled (its result is then

@@ -1,10 +1,52 @@
-//! What a status says beyond its fields: a length in elements, and the status of an
-//! operation with [`PROC_NULL`].
+//! Whom a receive accepts ([`Source`], [`TagSel`]) and what it tells ([`Status`]): its fields,
+//! a length in elements, and the status of an operation with [`PROC_NULL`].
 
 use rdcoll_transport::Rank;
 
-use super::Status;
 use crate::error::{invalid, Result};
+
+/// Which sender a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Source {
+    /// Any rank (`MPI_ANY_SOURCE`).
+    Any,
+    /// This rank only.
+    Rank(Rank),
+}
+
+impl From<Rank> for Source {
+    fn from(r: Rank) -> Source {
+        Source::Rank(r)
+    }
+}
+
+/// Which tag a receive or probe accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TagSel {
+    /// Any tag (`MPI_ANY_TAG`).
+    Any,
+    /// This tag only.
+    Value(u32),
+}
+
+impl From<u32> for TagSel {
+    fn from(t: u32) -> TagSel {
+        TagSel::Value(t)
+    }
+}
+
+/// What a completed receive (or a probe) tells about its message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Status {
+    /// The sender.
+    pub source: Rank,
+    /// The message's tag.
+    pub tag: u32,
+    /// The message's length in bytes.
+    pub len: usize,
+    /// The request was cancelled before it matched (nothing was received).
+    pub cancelled: bool,
+}
 
 /// The rank that is nobody (`MPI_PROC_NULL`): a send to it or a receive or probe from it
 /// completes at once, moving nothing; the receive's status names it as the source, with tag
