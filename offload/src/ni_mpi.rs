@@ -63,6 +63,14 @@ pub(crate) enum FastPass {
     Nothing(bool),
 }
 
+/// The matching state of MPI portal `pt` (an error for any other portal).
+fn mpi_lists(st: &mut State, pt: PtIndex) -> Result<&mut crate::mpi_lists::MpiLists> {
+    st.portal(pt)?
+        .mpi
+        .as_deref_mut()
+        .ok_or_else(|| invalid("not an MPI portal"))
+}
+
 /// Appends a priority-list entry to an MPI portal: it takes the oldest unexpected header it
 /// matches, else it is posted behind every earlier receive.
 pub(crate) fn append_mpi(st: &mut State, pt: PtIndex, seq: u64, me: Me) -> Result<()> {
@@ -80,11 +88,7 @@ pub(crate) fn append_mpi(st: &mut State, pt: PtIndex, seq: u64, me: Me) -> Resul
         ));
     }
     let (user_ptr, counting) = (me.user_ptr, o.counting);
-    let mpi = st
-        .portal(pt)?
-        .mpi
-        .as_mut()
-        .ok_or_else(|| invalid("not an MPI portal"))?;
+    let mpi = mpi_lists(st, pt)?;
     match mpi.post(
         spec,
         Posted::Entry {
@@ -150,11 +154,7 @@ impl Ni {
             capacity,
         };
         self.with(|st| {
-            let mpi = st
-                .portal(pt)?
-                .mpi
-                .as_mut()
-                .ok_or_else(|| invalid("not an MPI portal"))?;
+            let mpi = mpi_lists(st, pt)?;
             match mpi.post(spec, Posted::Direct(d)) {
                 PostedAs::Linked(h) => Ok(DirectPost::Posted(DirectHandle(h))),
                 PostedAs::Took(u) => {
@@ -173,11 +173,7 @@ impl Ni {
     /// Withdraws a direct receive; `false` if it has matched already (its `DirectDone` comes).
     pub fn cancel_direct(&self, pt: PtIndex, handle: DirectHandle) -> Result<bool> {
         let mut st = self.lock_state();
-        let mpi = st
-            .portal(pt)?
-            .mpi
-            .as_mut()
-            .ok_or_else(|| invalid("not an MPI portal"))?;
+        let mpi = mpi_lists(&mut st, pt)?;
         Ok(mpi.cancel_direct(handle).is_some())
     }
 
@@ -190,11 +186,7 @@ impl Ni {
         bits: u64,
     ) -> Result<std::sync::Arc<std::sync::atomic::AtomicUsize>> {
         let mut st = self.lock_state();
-        let mpi = st
-            .portal(pt)?
-            .mpi
-            .as_mut()
-            .ok_or_else(|| invalid("not an MPI portal"))?;
+        let mpi = mpi_lists(&mut st, pt)?;
         Ok(mpi.track_waiting(bits))
     }
 

@@ -153,36 +153,50 @@ pub fn flood_then_reply(world: &Comm, count: usize) -> Outcome {
     }
 }
 
+/// The flood's tag, the later message's, and the reply's.
+const FLOOD: u32 = 1;
+const LAST: u32 = 3;
+const REPLY: u32 = 2;
+
+/// Rank 1: `count` 64-byte messages, each carrying its index, then one with tag `LAST`.
+fn send_flood(world: &Comm, count: u64) -> Outcome {
+    for i in 0..count {
+        let msg = [i, 0, 0, 0, 0, 0, 0, !i];
+        world
+            .send(&msg, 0, FLOOD)
+            .map_err(|err| format!("send {i}: {err}"))?;
+    }
+    world.send(&[0u64; 8], 0, LAST).map_err(e)
+}
+
+/// Rank 0: the `count` flood messages, which must come in the order they were sent.
+fn receive_flood_in_order(world: &Comm, count: u64) -> Outcome {
+    let mut buf = [0u64; 8];
+    for i in 0..count {
+        world
+            .recv(&mut buf, 1, FLOOD)
+            .map_err(|err| format!("recv {i}: {err}"))?;
+        if buf[0] != i || buf[7] != !i {
+            return Err(format!("receive {i} got message {}", buf[0]));
+        }
+    }
+    Ok(())
+}
+
 /// Rank 1 sends `count` small messages and then one with another tag, which rank 0 receives
 /// first, so that all `count` wait as unexpected messages; rank 0 then receives them in the
 /// order they were sent (each carries its index) and replies. Unexpected messages are limited
 /// by memory (about 250 bytes each for 64-byte messages, see docs/RELIABILITY.md).
 pub fn flood_received_at_the_end(world: &Comm, count: u64) -> Outcome {
-    const FLOOD: u32 = 1;
-    const LAST: u32 = 3;
-    const REPLY: u32 = 2;
     match world.rank() {
         0 => {
             let mut buf = [0u64; 8];
             world.recv(&mut buf, 1, LAST).map_err(e)?;
-            for i in 0..count {
-                world
-                    .recv(&mut buf, 1, FLOOD)
-                    .map_err(|err| format!("recv {i}: {err}"))?;
-                if buf[0] != i || buf[7] != !i {
-                    return Err(format!("receive {i} got message {}", buf[0]));
-                }
-            }
+            receive_flood_in_order(world, count)?;
             world.send(&[1u8], 1, REPLY).map_err(e)
         }
         1 => {
-            for i in 0..count {
-                let msg = [i, 0, 0, 0, 0, 0, 0, !i];
-                world
-                    .send(&msg, 0, FLOOD)
-                    .map_err(|err| format!("send {i}: {err}"))?;
-            }
-            world.send(&[0u64; 8], 0, LAST).map_err(e)?;
+            send_flood(world, count)?;
             world.recv(&mut [0u8], 0, REPLY).map(drop).map_err(e)
         }
         _ => Ok(()),
@@ -207,9 +221,6 @@ fn peak_resident() -> Result<u64, String> {
 /// with `SenderBlocked` naming rank 1 (not a hang, not an unbounded queue); rank 0 then receives everything in order, the later message last, and neither
 /// rank's peak memory grows by more than `limit` plus 64 MiB.
 pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
-    const FLOOD: u32 = 1;
-    const LAST: u32 = 3;
-    const REPLY: u32 = 2;
     let before = peak_resident()?;
     match world.rank() {
         0 => {
@@ -223,25 +234,12 @@ pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
             // From any source too: rank 1 is the only other rank, and it is blocked.
             blocked(world.probe(rdcoll::Source::Any, LAST), "probe")?;
             blocked(world.recv(&mut buf, 1, LAST), "receive")?;
-            for i in 0..count {
-                world
-                    .recv(&mut buf, 1, FLOOD)
-                    .map_err(|err| format!("recv {i}: {err}"))?;
-                if buf[0] != i || buf[7] != !i {
-                    return Err(format!("receive {i} got message {}", buf[0]));
-                }
-            }
+            receive_flood_in_order(world, count)?;
             world.recv(&mut buf, 1, LAST).map_err(e)?;
             world.send(&[1u8], 1, REPLY).map_err(e)?;
         }
         1 => {
-            for i in 0..count {
-                let msg = [i, 0, 0, 0, 0, 0, 0, !i];
-                world
-                    .send(&msg, 0, FLOOD)
-                    .map_err(|err| format!("send {i}: {err}"))?;
-            }
-            world.send(&[0u64; 8], 0, LAST).map_err(e)?;
+            send_flood(world, count)?;
             world.recv(&mut [0u8], 0, REPLY).map(drop).map_err(e)?;
         }
         _ => {}
