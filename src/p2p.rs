@@ -7,7 +7,8 @@ use crate::{Comm, Rank, Result, Status};
 
 impl Comm {
     /// Sends `data` to `dest` with `tag`; returns when `data` may be reused (at once for short
-    /// messages, once the receiver has fetched it for long ones).
+    /// messages, once the receiver has fetched it for long ones, and for short ones too while
+    /// `dest` has not received enough of this rank's earlier messages: `RDCOLL_UNEXPECTED_MAX`).
     pub fn send<T: Pod>(&self, data: &[T], dest: Rank, tag: u32) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let dest = self.to_fabric(dest)?;
@@ -17,7 +18,10 @@ impl Comm {
     /// Receives into `buf` the first message from `source` with `tag` (either may be a
     /// wildcard: [`Source::Any`], [`Tag::Any`](crate::Tag::Any)). A message longer than `buf`
     /// is consumed and reported as [`Error::Truncated`](crate::Error::Truncated) with its true
-    /// length; nothing past `buf` is written.
+    /// length; nothing past `buf` is written. If the sender waits in a send of a message this
+    /// receive does not match, behind its own unreceived messages (`RDCOLL_UNEXPECTED_MAX`),
+    /// the receive fails at once with [`OffloadError::SenderBlocked`](crate::OffloadError)
+    /// instead of waiting for ever; nothing is lost.
     pub fn recv<T: Pod>(
         &self,
         buf: &mut [T],

@@ -481,7 +481,9 @@ impl Engine {
     /// Waits for request `id` and returns its result: spins on progress briefly, then yields,
     /// then sleeps on the fabric, so that more ranks than cores stay usable. It returns only
     /// once the request is no longer the engine's (its result, or an error that ended it), so
-    /// a buffer lent to it is free again whatever it returns.
+    /// a buffer lent to it is free again whatever it returns. A receive whose one possible
+    /// sender waits behind its own unreceived messages is withdrawn with
+    /// [`OffloadError::SenderBlocked`].
     pub fn wait(&self, id: ReqId) -> Result<Status> {
         // Often done already (a window of requests waited for one by one): no progress
         // pass for it, which would poll the fabric and drain events once per request.
