@@ -180,7 +180,8 @@ impl Ni {
     /// An RDMA write straight into a peer's region, with no matching and no work for the
     /// target's agent (the one-sided puts of the collectives): the fabric's `put`, or with
     /// `flag` its `put_flag` (the data, then the flag byte after it). Returns
-    /// [`RdmaPut::Done`] when the backend completed it at once (a direct copy: nothing to
+    /// [`RdmaPut::Done`] when the backend is done with it at once (`Fabric::put_now`: `src`
+    /// is free, the write lands before this rank's later writes to that peer; nothing to
     /// count, no lock taken), else [`RdmaPut::Counted`]: its completion, success or failure,
     /// will be counted on `ct`, and `src` must stay untouched until then.
     pub fn rdma_put(

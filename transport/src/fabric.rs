@@ -74,8 +74,10 @@ pub trait Fabric: Send + Sync {
 
     /// [`put`](Fabric::put) (without an immediate) or, with `flag`,
     /// [`put_flag`](Fabric::put_flag), for a caller that takes the result at once when the
-    /// backend has it: where the data (and the flag) are in place when the call returns (a
-    /// direct copy), `Done` and no completion event (a failure is returned as the error);
+    /// backend has it: `Done` and no completion event when `src` may be reused at once and
+    /// the write reaches `dst` before any later write of this rank to that peer (shm: a direct
+    /// copy, in place on return; tcp: a put of one frame, copied into it and sent without
+    /// asking for an acknowledgement, a failure to deliver showing as the peer's failure);
     /// otherwise the put is started as usual and `Pending` names its completion event.
     fn put_now(
         &self,

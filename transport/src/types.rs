@@ -126,7 +126,8 @@ pub struct RemoteAddr {
 /// What [`crate::Fabric::put_now`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PutStatus {
-    /// The data and the flag are in place; no completion event follows.
+    /// The source is free and the write lands before this rank's later writes to that peer
+    /// (in place already where the backend copied it directly); no completion event follows.
     Done,
     /// Started; its completion comes as [`Event::Completed`] with this id.
     Pending(OpId),

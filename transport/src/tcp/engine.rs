@@ -310,6 +310,15 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
                 // The host may be asleep waiting for exactly this byte.
                 sh.events.wake_all();
             }
+            if op == wire::UNACKNOWLEDGED {
+                if let Err(e) = result {
+                    tracing::error!(
+                        "rank {}: an unacknowledged put from rank {from}: {e}",
+                        sh.rank
+                    );
+                }
+                return Ok(());
+            }
             match result {
                 Ok(region_len) if last => {
                     if let Some(imm) = imm {

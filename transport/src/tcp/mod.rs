@@ -389,7 +389,60 @@ impl TcpFabric {
     }
 }
 
+impl TcpFabric {
+    /// A put of at most one frame, copied into the frame now and not acknowledged: done for
+    /// the caller on return (its source is free; the stream keeps it in order with this rank's
+    /// later writes to the peer). A failure to deliver shows as the peer's failure.
+    fn put_unacknowledged(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: Option<u8>,
+    ) -> Result<crate::PutStatus> {
+        let sh = &self.shared;
+        src.check_range(src_offset, len)?;
+        let frame = src.with_range(src_offset, len, |p| {
+            let head = Frame::Put {
+                op: wire::UNACKNOWLEDGED,
+                key: dst.key.0,
+                base: dst.offset as u64,
+                total: len as u64,
+                chunk_off: 0,
+                imm: None,
+                flag,
+                data: &[],
+            };
+            // SAFETY: `p` is valid for `len` bytes (range checked, region held alive).
+            unsafe { wire::encode_with_raw_data(&head, p, len) }
+        })?;
+        sh.enqueue(dst.rank, frame)?;
+        Ok(crate::PutStatus::Done)
+    }
+}
+
 impl Fabric for TcpFabric {
+    fn put_now(
+        &self,
+        src: &Region,
+        src_offset: usize,
+        len: usize,
+        dst: RemoteAddr,
+        flag: Option<u8>,
+    ) -> Result<crate::PutStatus> {
+        let sh = &self.shared;
+        sh.check_rank(dst.rank)?;
+        if dst.rank != sh.rank && len <= wire::CHUNK {
+            return self.put_unacknowledged(src, src_offset, len, dst, flag);
+        }
+        match flag {
+            Some(v) => self.put_flag(src, src_offset, len, dst, v),
+            None => self.put(src, src_offset, len, dst, None),
+        }
+        .map(crate::PutStatus::Pending)
+    }
+
     fn counters(&self, peer: Rank) -> Option<PeerCounters> {
         self.shared.flight.lock().get(peer as usize).copied()
     }

@@ -6,6 +6,9 @@ use crate::types::Rank;
 
 /// Largest data chunk one frame carries; larger puts and get replies are split.
 pub const CHUNK: usize = 256 * 1024;
+/// The `op` of a put whose sender wants no acknowledgement (`Fabric::put_now`); never an
+/// operation id.
+pub const UNACKNOWLEDGED: u64 = u64::MAX;
 /// Largest frame body accepted.
 pub const MAX_BODY: usize = CHUNK + 64;
 /// Bytes before the body.

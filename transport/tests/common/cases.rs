@@ -5,7 +5,8 @@
 use std::time::{Duration, Instant};
 
 use rdcoll_transport::{
-    Event, Fabric, Rank, RegionKey, RemoteAddr, RemoteRegion, TransportError, MAX_MESSAGE_SIZE,
+    Event, Fabric, PutStatus, Rank, RegionKey, RemoteAddr, RemoteRegion, TransportError,
+    MAX_MESSAGE_SIZE,
 };
 
 use super::harness::Harness;
@@ -256,9 +257,9 @@ fn put_many_peers(h: &mut Harness) -> Result<(), String> {
     Ok(())
 }
 
-/// `put_flag`: the flag byte lands after the data, a reader that sees it (acquire) sees the
-/// data, a reader asleep in `block_unless` is woken by it, and the flag byte counts in the
-/// target's range check.
+/// `put_flag` (and `put_now` with a flag): the flag byte lands after the data, a reader that
+/// sees it (acquire) sees the data, a reader asleep in `block_unless` is woken by it, and the
+/// flag byte counts in the target's range check.
 fn flagged_puts(h: &mut Harness) -> Result<(), String> {
     const SIZES: &[usize] = &[0, 1, 7, 100, 4096, 70_000, 1 << 20];
     let (me, n) = (h.f.rank(), h.f.size() as Rank);
@@ -283,8 +284,17 @@ fn flagged_puts(h: &mut Harness) -> Result<(), String> {
             && h.f
                 .store_now(&[&pattern_vec(me, round, size)], dst, Some(flag))
                 .map_err(|e| format!("store_now {size}: {e}"))?;
+        // Every third round from `put_now`, which may be done on return (shm: a direct copy;
+        // tcp: a put of one frame that asks no acknowledgement): the flag must still show
+        // after the data.
         let op = if stored {
             None
+        } else if round % 3 == 1 {
+            match h.f.put_now(&src, 0, size, dst, Some(flag)) {
+                Ok(PutStatus::Done) => None,
+                Ok(PutStatus::Pending(op)) => Some(op),
+                Err(e) => return fail(h, format!("put_now {size}: {e}")),
+            }
         } else {
             Some(
                 h.f.put_flag(&src, 0, size, dst, flag)
