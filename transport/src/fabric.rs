@@ -87,11 +87,7 @@ pub trait Fabric: Send + Sync {
         dst: RemoteAddr,
         flag: Option<u8>,
     ) -> Result<crate::PutStatus> {
-        match flag {
-            Some(v) => self.put_flag(src, src_offset, len, dst, v),
-            None => self.put(src, src_offset, len, dst, None),
-        }
-        .map(crate::PutStatus::Pending)
+        start_put(self, src, src_offset, len, dst, flag)
     }
 
     /// Writes the concatenation of `parts`, caller memory that need not be registered, to
@@ -235,4 +231,21 @@ pub trait Poller: Send {
         self.poll_with(&mut |ev| out = Some(ev.into_owned()))?;
         Ok(out)
     }
+}
+
+/// [`Fabric::put_now`]'s ordinary path: the put (with `flag`, [`Fabric::put_flag`]) started,
+/// its completion to come as an event. For backends whose `put_now` does this for some puts.
+pub fn start_put<F: Fabric + ?Sized>(
+    fabric: &F,
+    src: &Region,
+    src_offset: usize,
+    len: usize,
+    dst: RemoteAddr,
+    flag: Option<u8>,
+) -> Result<crate::PutStatus> {
+    match flag {
+        Some(v) => fabric.put_flag(src, src_offset, len, dst, v),
+        None => fabric.put(src, src_offset, len, dst, None),
+    }
+    .map(crate::PutStatus::Pending)
 }

@@ -356,20 +356,17 @@ impl TcpFabric {
         let mut chunk_off = 0;
         loop {
             let n = (len - chunk_off).min(CHUNK);
-            let frame = src.with_range(src_offset + chunk_off, n, |p| {
-                let head = Frame::Put {
-                    op: op.0,
-                    key: dst.key.0,
-                    base: dst.offset as u64,
-                    total: len as u64,
-                    chunk_off: chunk_off as u64,
-                    imm,
-                    flag,
-                    data: &[],
-                };
-                // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
-                unsafe { wire::encode_with_raw_data(&head, p, n) }
-            });
+            let head = Frame::Put {
+                op: op.0,
+                key: dst.key.0,
+                base: dst.offset as u64,
+                total: len as u64,
+                chunk_off: chunk_off as u64,
+                imm,
+                flag,
+                data: &[],
+            };
+            let frame = put_frame(src, src_offset + chunk_off, n, &head);
             let frame = match frame {
                 Ok(f) => f,
                 Err(e) => {
@@ -403,23 +400,29 @@ impl TcpFabric {
     ) -> Result<crate::PutStatus> {
         let sh = &self.shared;
         src.check_range(src_offset, len)?;
-        let frame = src.with_range(src_offset, len, |p| {
-            let head = Frame::Put {
-                op: wire::UNACKNOWLEDGED,
-                key: dst.key.0,
-                base: dst.offset as u64,
-                total: len as u64,
-                chunk_off: 0,
-                imm: None,
-                flag,
-                data: &[],
-            };
-            // SAFETY: `p` is valid for `len` bytes (range checked, region held alive).
-            unsafe { wire::encode_with_raw_data(&head, p, len) }
-        })?;
+        let head = Frame::Put {
+            op: wire::UNACKNOWLEDGED,
+            key: dst.key.0,
+            base: dst.offset as u64,
+            total: len as u64,
+            chunk_off: 0,
+            imm: None,
+            flag,
+            data: &[],
+        };
+        let frame = put_frame(src, src_offset, len, &head)?;
         sh.enqueue(dst.rank, frame)?;
         Ok(crate::PutStatus::Done)
     }
+}
+
+/// The frame of put header `head` (its data left empty) with the `n` bytes of `src` at
+/// `offset` as its data, copied out of the region.
+fn put_frame(src: &Region, offset: usize, n: usize, head: &Frame<'_>) -> Result<Vec<u8>> {
+    src.with_range(offset, n, |p| {
+        // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
+        unsafe { wire::encode_with_raw_data(head, p, n) }
+    })
 }
 
 impl Fabric for TcpFabric {
@@ -436,11 +439,7 @@ impl Fabric for TcpFabric {
         if dst.rank != sh.rank && len <= wire::CHUNK {
             return self.put_unacknowledged(src, src_offset, len, dst, flag);
         }
-        match flag {
-            Some(v) => self.put_flag(src, src_offset, len, dst, v),
-            None => self.put(src, src_offset, len, dst, None),
-        }
-        .map(crate::PutStatus::Pending)
+        crate::fabric::start_put(self, src, src_offset, len, dst, flag)
     }
 
     fn counters(&self, peer: Rank) -> Option<PeerCounters> {
