@@ -218,6 +218,14 @@ typedef enum rdc_datatype {
    */
   RDC_DOUBLE = 10,
   /**
+   * `float _Complex` (C99; `std::complex<float>` in C++): sums and products only.
+   */
+  RDC_C_FLOAT_COMPLEX = 11,
+  /**
+   * `double _Complex` (C99; `std::complex<double>` in C++): sums and products only.
+   */
+  RDC_C_DOUBLE_COMPLEX = 12,
+  /**
    * Not a datatype: gives the enum the range of an `int` (C++ may then hold any value
    * in it, and `-fshort-enums` cannot shrink it below the `int` the library reads).
    */
@@ -226,7 +234,7 @@ typedef enum rdc_datatype {
 
 /**
  * Reduction operations (integers wrap on overflow; logical and bitwise ones are for
- * integer types only).
+ * integer types only; complex types have sums and products only).
  */
 typedef enum rdc_op {
   /**
@@ -528,7 +536,8 @@ int rdc_multicast(void *buf,
  * `recvbuf` holds this rank's contribution); otherwise the buffers must not overlap
  * (`RDC_ERR_ARG`), and both must be aligned for `dt`. The combination order is fixed, so
  * floating-point results are the same bit for bit on every rank and every run.
- * Logical and bitwise operations on `RDC_FLOAT`/`RDC_DOUBLE` are `RDC_ERR_OP`.
+ * Logical and bitwise operations on `RDC_FLOAT`/`RDC_DOUBLE`, and any but `RDC_SUM` and
+ * `RDC_PROD` on the complex types, are `RDC_ERR_OP`.
  */
 int rdc_allreduce(const void *sendbuf,
                   void *recvbuf,

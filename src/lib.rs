@@ -90,8 +90,8 @@ pub use raw::RawRequest;
 pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
 pub use rdcoll_collectives::{
-    BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Collectives, Element,
-    Model, Multicast, Op, ReduceDegree,
+    BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, CollError, Collectives, Complex32,
+    Complex64, Element, Model, Multicast, Op, ReduceDegree,
 };
 pub use rdcoll_offload::p2p::{Source, Status, TagSel as Tag, NULL_TAG, PROC_NULL};
 pub use rdcoll_offload::OffloadError;

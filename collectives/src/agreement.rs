@@ -457,7 +457,7 @@ mod tests {
         fn distinct<T: Element>() {
             let ops: Vec<Op> = Op::ALL
                 .into_iter()
-                .filter(|o| !T::FLOAT || !o.integers_only())
+                .filter(|o| o.applies_to::<T>())
                 .collect();
             for (i, a) in ops.iter().enumerate() {
                 for b in &ops[i + 1..] {
@@ -476,6 +476,8 @@ mod tests {
         distinct::<u64>();
         distinct::<f32>();
         distinct::<f64>();
+        distinct::<crate::Complex32>();
+        distinct::<crate::Complex64>();
     }
 
     #[test]

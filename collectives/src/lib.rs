@@ -37,6 +37,7 @@ pub use config::{
     BarrierAlgorithm, BcastAlgorithm, BcastTransfer, CollConfig, Multicast, ReduceDegree,
 };
 pub use error::{CollError, Result};
+pub use num_complex::{Complex32, Complex64};
 pub use progress::run_in_background;
 pub use reduce::model::Model;
 pub use reduce::op::{Element, Op};

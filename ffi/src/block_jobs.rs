@@ -8,7 +8,7 @@ use std::ffi::{c_int, c_void};
 use std::ops::Range;
 
 use rdcoll::reduce::op::op_reducer;
-use rdcoll::{CollError, Collectives, Comm, Element, Op};
+use rdcoll::{CollError, Collectives, Comm, Complex32, Complex64, Element, Op};
 
 use crate::p2p::{byte_len, bytes, bytes_mut, dt_size};
 use crate::*;
@@ -229,7 +229,7 @@ pub(crate) fn reducer_for(dt: c_int, op: c_int) -> Result<(usize, SendReducer), 
     }
     let op = op_of(op)?;
     fn boxed<T: Element>(op: Op) -> Result<SendReducer, c_int> {
-        if T::FLOAT && op.integers_only() {
+        if !op.applies_to::<T>() {
             return Err(RDC_ERR_OP);
         }
         Ok(Box::new(op_reducer::<T>(op)))
@@ -245,6 +245,8 @@ pub(crate) fn reducer_for(dt: c_int, op: c_int) -> Result<(usize, SendReducer), 
         8 => boxed::<u64>(op)?,
         9 => boxed::<f32>(op)?,
         10 => boxed::<f64>(op)?,
+        11 => boxed::<Complex32>(op)?,
+        12 => boxed::<Complex64>(op)?,
         _ => return Err(RDC_ERR_DATATYPE),
     };
     Ok((dt_size(dt)?, f))

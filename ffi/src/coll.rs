@@ -2,7 +2,7 @@
 
 use std::ffi::{c_int, c_void};
 
-use rdcoll::{Comm, Element, Op};
+use rdcoll::{Comm, Complex32, Complex64, Element, Op};
 
 use crate::block_jobs::{bytes_level, checked, op_of, reduction_job, root_of};
 use crate::p2p::{byte_len, bytes_mut};
@@ -133,7 +133,7 @@ impl Reduction {
     /// # Safety
     /// As [`run`](Reduction::run).
     unsafe fn buffers<'a, T: Element>(&self, at_root: bool) -> Result<Buffers<'a, T>, c_int> {
-        if T::FLOAT && self.op.integers_only() {
+        if !self.op.applies_to::<T>() {
             return Err(RDC_ERR_OP);
         }
         match self.send {
@@ -174,6 +174,8 @@ impl Reduction {
                 8 => self.run::<u64>(comm),
                 9 => self.run::<f32>(comm),
                 10 => self.run::<f64>(comm),
+                11 => self.run::<Complex32>(comm),
+                12 => self.run::<Complex64>(comm),
                 _ => Err(RDC_ERR_DATATYPE),
             }
         }
@@ -295,7 +297,8 @@ pub extern "C" fn rdc_multicast(
 /// `recvbuf` holds this rank's contribution); otherwise the buffers must not overlap
 /// (`RDC_ERR_ARG`), and both must be aligned for `dt`. The combination order is fixed, so
 /// floating-point results are the same bit for bit on every rank and every run.
-/// Logical and bitwise operations on `RDC_FLOAT`/`RDC_DOUBLE` are `RDC_ERR_OP`.
+/// Logical and bitwise operations on `RDC_FLOAT`/`RDC_DOUBLE`, and any but `RDC_SUM` and
+/// `RDC_PROD` on the complex types, are `RDC_ERR_OP`.
 #[no_mangle]
 pub extern "C" fn rdc_allreduce(
     sendbuf: *const c_void,

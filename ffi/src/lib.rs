@@ -128,13 +128,17 @@ pub enum rdc_datatype {
     RDC_FLOAT = 9,
     /// `double`.
     RDC_DOUBLE = 10,
+    /// `float _Complex` (C99; `std::complex<float>` in C++): sums and products only.
+    RDC_C_FLOAT_COMPLEX = 11,
+    /// `double _Complex` (C99; `std::complex<double>` in C++): sums and products only.
+    RDC_C_DOUBLE_COMPLEX = 12,
     /// Not a datatype: gives the enum the range of an `int` (C++ may then hold any value
     /// in it, and `-fshort-enums` cannot shrink it below the `int` the library reads).
     RDC_DATATYPE_INT_RANGE = 0x7fff_ffff,
 }
 
 /// Reduction operations (integers wrap on overflow; logical and bitwise ones are for
-/// integer types only).
+/// integer types only; complex types have sums and products only).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum rdc_op {

@@ -12,7 +12,8 @@ pub(crate) fn dt_size(dt: c_int) -> Result<usize, c_int> {
         0 | 1 | 5 => 1,
         2 | 6 => 2,
         3 | 7 | 9 => 4,
-        4 | 8 | 10 => 8,
+        4 | 8 | 10 | 11 => 8,
+        12 => 16,
         _ => return Err(RDC_ERR_DATATYPE),
     })
 }

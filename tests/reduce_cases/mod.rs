@@ -110,6 +110,26 @@ macro_rules! sample_float {
 }
 sample_float!(f32, f64);
 
+macro_rules! sample_complex {
+    ($($t:ty),*) => {$(
+        impl Sample for $t {
+            fn sample(rank: u32, i: usize, op: Op, salt: u64) -> Self {
+                // Two real samples: products stay near 1 in modulus.
+                let re = Sample::sample(rank, 2 * i, op, salt);
+                let im = Sample::sample(rank, 2 * i + 1, op, salt);
+                match op {
+                    Op::Prod => Self::new(re, im - 1.0),
+                    _ => Self::new(re, im),
+                }
+            }
+            fn same(&self, other: &Self) -> bool {
+                self.re.same(&other.re) && self.im.same(&other.im)
+            }
+        }
+    )*};
+}
+sample_complex!(rdcoll::Complex32, rdcoll::Complex64);
+
 fn first_difference<T: Sample>(got: &[T], want: &[T]) -> Option<String> {
     if got.len() != want.len() {
         return Some(format!("{} elements, expected {}", got.len(), want.len()));
@@ -169,7 +189,10 @@ pub fn every_op<T: Sample>(comm: &Comm, counts: &[usize], roots: &[u32]) -> Resu
                     .allreduce(&vec![T::zeroed(); count], &mut out, op)
                     .is_ok()
                 {
-                    return Err(format!("{op:?} on floats was accepted"));
+                    return Err(format!(
+                        "{op:?} on {} was accepted",
+                        std::any::type_name::<T>()
+                    ));
                 }
                 continue;
             }
@@ -190,7 +213,9 @@ pub fn every_type(comm: &Comm, counts: &[usize], roots: &[u32]) -> Result<(), St
     every_op::<u32>(comm, counts, roots)?;
     every_op::<u64>(comm, counts, roots)?;
     every_op::<f32>(comm, counts, roots)?;
-    every_op::<f64>(comm, counts, roots)
+    every_op::<f64>(comm, counts, roots)?;
+    every_op::<rdcoll::Complex32>(comm, counts, roots)?;
+    every_op::<rdcoll::Complex64>(comm, counts, roots)
 }
 
 /// A million elements (the large path): sums of floats and integers, min of bytes.

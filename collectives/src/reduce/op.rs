@@ -1,9 +1,11 @@
 //! Reduction operations and the element types they apply to: sum, product, min, max, the
-//! logical and bitwise and/or/xor, on `i8`-`i64`, `u8`-`u64`, `f32` and `f64` (integers wrap
-//! on overflow instead of panicking; logical and bitwise operations are for integers), plus a
+//! logical and bitwise and/or/xor, on `i8`-`i64`, `u8`-`u64`, `f32`, `f64` and the complex
+//! [`Complex32`] and [`Complex64`] (integers wrap on overflow instead of panicking; logical and
+//! bitwise operations are for integers, min and max not for complex numbers, as in MPI), plus a
 //! caller's own closure.
 
 use bytemuck::Pod;
+use num_complex::{Complex32, Complex64};
 
 use crate::error::{CollError, Result};
 
@@ -54,12 +56,21 @@ impl Op {
             Op::LogicalAnd | Op::LogicalOr | Op::LogicalXor | Op::BitAnd | Op::BitOr | Op::BitXor
         )
     }
+
+    /// Whether the operation is defined on elements of `T` (what [`check`] refuses otherwise).
+    pub fn applies_to<T: Element>(self) -> bool {
+        let needs_order = matches!(self, Op::Min | Op::Max);
+        let needs_integers = self.integers_only();
+        (T::ORDERED || !needs_order) && (!T::FLOAT || !needs_integers)
+    }
 }
 
 /// An element type the predefined operations apply to.
 pub trait Element: Pod + Send + Sync {
-    /// Whether it is a floating-point type (no logical or bitwise operations).
+    /// Whether it is a floating-point type, real or complex (no logical or bitwise operations).
     const FLOAT: bool;
+    /// Whether its values are ordered (min and max apply): not so for complex numbers.
+    const ORDERED: bool = true;
     /// `acc[i] = acc[i] op b[i]` for every `i`.
     fn combine(op: Op, acc: &mut [Self], b: &[Self]);
 }
@@ -116,14 +127,37 @@ macro_rules! float {
 }
 float!(f32, f64);
 
+macro_rules! complex {
+    ($($t:ty),*) => {$(
+        impl Element for $t {
+            const FLOAT: bool = true;
+            const ORDERED: bool = false;
+            fn combine(op: Op, acc: &mut [Self], b: &[Self]) {
+                match op {
+                    Op::Sum => each!(acc, b, |x, y| x + y),
+                    Op::Prod => each!(acc, b, |x, y| x * y),
+                    // Refused before any data moves (see `check`).
+                    _ => {}
+                }
+            }
+        }
+    )*};
+}
+complex!(Complex32, Complex64);
+
 /// Refuses an operation the element type does not have.
 pub fn check<T: Element>(op: Op) -> Result<()> {
-    if T::FLOAT && op.integers_only() {
-        return Err(CollError::InvalidArgument(format!(
-            "{op:?} is not defined on floating-point elements"
-        )));
+    if op.applies_to::<T>() {
+        return Ok(());
     }
-    Ok(())
+    let kind = if T::ORDERED {
+        "floating-point"
+    } else {
+        "complex"
+    };
+    Err(CollError::InvalidArgument(format!(
+        "{op:?} is not defined on {kind} elements"
+    )))
 }
 
 /// How the algorithms combine two byte buffers of whole elements: `acc op= b`. `acc` is
@@ -191,6 +225,23 @@ mod tests {
         assert_eq!(b, [0b1000]);
         assert!(check::<f64>(Op::BitOr).is_err());
         assert!(check::<f64>(Op::Max).is_ok());
+    }
+
+    #[test]
+    fn complex_numbers_add_and_multiply_but_have_no_order() {
+        let mut a = [Complex64::new(1.0, 2.0), Complex64::new(-0.5, 0.0)];
+        Complex64::combine(Op::Prod, &mut a, &[Complex64::new(3.0, -1.0); 2]);
+        assert_eq!(a, [Complex64::new(5.0, 5.0), Complex64::new(-1.5, 0.5)]);
+        let mut s = [Complex32::new(1.0, 2.0)];
+        Complex32::combine(Op::Sum, &mut s, &[Complex32::new(0.25, -4.0)]);
+        assert_eq!(s, [Complex32::new(1.25, -2.0)]);
+        for op in Op::ALL {
+            let defined = matches!(op, Op::Sum | Op::Prod);
+            assert_eq!(check::<Complex32>(op).is_ok(), defined, "{op:?}");
+            assert_eq!(check::<Complex64>(op).is_ok(), defined, "{op:?}");
+        }
+        let err = check::<Complex64>(Op::Max).unwrap_err().to_string();
+        assert!(err.contains("complex"), "{err}");
     }
 
     /// A rank's empty block of a reduce_scatter came from C as an empty byte slice at an

@@ -104,7 +104,7 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
     /* recv */
     RC(RDC_ERR_NULL, rdc_recv(NULL, 1, RDC_INT32, rank, 0, world, &st));
     RC(RDC_ERR_COUNT, rdc_recv(buf, -5, RDC_INT32, rank, 0, world, &st));
-    RC(RDC_ERR_DATATYPE, rdc_recv(buf, 1, 11, rank, 0, world, &st));
+    RC(RDC_ERR_DATATYPE, rdc_recv(buf, 1, 13, rank, 0, world, &st));
     RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, size, 0, world, &st));
     RC(RDC_ERR_RANK, rdc_recv(buf, 1, RDC_INT32, -3, 0, world, &st));
     RC(RDC_ERR_TAG, rdc_recv(buf, 1, RDC_INT32, rank, -2, world, &st));
@@ -120,7 +120,7 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_NULL, rdc_irecv(buf, 1, RDC_INT32, rank, 0, world, NULL));
     RC(RDC_ERR_NULL, rdc_irecv(NULL, 1, RDC_INT32, rank, 0, world, &req));
     RC(RDC_ERR_COUNT, rdc_irecv(buf, -1, RDC_INT32, rank, 0, world, &req));
-    RC(RDC_ERR_DATATYPE, rdc_irecv(buf, 1, 12, rank, 0, world, &req));
+    RC(RDC_ERR_DATATYPE, rdc_irecv(buf, 1, 14, rank, 0, world, &req));
     RC(RDC_ERR_RANK, rdc_irecv(buf, 1, RDC_INT32, size, 0, world, &req));
     RC(RDC_ERR_TAG, rdc_irecv(buf, 1, RDC_INT32, rank, -3, world, &req));
     RC(RDC_ERR_COMM, rdc_irecv(buf, 1, RDC_INT32, rank, 0, NULL, &req));
@@ -253,11 +253,12 @@ static void collectives(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_NULL, rdc_allreduce(d, NULL, 4, RDC_DOUBLE, RDC_SUM, world));
     RC(RDC_ERR_NULL, rdc_allreduce(RDC_IN_PLACE, NULL, 4, RDC_DOUBLE, RDC_SUM, world));
     RC(RDC_ERR_COUNT, rdc_allreduce(d, e, -4, RDC_DOUBLE, RDC_SUM, world));
-    RC(RDC_ERR_DATATYPE, rdc_allreduce(d, e, 4, 11, RDC_SUM, world));
+    RC(RDC_ERR_DATATYPE, rdc_allreduce(d, e, 4, 13, RDC_SUM, world));
     RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_DOUBLE, 10, world));
     RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_DOUBLE, -1, world));
     RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_DOUBLE, RDC_BXOR, world));
     RC(RDC_ERR_OP, rdc_allreduce(d, e, 4, RDC_FLOAT, RDC_LAND, world));
+    RC(RDC_ERR_OP, rdc_allreduce(d, e, 2, RDC_C_DOUBLE_COMPLEX, RDC_MAX, world));
     RC(RDC_ERR_ARG, rdc_allreduce(&i32[0], &i32[1], 4, RDC_INT32, RDC_SUM, world)); /* overlap */
     RC(RDC_ERR_ARG, rdc_allreduce(raw + 1, raw + 8, 1, RDC_INT32, RDC_SUM, world)); /* unaligned */
     RC(RDC_ERR_COMM, rdc_allreduce(d, e, 4, RDC_DOUBLE, RDC_SUM, BOGUS_COMM));
@@ -392,7 +393,7 @@ static void block_collectives(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_COUNT, rdc_allgatherv(a, 1, b, bad, NULL, RDC_INT32, world));
     RC(RDC_ERR_NULL, rdc_allgatherv(a, 1, b, NULL, NULL, RDC_INT32, world));
     RC(RDC_ERR_ARG, rdc_alltoall(a, 1, a, RDC_INT32, world)); /* overlap */
-    RC(RDC_ERR_DATATYPE, rdc_alltoall(a, 1, b, 12, world));
+    RC(RDC_ERR_DATATYPE, rdc_alltoall(a, 1, b, 15, world));
     RC(RDC_ERR_COUNT, rdc_alltoallv(a, bad, NULL, b, counts, NULL, RDC_INT32, world));
     RC(RDC_ERR_COUNT, rdc_alltoallv(a, counts, bad, b, counts, NULL, RDC_INT32, world));
     RC(RDC_ERR_OP, rdc_reduce_scatter_block(a, b, 1, RDC_FLOAT, RDC_BAND, world));
