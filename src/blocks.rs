@@ -7,7 +7,7 @@
 use std::ops::Range;
 
 use bytemuck::Pod;
-use rdcoll_collectives::blocks::{even_parts, packed_parts};
+use rdcoll_collectives::blocks::even_parts;
 use rdcoll_collectives::reduce::op::{check, op_reducer, reducer, Reducer};
 use rdcoll_collectives::{Element, Op};
 
@@ -16,12 +16,16 @@ use crate::{Comm, Error, Rank, Result};
 /// Byte ranges of blocks of `counts` elements of `T`, packed.
 pub(crate) fn byte_parts<T>(counts: &[usize]) -> Result<Vec<Range<usize>>> {
     let size = std::mem::size_of::<T>();
-    let lens = counts
+    let mut at = 0usize;
+    counts
         .iter()
-        .map(|&c| c.checked_mul(size))
+        .map(|&c| {
+            let start = at;
+            at = at.checked_add(c.checked_mul(size)?)?;
+            Some(start..at)
+        })
         .collect::<Option<Vec<_>>>()
-        .ok_or_else(|| Error::InvalidArgument("counts overflow".into()))?;
-    Ok(packed_parts(&lens))
+        .ok_or_else(|| Error::InvalidArgument("counts overflow".into()))
 }
 
 fn bytes<T: Pod>(v: &[T]) -> &[u8] {

@@ -140,6 +140,14 @@ impl Waiter {
         self.wait(from, ready, true)
     }
 
+    /// [`until`](Waiter::until) for a test that does more than read memory (it may take
+    /// locks, probe for messages): it is never asked under the fabric's lock, so a sleeping
+    /// wait looks again only when woken or after a slice of sleep, not at the moment a flag is
+    /// written.
+    pub(crate) fn until_probing(&self, from: Rank, ready: &dyn Fn() -> bool) -> Result<()> {
+        self.wait(from, ready, false)
+    }
+
     fn wait(&self, from: Rank, ready: &dyn Fn() -> bool, flag: bool) -> Result<()> {
         let mut polls = 0u32;
         // When it started backing off, by the fabric's clock (virtual in a simulation).

@@ -308,6 +308,56 @@ pub fn wrong_arguments(c: &Comm) -> Result<(), String> {
         (_, _) if n > 8 => {}
         (_, other) => return Err(format!("long scan with rank 1's short buffer: {other:?}")),
     }
+    alltoallv_disagreements(c)?;
     // Afterwards everything is in step again.
     every_collective(c, &[3])
+}
+
+/// alltoallv where rank 1's count for rank 0 is not rank 0's count from rank 1, on each side
+/// of the pair exchange's slot size (4 KiB): a block the sender writes into the slot and the
+/// receiver expects by message, the reverse, and two of each way that differ in length. Rank
+/// 0 gets a `Mismatch`, every other rank its data; then a rank whose send buffer is too short
+/// refuses, and every other rank gets a `Mismatch`. Nothing is left behind for the next
+/// collective (the caller runs them all afterwards).
+fn alltoallv_disagreements(c: &Comm) -> Result<(), String> {
+    let (me, n) = (c.rank() as usize, c.size() as usize);
+    for (sent, expected) in [
+        (6000, 100),
+        (100, 6000),
+        (100, 101),
+        (6000, 7000),
+        (7000, 6000),
+    ] {
+        let send_counts: Vec<usize> = (0..n)
+            .map(|j| if me == 1 && j == 0 { sent } else { 4 })
+            .collect();
+        let recv_counts: Vec<usize> = (0..n)
+            .map(|i| if me == 0 && i == 1 { expected } else { 4 })
+            .collect();
+        let send = vec![me as u8; send_counts.iter().sum()];
+        let mut recv = vec![0xEEu8; recv_counts.iter().sum()];
+        let what =
+            format!("alltoallv where rank 1 sends {sent} bytes and rank 0 expects {expected}");
+        match (
+            me,
+            c.alltoallv(&send, &send_counts, &mut recv, &recv_counts),
+        ) {
+            (0, Err(Error::Mismatch(_))) => {}
+            (1.., Ok(())) => {
+                let want: Vec<u8> = (0..n).flat_map(|i| [i as u8; 4]).collect();
+                same(&what, &recv, &want)?;
+            }
+            (_, other) => return Err(format!("{what}: {other:?}")),
+        }
+    }
+    let last = n - 1;
+    let counts = vec![8usize; n];
+    let send = vec![1u8; if me == last { 8 * n - 1 } else { 8 * n }];
+    let mut recv = vec![0u8; 8 * n];
+    match (me, c.alltoallv(&send, &counts, &mut recv, &counts)) {
+        (r, Err(Error::InvalidArgument(_))) if r == last => {}
+        (r, Err(Error::Mismatch(_))) if r != last => {}
+        (_, other) => return Err(format!("alltoallv with a short send buffer: {other:?}")),
+    }
+    Ok(())
 }

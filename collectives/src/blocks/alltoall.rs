@@ -1,17 +1,25 @@
-//! Alltoall: rank `i`'s block `j` to rank `j`'s block `i`. Each rank posts a receive from every
-//! other rank, then sends to rank `me + 1`, `me + 2`, ... in turn (the pairwise order of
+//! Alltoall: rank `i`'s block `j` to rank `j`'s block `i`. Small whole vectors of the plain
+//! alltoall go through the exchange slots; otherwise (and for every alltoallv) each block goes
+//! by the pair exchange: a block of at most its slot size by one RDMA write into the
+//! receiver's slot for the sender, a longer one by message (the receiver posts its receives
+//! first, the sender sends to rank `me + 1`, `me + 2`, ... in turn: the pairwise order of
 //! MPICH and Open MPI, so that no rank is every other's first target).
 
 use std::ops::Range;
+use std::sync::atomic::Ordering;
 
+use rdcoll_offload::p2p::{Context, Source, TagSel};
 use rdcoll_transport::Rank;
+use smallvec::SmallVec;
 
 use super::gather::copy_own;
-use super::{block, carve, one_per_rank, others, refuse, tag, Batch};
+use super::messages::drop_message;
+use super::{block, carve, one_per_rank, others, tag, Batch};
 use crate::agreement::{Call, CallKind};
-use crate::error::Result;
-use crate::reduce::exchange::Kind;
-use crate::Collectives;
+use crate::error::{CollError, Result};
+use crate::progress::Waiter;
+use crate::reduce::exchange::{Exchange, Kind, PairOp};
+use crate::{Collectives, Puts};
 
 impl Collectives {
     /// Alltoall with blocks of `block` bytes (`send` and `recv` hold `size` of them, the same
@@ -53,6 +61,9 @@ impl Collectives {
         self.alltoallv_unchecked(send, send_parts, recv, recv_parts)
     }
 
+    /// The pair exchange (`reduce::exchange::pairs`): blocks of at most its slot size go
+    /// by one RDMA write each, longer ones by message behind a marker in the slot; the receives
+    /// of the blocks this rank expects by message are posted before anything is written.
     fn alltoallv_unchecked(
         &self,
         send: &[u8],
@@ -61,35 +72,168 @@ impl Collectives {
         recv_parts: &[Range<usize>],
     ) -> Result<()> {
         let w = &self.waiter;
-        let (me, n) = (w.rank(), w.size());
-        let checked = self
-            .usable()
-            .and_then(|()| one_per_rank(send_parts, n, "alltoallv's send"))
+        let n = w.size();
+        let checked = one_per_rank(send_parts, n, "alltoallv's send")
             .and_then(|()| one_per_rank(recv_parts, n, "alltoallv's receive"))
             .and_then(|()| {
                 let outgoing = (0..n)
                     .map(|r| block(send, &send_parts[r], r))
-                    .collect::<Result<Vec<_>>>()?;
+                    .collect::<Result<SmallVec<[&[u8]; 16]>>>()?;
                 Ok((outgoing, carve(recv, recv_parts)?))
             });
-        let (outgoing, mut blocks) = match checked {
-            Ok(b) => b,
-            Err(e) => {
-                let (to, from) = (others(me, n), others(me, n));
-                return Err(refuse(w, self.context, tag::ALLTOALL, to, from, e));
+        self.with_exchange(|ex, puts| {
+            let op = ex.begin_pairs();
+            let pairs = Pairs {
+                w,
+                context: self.context,
+                ex,
+                puts,
+                op,
+                batch: Batch::new(w, self.context),
+                tag: tag::ALLTOALLV[op.set()],
+            };
+            match checked {
+                Ok((outgoing, blocks)) => pairs.run(&outgoing, blocks),
+                Err(e) => pairs.refuse().map(|()| Err(e)),
             }
-        };
+        })
+    }
+}
+
+/// One alltoallv through the pair exchange.
+struct Pairs<'a, 'b> {
+    w: &'b Waiter,
+    context: Context,
+    ex: &'a mut Exchange,
+    puts: &'a mut Puts,
+    op: PairOp,
+    batch: Batch<'b>,
+    tag: u32,
+}
+
+impl<'b> Pairs<'_, 'b> {
+    /// Moves the blocks: the outer error is the exchange's (it breaks the communicator), the
+    /// inner one a block's. A block whose way the two ends see differently is a `Mismatch`,
+    /// and nothing is left behind for the next operation: a receive posted for a message that
+    /// will not come is withdrawn, a message that came instead of a block in the slot is taken.
+    fn run(mut self, outgoing: &[&'b [u8]], mut blocks: Vec<&'b mut [u8]>) -> Result<Result<()>> {
+        let (me, n) = (self.w.rank(), self.w.size());
+        let limit = self.ex.pair_max();
+        let lens: SmallVec<[usize; 16]> = blocks.iter().map(|b| b.len()).collect();
         let own = std::mem::take(&mut blocks[me as usize]);
-        let mut batch = Batch::new(w, self.context);
-        for (r, b) in blocks.into_iter().enumerate() {
-            if r as Rank != me {
-                batch.recv(b, r as Rank, tag::ALLTOALL);
+        for r in others(me, n) {
+            if lens[r as usize] > limit {
+                self.batch
+                    .recv(std::mem::take(&mut blocks[r as usize]), r, self.tag);
             }
         }
+        let in_slot = |r: usize| Some(outgoing[r]).filter(|d| d.len() <= limit);
+        self.ex
+            .publish_pairs(self.w, self.puts, self.op, &in_slot)?;
         for r in others(me, n) {
-            batch.send(outgoing[r as usize], r, tag::ALLTOALL);
+            if outgoing[r as usize].len() > limit {
+                self.batch.send(outgoing[r as usize], r, self.tag);
+            }
         }
+        // While the peers' blocks are on their way.
         let copied = copy_own(own, outgoing[me as usize]);
-        batch.finish().and(copied)
+        let mut mismatch = None;
+        for r in (0..n as Rank).filter(|&r| r != me) {
+            let want = lens[r as usize];
+            let sent = if want <= limit {
+                let block = &mut blocks[r as usize];
+                let mut sent = 0;
+                let in_slot = self.ex.await_pair(
+                    self.w,
+                    self.op,
+                    r,
+                    &after_64_calls(|| self.message_waiting(r)),
+                    &mut |d| {
+                        sent = d.len();
+                        if sent == want {
+                            block.copy_from_slice(d);
+                        }
+                    },
+                )?;
+                if in_slot {
+                    sent
+                } else {
+                    drop_message(self.w, self.context, self.tag, r).unwrap_or(0)
+                }
+            } else {
+                let flag = self.ex.pair_flag(self.op, r);
+                match self
+                    .batch
+                    .wait_recv_or(r, &|| flag.load(Ordering::Acquire) != 0)
+                {
+                    Some(Ok(())) => want,
+                    Some(Err(e)) => {
+                        mismatch.get_or_insert(e);
+                        want
+                    }
+                    None => {
+                        let mut sent = 0;
+                        self.ex
+                            .take_pair(self.w, self.op, r, &mut |d| sent = d.len())?;
+                        sent
+                    }
+                }
+            };
+            if sent != want {
+                mismatch.get_or_insert_with(|| {
+                    CollError::Mismatch(format!(
+                        "rank {r} sent {sent} bytes where {want} were expected"
+                    ))
+                });
+            }
+        }
+        let finished = self.batch.finish();
+        Ok(mismatch.map_or(finished, Err).and(copied))
+    }
+
+    /// Takes part without data (this rank's arguments are wrong): an empty message to every
+    /// peer, which then reports a `Mismatch`, and every peer's block taken and dropped, from
+    /// its slot or as a message, whichever comes.
+    fn refuse(mut self) -> Result<()> {
+        let (me, n) = (self.w.rank(), self.w.size());
+        self.ex
+            .publish_pairs(self.w, self.puts, self.op, &|_| None)?;
+        for r in others(me, n) {
+            self.batch.send(&[], r, self.tag);
+        }
+        for r in (0..n as Rank).filter(|&r| r != me) {
+            let waiting = || self.message_waiting(r);
+            if !self
+                .ex
+                .await_pair(self.w, self.op, r, &waiting, &mut |_| {})?
+            {
+                drop_message(self.w, self.context, self.tag, r);
+            }
+        }
+        if let Err(e) = self.batch.finish() {
+            tracing::debug!("a refused alltoallv's empty messages: {e}");
+        }
+        Ok(())
+    }
+
+    /// Whether a message of this operation from rank `from` is waiting to be received.
+    fn message_waiting(&self, from: Rank) -> bool {
+        let source = Source::Rank(self.w.fabric_rank(from));
+        let found = self
+            .w
+            .engine()
+            .iprobe(source, TagSel::Value(self.tag), self.context);
+        matches!(found, Ok(Some(_)))
+    }
+}
+
+/// `false` for the first 64 calls, then `look()` at every call: a check too costly for the
+/// polls of a wait that normally ends within a few, made at every look once the wait goes on
+/// (a sleeping wait is woken by what arrives, so each later call may be the one to see it).
+fn after_64_calls(look: impl Fn() -> bool) -> impl Fn() -> bool {
+    let calls = std::cell::Cell::new(0u32);
+    move || {
+        calls.set(calls.get().saturating_add(1));
+        calls.get() > 64 && look()
     }
 }

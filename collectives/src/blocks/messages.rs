@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use rdcoll_offload::p2p::{Context, Group, ReqId, Source, Started, TagSel};
+use rdcoll_offload::p2p::{Context, Group, ReqId, Source, Started, Status, TagSel};
 use rdcoll_offload::OffloadError;
 use rdcoll_transport::Rank;
 
@@ -20,9 +20,11 @@ pub(crate) mod tag {
     pub(crate) const GATHER: u32 = 0xC011_0101;
     pub(crate) const SCATTER: u32 = 0xC011_0102;
     pub(crate) const ALLGATHER: u32 = 0xC011_0103;
-    pub(crate) const ALLTOALL: u32 = 0xC011_0104;
     pub(crate) const REDUCE_SCATTER: u32 = 0xC011_0105;
     pub(crate) const SCAN: u32 = 0xC011_0106;
+    /// alltoallv's blocks that go by message, by the pair exchange's slot set (alternate
+    /// operations, alternate tags).
+    pub(crate) const ALLTOALLV: [u32; 2] = [0xC011_0107, 0xC011_0108];
 }
 
 /// A receive in flight: from whom, and the length it must bring.
@@ -105,6 +107,31 @@ impl<'b> Batch<'b> {
         }
     }
 
+    /// Waits for the receive posted from `from`, unless `instead()` turns true first: then
+    /// the receive is withdrawn (its message will not come) and the answer is `None`. A
+    /// receive that completes is the batch's no more: its result is returned (a length other
+    /// than the block's is a `Mismatch`).
+    pub(crate) fn wait_recv_or(
+        &mut self,
+        from: Rank,
+        instead: &dyn Fn() -> bool,
+    ) -> Option<Result<()>> {
+        let i = self.recvs.iter().position(|p| p.peer == from)?;
+        let engine = self.w.engine();
+        match engine.wait_unless(self.recvs[i].id, instead) {
+            Ok(Some(st)) => Some(received(&self.recvs.swap_remove(i), Ok(st))),
+            Ok(None) => {
+                let p = self.recvs.swap_remove(i);
+                // Withdrawn: cancelled, or (had it matched after all) complete.
+                if let Err(e) = engine.cancel(p.id).and_then(|_| engine.wait(p.id)) {
+                    tracing::debug!("a withdrawn receive from rank {from} ended in: {e}");
+                }
+                None
+            }
+            Err(e) => Some(received(&self.recvs.swap_remove(i), Err(e))),
+        }
+    }
+
     fn fail(&mut self, e: CollError) {
         self.failed.get_or_insert(e);
     }
@@ -115,19 +142,7 @@ impl<'b> Batch<'b> {
         let engine = self.w.engine();
         let recvs = std::mem::take(&mut self.recvs);
         for p in recvs {
-            let got = match engine.wait(p.id) {
-                Ok(st) if st.len == p.len => Ok(()),
-                Ok(st) => Err(CollError::Mismatch(format!(
-                    "rank {} sent {} bytes where {} were expected",
-                    p.peer, st.len, p.len
-                ))),
-                Err(OffloadError::Truncated { len, .. }) => Err(CollError::Mismatch(format!(
-                    "rank {} sent {len} bytes where {} were expected",
-                    p.peer, p.len
-                ))),
-                Err(e) => Err(e.into()),
-            };
-            if let Err(e) = got {
+            if let Err(e) = received(&p, engine.wait(p.id)) {
                 self.fail(e);
             }
         }
@@ -141,6 +156,22 @@ impl<'b> Batch<'b> {
             Some(e) => Err(e),
             None => Ok(()),
         }
+    }
+}
+
+/// What a completed receive `p` gives: a length other than the block's is a `Mismatch`.
+fn received(p: &Posted, got: std::result::Result<Status, OffloadError>) -> Result<()> {
+    match got {
+        Ok(st) if st.len == p.len => Ok(()),
+        Ok(st) => Err(CollError::Mismatch(format!(
+            "rank {} sent {} bytes where {} were expected",
+            p.peer, st.len, p.len
+        ))),
+        Err(OffloadError::Truncated { len, .. }) => Err(CollError::Mismatch(format!(
+            "rank {} sent {len} bytes where {} were expected",
+            p.peer, p.len
+        ))),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -180,24 +211,56 @@ pub(crate) fn refuse(
         }
     }
     for r in recv_from {
-        let from = Source::Rank(w.fabric_rank(r));
-        let dropped = engine
-            .probe(from, TagSel::Value(tag), context)
-            .and_then(|st| {
-                let mut scratch = vec![0u8; st.len];
-                engine.recv_into(&mut scratch, from, TagSel::Value(tag), context)
-            });
-        if let Err(e) = dropped {
-            tracing::debug!("rank {r}'s block for a refused collective was lost: {e}");
-        }
+        let _ = drop_message(w, context, tag, r);
     }
     why
+}
+
+/// Receives and drops rank `from`'s next message on `tag` (a block this rank cannot take);
+/// its length.
+pub(crate) fn drop_message(w: &Waiter, context: Context, tag: u32, from: Rank) -> Option<usize> {
+    let engine = w.engine();
+    let source = Source::Rank(w.fabric_rank(from));
+    let dropped = engine
+        .probe(source, TagSel::Value(tag), context)
+        .and_then(|st| {
+            let mut scratch = vec![0u8; st.len];
+            engine.recv_into(&mut scratch, source, TagSel::Value(tag), context)
+        });
+    match dropped {
+        Ok(st) => Some(st.len),
+        Err(e) => {
+            tracing::debug!("rank {from}'s block for a collective this rank refused was lost: {e}");
+            None
+        }
+    }
 }
 
 /// Splits `buf` into the disjoint blocks `parts` (one per rank, in rank order): an error if
 /// one runs past the buffer or two overlap.
 pub(crate) fn carve<'a>(buf: &'a mut [u8], parts: &[Range<usize>]) -> Result<Vec<&'a mut [u8]>> {
     let len = buf.len();
+    // Blocks in rank order (the common layout): split as they come, nothing to sort.
+    let mut end = 0usize;
+    let in_order = parts.iter().all(|p| {
+        let fits = end <= p.start && p.start <= p.end && p.end <= len;
+        end = p.end;
+        fits
+    });
+    if in_order {
+        let mut rest = buf;
+        let mut at = 0usize;
+        return Ok(parts
+            .iter()
+            .map(|p| {
+                let (_, tail) = std::mem::take(&mut rest).split_at_mut(p.start - at);
+                let (block, tail) = tail.split_at_mut(p.end - p.start);
+                rest = tail;
+                at = p.end;
+                block
+            })
+            .collect());
+    }
     let mut order: Vec<usize> = (0..parts.len()).collect();
     order.sort_by_key(|&r| (parts[r].start, parts[r].end));
     let mut out: Vec<Option<&'a mut [u8]>> = (0..parts.len()).map(|_| None).collect();

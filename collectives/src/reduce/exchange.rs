@@ -21,6 +21,9 @@ use crate::progress::Waiter;
 use crate::reduce::op::Reducer;
 use crate::Puts;
 
+mod pairs;
+pub(crate) use pairs::PairOp;
+
 /// Bytes after a slot's data: its length (4), the operation's kind (1), padding (2), the
 /// counter byte (1).
 const TRAILER: usize = 8;
@@ -37,6 +40,8 @@ pub(crate) enum Kind {
     Scan,
     /// The comparison of the ranks' calls (`RDCOLL_CHECK_COLLECTIVES`).
     Agreement,
+    /// A pair exchange (`alltoallv`): each rank's own block for each other rank.
+    Pairs,
 }
 
 /// One communicator's exchange slots.
@@ -48,19 +53,27 @@ pub(crate) struct Exchange {
     /// For each set, the writes issued when it was last written from (a backend whose puts
     /// complete later must be done with them before the slot is written again).
     issued: [u64; 2],
+    /// The pair exchange's outgoing slots (after the two sets): one per rank, of this stride.
+    pair_stride: usize,
+    /// The writes issued when the outgoing slots were last written from.
+    pairs_issued: u64,
 }
 
 impl Exchange {
-    /// Registers two sets of `n` slots of `cap` bytes. Collective.
+    /// Registers two sets of `n` slots of `cap` bytes, and the pair exchange's `n` outgoing
+    /// slots. Collective.
     pub(crate) fn new(w: &Waiter, context: Context, cap: usize) -> Result<Exchange> {
         let n = w.size();
         let stride = (cap + TRAILER).next_multiple_of(64);
+        let pair_stride = (pairs::PAIR_MAX.min(cap) + TRAILER).next_multiple_of(64);
         Ok(Exchange {
-            area: Area::new(w, context, 2 * n * stride)?,
+            area: Area::new(w, context, n * (2 * stride + pair_stride))?,
             stride,
             n,
             count: 0,
             issued: [0; 2],
+            pair_stride,
+            pairs_issued: 0,
         })
     }
 
@@ -294,7 +307,15 @@ impl Exchange {
                 head[4]
             )));
         }
-        Ok(u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize)
+        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        if len > self.capacity() {
+            return Err(CollError::Mismatch(format!(
+                "rank {from}'s contribution says {len} bytes, more than the {}-byte slots \
+                 (different settings?)",
+                self.capacity()
+            )));
+        }
+        Ok(len)
     }
 
     /// Waits for rank `from`'s contribution (operation `counter`) and checks its length.

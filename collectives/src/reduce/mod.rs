@@ -188,6 +188,15 @@ impl Collectives {
         })
     }
 
+    /// Runs `f` on the exchange slots (set up if need be) and the communicator's puts, as a
+    /// guarded collective step (see `with_reduction`).
+    pub(crate) fn with_exchange<T>(
+        &self,
+        f: impl FnOnce(&mut exchange::Exchange, &mut crate::Puts) -> Result<Result<T>>,
+    ) -> Result<T> {
+        self.with_reduction(|state, puts| f(&mut state.exchange, puts))
+    }
+
     /// A gather of small blocks through the reduction slots (`out`: the root's receive buffer,
     /// `None` elsewhere): the other ranks write and return; see `DegreeKSlots::gather`.
     pub(crate) fn slots_gather(

@@ -485,16 +485,25 @@ impl Engine {
     /// sender waits behind its own unreceived messages is withdrawn with
     /// [`OffloadError::SenderBlocked`].
     pub fn wait(&self, id: ReqId) -> Result<Status> {
+        self.wait_unless(id, &|| false)?
+            .ok_or_else(|| invalid(format!("the wait for {id:?} ended without it")))
+    }
+
+    /// [`wait`](Engine::wait), unless `instead()` turns true first (it is asked at every look,
+    /// so it must be cheap): then `None`, the request still in flight. A wake-up of the
+    /// fabric (a peer's flagged write, for one) makes it look again.
+    pub fn wait_unless(&self, id: ReqId, instead: &dyn Fn() -> bool) -> Result<Option<Status>> {
         // Often done already (a window of requests waited for one by one): no progress
         // pass for it, which would poll the fabric and drain events once per request.
         if let Some(s) = self.test_locked(&mut self.inner.lock(), id)? {
-            return Ok(s);
+            return Ok(Some(s));
         }
         let mut backoff = Backoff::default();
         let mut looks = 0u32;
         loop {
             match self.test(id) {
-                Ok(Some(s)) => return Ok(s),
+                Ok(Some(s)) => return Ok(Some(s)),
+                Ok(None) if instead() => return Ok(None),
                 Ok(None) => {}
                 // A failed progress pass leaves the request in flight, its buffer still lent
                 // to the NI: the wait goes on (the request ends with its message or with its
