@@ -182,7 +182,7 @@ fn report_quiet_failure(st: &mut State, op: u64, target: Rank, fail: NiFail) {
         return;
     };
     let (eq, opts) = (md.eq, md.opts);
-    let mut ev = Event::simple(EventKind::Ack, None, target, 0);
+    let mut ev = Event::simple(EventKind::Ack, None, target, opts.quiet_user_ptr);
     ev.fail = fail;
     st.post(eq, ev);
     if opts.ct.is_some() {

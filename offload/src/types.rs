@@ -206,6 +206,10 @@ pub struct MdOptions {
     pub ct_bytes: bool,
     /// No SEND events (`PTL_MD_EVENT_SEND_DISABLE`); failures are still reported.
     pub event_send_disable: bool,
+    /// The `user_ptr` of the ACK event that reports the failure of a put that asked for no
+    /// acknowledgement: such a put leaves no record behind and the target's answer names only
+    /// the descriptor, so the descriptor says whose puts it carries (0 by default).
+    pub quiet_user_ptr: u64,
 }
 
 /// What acknowledgement a put asks for.

@@ -580,7 +580,15 @@ fn an_entry_with_ack_disable_gets_no_ack_event_at_the_initiator() {
 fn a_dropped_put_is_seen_by_the_initiator_even_without_an_ack_request() {
     let j = job();
     let ct = j.ini.ct_alloc().unwrap();
-    let md = j.md(b"lost", Some(ct));
+    let r = j.ini.fabric().alloc_region(4).unwrap();
+    r.write(0, b"lost").unwrap();
+    let opts = MdOptions {
+        ct: Some(ct),
+        ct_ack: true,
+        quiet_user_ptr: 77,
+        ..MdOptions::default()
+    };
+    let md = j.ini.md_bind(r, Some(j.ini_eq), opts).unwrap();
     let mut put = j.put_args(md, 4, 1, 0);
     put.ack_req = AckReq::None;
     j.ini.put(put).unwrap();
@@ -588,6 +596,8 @@ fn a_dropped_put_is_seen_by_the_initiator_even_without_an_ack_request() {
     let evs = j.ini_events();
     assert_eq!(kinds(&evs), [EventKind::Send, EventKind::Ack]);
     assert_eq!(evs[1].fail, NiFail::Dropped);
+    // The put left no record: its descriptor names whose it was.
+    assert_eq!(evs[1].user_ptr, 77);
     assert_eq!(j.ini.ct_get(ct).unwrap().failure, 1);
 }
 

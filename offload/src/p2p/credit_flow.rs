@@ -4,7 +4,7 @@
 
 use rdcoll_transport::{Rank, Region};
 
-use super::{recv, Engine, Req, ReqId, Source, CREDIT, EAGER};
+use super::{recv, Engine, Req, ReqId, Source, CREDIT};
 use crate::error::{OffloadError, Result};
 use crate::types::{AckReq, EqHandle, List, MatchId, MeOptions, MeSpec, PtIndex, PutArgs};
 use crate::Ni;
@@ -49,7 +49,7 @@ impl Engine {
         self.credits.take_due(&mut due);
         for (peer, total) in due {
             let a = PutArgs {
-                md: self.eager_md,
+                md: self.credit_md,
                 local_offset: 0,
                 len: 0,
                 ack_req: AckReq::None,
@@ -57,7 +57,7 @@ impl Engine {
                 pt: self.pt_credit,
                 match_bits: 0,
                 remote_offset: 0,
-                user_ptr: EAGER,
+                user_ptr: CREDIT,
                 hdr_data: total,
             };
             if let Err(e) = self.ni.put_inline_unsignalled(a, &[]) {

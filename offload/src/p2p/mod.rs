@@ -116,6 +116,9 @@ pub struct Engine {
     waiting_headers: Arc<std::sync::atomic::AtomicUsize>,
     /// Events and counts of eager puts (their payload is passed inline).
     eager_md: MdHandle,
+    /// The credit returns' descriptor: a return that fails (its sender has gone) reports
+    /// nothing, where a failed eager message is an error (`dispatch`).
+    credit_md: MdHandle,
     /// The region probes name (they deposit nothing).
     probe_region: Region,
     cfg: P2pConfig,
@@ -195,9 +198,18 @@ impl Engine {
         let waiting_headers = ni.track_waiting_senders(pt_msg, bits::SENDER_WAITS)?;
         let eager_opts = MdOptions {
             event_send_disable: true,
+            // Every put on it is an eager message, a rendezvous header or a credit return:
+            // a failed one is seen in `dispatch` as the delivery failure of an eager message.
+            quiet_user_ptr: EAGER,
             ..MdOptions::default()
         };
         let eager_md = ni.md_bind(probe_region.clone(), Some(eq), eager_opts)?;
+        let credit_opts = MdOptions {
+            event_send_disable: true,
+            quiet_user_ptr: CREDIT,
+            ..MdOptions::default()
+        };
+        let credit_md = ni.md_bind(probe_region.clone(), Some(eq), credit_opts)?;
         for _ in 0..BOUNCE_BUFFERS {
             let spec = MeSpec {
                 region: fabric.alloc_region(BOUNCE_BYTES)?,
@@ -229,6 +241,7 @@ impl Engine {
             credits: credits::Credits::new(fabric.size(), cfg.unexpected_max as u64),
             waiting_headers,
             eager_md,
+            credit_md,
             probe_region,
             rndv_chunk: cfg.rndv_chunk.into(),
             rndv_credits: cfg.rndv_credits.into(),
