@@ -62,8 +62,8 @@ impl Collectives {
     }
 
     /// The pair exchange (`reduce::exchange::pairs`): blocks of at most its slot size go
-    /// by one RDMA write each, longer ones by message behind a marker in the slot; the receives
-    /// of the blocks this rank expects by message are posted before anything is written.
+    /// by one RDMA write each, longer ones by message; the receives of the blocks this rank
+    /// expects by message are posted before anything is written.
     fn alltoallv_unchecked(
         &self,
         send: &[u8],

@@ -41,6 +41,8 @@ impl State {
         }
         for _ in 0..DRAIN_BUDGET {
             let Some(c) = self.prov.next_completion()? else {
+                // Everything that arrived is in: a peer found unreachable is failed now.
+                self.fail_unreachable();
                 break;
             };
             if let Some(lent) = self.on_completion(c, lend) {
@@ -65,7 +67,7 @@ impl State {
             self.free_slots.push(i);
             if c.err != 0 {
                 let dest = self.slots[i].dest;
-                self.fail_peer(dest);
+                self.lose_peer(dest);
             }
             self.flush();
             return None;
@@ -81,7 +83,7 @@ impl State {
             // receive buffer, which is not reposted before the message is handled.
             let bytes = unsafe { std::slice::from_raw_parts(c.buf, c.len) };
             match wire::parse(bytes) {
-                Some(m) if (m.src as usize) < self.size && !self.is_failed(m.src) => {
+                Some(m) if (m.src as usize) < self.size && !self.gone[m.src as usize] => {
                     let src = m.src as usize;
                     self.last_heard[src] = Instant::now();
                     if m.seq == self.recv_seq[src] {
@@ -200,7 +202,7 @@ impl State {
                 })
             }
             _ => {
-                self.fail_peer(req.dest);
+                self.lose_peer(req.dest);
                 Err(TransportError::PeerFailed(req.dest))
             }
         };

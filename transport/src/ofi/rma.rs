@@ -264,7 +264,7 @@ impl State {
             }
             Err(e) => {
                 tracing::warn!(rank = self.rank, dest, error = %e, "ofi one-sided post failed");
-                self.fail_peer(dest);
+                self.lose_peer(dest);
                 self.graveyard.push(req.region);
                 true
             }

@@ -118,6 +118,13 @@ pub(crate) struct State {
     /// Number of the next message to each peer, and expected next from each peer.
     pub(crate) send_seq: Vec<u64>,
     pub(crate) recv_seq: Vec<u64>,
+    /// Peers whose failure has been delivered (`fail_peer`): nothing more is taken from them.
+    /// A peer that is failed (`is_failed`, every operation to it fails) but not gone yet was
+    /// found unreachable by a send, and what it sent before may still be coming
+    /// (`lose_peer`).
+    pub(crate) gone: Vec<bool>,
+    /// How many peers are failed but not gone.
+    pub(crate) losing: usize,
     /// Messages that arrived ahead of their turn, per sender, and how many in all.
     pub(crate) stash: Vec<BTreeMap<u64, Vec<u8>>>,
     pub(crate) stashed: usize,
@@ -163,6 +170,8 @@ impl State {
             last_heard: vec![Instant::now(); size],
             send_seq: vec![0; size],
             recv_seq: vec![0; size],
+            gone: vec![false; size],
+            losing: 0,
             stash: (0..size).map(|_| BTreeMap::new()).collect(),
             stashed: 0,
             next_token: 1,
@@ -305,7 +314,7 @@ impl State {
         match r {
             Err(e) => {
                 tracing::warn!(rank = self.rank, dest, error = %e, "ofi send failed");
-                self.fail_peer(dest);
+                self.lose_peer(dest);
                 Err(TransportError::PeerFailed(dest))
             }
             ok => ok,
@@ -357,12 +366,51 @@ impl State {
         }
     }
 
-    /// Declares `rank` failed: once, with every operation that involves it failed too.
-    pub(crate) fn fail_peer(&mut self, rank: Rank) {
+    /// A send or one-sided operation to `rank` failed: the peer has gone, or its connection
+    /// has. It is failed for everything sent to it from now on, but messages it sent before may
+    /// still be on their way up the provider (a departed peer's last ones, ahead of its
+    /// farewell): its failure is delivered by its farewell, or by the first drain that finds
+    /// the completion queue empty (`fail_unreachable`), so that they are not dropped.
+    pub(crate) fn lose_peer(&mut self, rank: Rank) {
         if rank == self.rank || self.failed[rank as usize].swap(true, Ordering::AcqRel) {
             return;
         }
+        tracing::debug!(rank = self.rank, peer = rank, "ofi peer unreachable");
+        self.losing += 1;
+        self.fail_outgoing(rank);
+    }
+
+    /// Delivers the failure of the peers found unreachable (the completion queue is drained).
+    pub(crate) fn fail_unreachable(&mut self) {
+        if self.losing == 0 {
+            return;
+        }
+        for rank in 0..self.size as Rank {
+            if self.is_failed(rank) && !self.gone[rank as usize] {
+                self.fail_peer(rank);
+            }
+        }
+    }
+
+    /// Declares `rank` failed and delivers its failure: once, with every operation that
+    /// involves it failed too.
+    pub(crate) fn fail_peer(&mut self, rank: Rank) {
+        if rank == self.rank || std::mem::replace(&mut self.gone[rank as usize], true) {
+            return;
+        }
         tracing::debug!(rank = self.rank, peer = rank, "ofi peer failed");
+        if self.failed[rank as usize].swap(true, Ordering::AcqRel) {
+            self.losing -= 1;
+        }
+        self.fail_outgoing(rank);
+        self.stashed -= self.stash[rank as usize].len();
+        self.stash[rank as usize].clear();
+        self.events.push(Event::PeerFailed { rank });
+        self.events.wake_all();
+    }
+
+    /// Fails every operation to `rank` and drops what waits to go to it.
+    fn fail_outgoing(&mut self, rank: Rank) {
         let doomed: Vec<u64> = self
             .ops
             .iter()
@@ -386,8 +434,6 @@ impl State {
         self.queued -= self.outbox[rank as usize].len();
         self.outbox[rank as usize].clear();
         self.writes_in_flight[rank as usize] = 0;
-        self.stashed -= self.stash[rank as usize].len();
-        self.stash[rank as usize].clear();
         self.remote.retain(|k, _| k.0 != rank);
         let mut closable = Vec::new();
         for (key, mr) in self.local.iter_mut() {
@@ -400,8 +446,6 @@ impl State {
         for key in closable {
             self.close_local(key);
         }
-        self.events.push(Event::PeerFailed { rank });
-        self.events.wake_all();
     }
 
     /// Closes the registration of a retired region.
