@@ -432,9 +432,13 @@ pub(super) fn check(
         Ok(v) => v,
         Err(e) => return Some(Err(e)),
     };
-    // Everything fetched is success, whatever the receiver did afterwards.
+    // Everything fetched is success, whatever the receiver did afterwards. A receiver that
+    // has gone fails the send only once the agent has taken in what it sent before (the
+    // notices of its last fetches), as for a receive (`recv::peer_gone`).
     let fetched = value.success >= s.gets && value.failure == 0;
-    let failed = !fetched && (value.failure > 0 || engine.ni.fabric().is_failed(s.dest));
+    let failed = !fetched
+        && (value.failure > 0
+            || (engine.ni.fabric().is_failed(s.dest) && engine.ni.peer_failed(s.dest)));
     if !fetched && !failed {
         return None;
     }
