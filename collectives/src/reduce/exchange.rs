@@ -82,6 +82,27 @@ impl Exchange {
         self.stride - TRAILER
     }
 
+    /// Lays out `data` and its trailer (length, kind) at `at` of this rank's area, as a write
+    /// of `data.len() + TRAILER - 1` bytes from there carries them (the write adds the counter
+    /// byte as its flag).
+    ///
+    /// # Safety
+    /// No peer writes those bytes, and no write out of them is in flight.
+    unsafe fn stage(&self, at: usize, data: &[u8], kind: Kind) -> Result<()> {
+        let m = data.len();
+        // SAFETY: passed on from the caller.
+        unsafe {
+            self.area
+                .local()
+                .with_bytes_mut(at, m + TRAILER - 1, |out| {
+                    out[..m].copy_from_slice(data);
+                    out[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
+                    out[m + 4] = kind as u8;
+                })
+        }?;
+        Ok(())
+    }
+
     /// Where rank `from`'s data of `m` bytes and its trailer sit in slot set `set`.
     fn place(&self, set: usize, from: usize, m: usize) -> (usize, usize) {
         let trailer = (set * self.n + from) * self.stride + self.stride - TRAILER;
@@ -117,13 +138,7 @@ impl Exchange {
         }
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
-        unsafe {
-            local.with_bytes_mut(data, m + TRAILER - 1, |out| {
-                out[..m].copy_from_slice(acc);
-                out[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
-                out[m + 4] = Kind::Allreduce as u8;
-            })
-        }?;
+        unsafe { self.stage(data, acc, Kind::Allreduce) }?;
         for r in (0..self.n).filter(|&r| r != me) {
             puts.put(
                 w,
@@ -211,13 +226,7 @@ impl Exchange {
         }
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
-        unsafe {
-            local.with_bytes_mut(data, m + TRAILER - 1, |out| {
-                out[..m].copy_from_slice(mine);
-                out[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
-                out[m + 4] = kind as u8;
-            })
-        }?;
+        unsafe { self.stage(data, mine, kind) }?;
         for r in (0..self.n).filter(|&r| r != me) {
             puts.put(
                 w,

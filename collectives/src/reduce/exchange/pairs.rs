@@ -81,13 +81,7 @@ impl Exchange {
             let staged = 2 * self.n * self.stride + (r + 1) * self.pair_stride - TRAILER - m;
             // SAFETY: this rank's outgoing slot for `r`, in the part of its area no peer
             // writes; no write out of it is in flight (all are complete, just above).
-            unsafe {
-                local.with_bytes_mut(staged, m + TRAILER - 1, |buf| {
-                    buf[..m].copy_from_slice(block);
-                    buf[m..m + 4].copy_from_slice(&(m as u32).to_le_bytes());
-                    buf[m + 4] = Kind::Pairs as u8;
-                })
-            }?;
+            unsafe { self.stage(staged, block, Kind::Pairs) }?;
             let (at, _) = self.place(op.set, me, m);
             puts.put(
                 w,
