@@ -6,7 +6,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use rdcoll_transport::{Rank, Region, TransportError};
 
 use super::bits::{self, Header};
-use super::{Context, Engine, Req, ReqId, Status, EAGER};
+use super::{Context, Engine, Req, ReqId, Source, Status, EAGER};
 use crate::error::{invalid, OffloadError, Result};
 use crate::types::{
     AckReq, CtHandle, List, MatchId, MeCounting, MeHandle, MeOptions, MeSpec, PutArgs,
@@ -437,8 +437,7 @@ pub(super) fn check(
     // notices of its last fetches), as for a receive (`recv::peer_gone`).
     let fetched = value.success >= s.gets && value.failure == 0;
     let failed = !fetched
-        && (value.failure > 0
-            || (engine.ni.fabric().is_failed(s.dest) && engine.ni.peer_failed(s.dest)));
+        && (value.failure > 0 || super::recv::peer_gone(engine, Source::Rank(s.dest)).is_some());
     if !fetched && !failed {
         return None;
     }
