@@ -2,7 +2,9 @@
 //! messages on the communicator's collective context: gather(v), scatter(v), allgather(v),
 //! alltoall(v), reduce_scatter and scan / exscan. Each rank posts every receive of its part
 //! first and then sends, so no step waits for a peer to post, and long blocks go by the
-//! receiver-driven rendezvous (the receiver pulls; nothing is staged). Results are exact:
+//! receiver-driven rendezvous (the receiver pulls; nothing is staged). Small blocks go through
+//! the exchange slots of the small allreduce instead (`reduce::exchange`, and its pair
+//! exchange for alltoallv), one RDMA write per peer. Results are exact:
 //! reductions combine contributions in an order fixed by the ranks' ids.
 
 mod allgather;
