@@ -106,6 +106,47 @@ fn dropping_the_last_handle_to_caller_memory_waits_for_copies_inside_it() {
 }
 
 #[test]
+fn deregistering_caller_memory_waits_for_a_hold_on_it() {
+    let table = RegionTable::new(0, 4);
+    let mut mem = vec![7u8; 64];
+    let ptr = NonNull::new(mem.as_mut_ptr()).unwrap();
+    let r = table
+        .insert(|key, p| Ok(Region::from_raw(0, key, ptr, 64, Backing::External, p)))
+        .unwrap();
+    assert!(r.hold(32, 33).is_err(), "the range is checked");
+    let held = r.hold(16, 32).unwrap();
+    assert_eq!(held.len(), 32);
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let owner = std::thread::spawn(move || {
+        r.deregister();
+        done_tx.send(()).unwrap();
+        r
+    });
+    // The hold outlives any scheduling delay of the owner's thread: its deregistration waits.
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(done.try_recv().is_err(), "deregistered under a hold");
+    // SAFETY: 32 bytes inside `mem`, held alive by the hold.
+    let first = unsafe { *held.as_ptr() };
+    assert_eq!(first, 7);
+    drop(held);
+    done.recv().unwrap();
+    let r = owner.join().unwrap();
+    assert!(r.hold(0, 1).is_err(), "no hold on deregistered memory");
+    drop(mem);
+}
+
+#[test]
+fn a_hold_keeps_fabric_memory_until_it_ends() {
+    let table = RegionTable::new(0, 4);
+    let r = alloc(&table, 16);
+    r.write(0, &[9; 16]).unwrap();
+    let held = r.hold(8, 8).unwrap();
+    drop(r);
+    // SAFETY: 8 bytes of the region, whose memory the hold keeps.
+    assert_eq!(unsafe { *held.as_ptr() }, 9);
+}
+
+#[test]
 fn deregister_blocks_peer_access() {
     let table = RegionTable::new(0, 4);
     let r = alloc(&table, 16);

@@ -454,28 +454,27 @@ fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) 
     let mut chunk_off = 0;
     loop {
         let n = (len - chunk_off).min(CHUNK);
-        let frame = region.with_range(offset + chunk_off, n, |p| {
-            let head = Frame::GetData {
-                op,
-                chunk_off: chunk_off as u64,
-                status: wire::ST_OK,
-                region_len: 0,
-                data: &[],
-            };
-            // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
-            unsafe { wire::encode_with_raw_data(&head, p, n) }
-        });
+        let head = Frame::GetData {
+            op,
+            chunk_off: chunk_off as u64,
+            status: wire::ST_OK,
+            region_len: 0,
+            data: &[],
+        };
+        let frame = super::out::data_frame(&head, &region, offset + chunk_off, n);
         let frame = frame.unwrap_or_else(|e| {
-            Frame::GetData {
-                op,
-                chunk_off: 0,
-                status: status_of(&e),
-                region_len: 0,
-                data: &[],
-            }
-            .encode()
+            super::out::OutFrame::Bytes(
+                Frame::GetData {
+                    op,
+                    chunk_off: 0,
+                    status: status_of(&e),
+                    region_len: 0,
+                    data: &[],
+                }
+                .encode(),
+            )
         });
-        if sh.enqueue(from, frame).is_err() {
+        if sh.enqueue_frame(from, frame).is_err() {
             return;
         }
         chunk_off += n;

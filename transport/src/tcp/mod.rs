@@ -11,6 +11,7 @@
 
 mod connect;
 mod engine;
+mod out;
 mod pending;
 pub mod wire;
 #[cfg(test)]
@@ -34,19 +35,8 @@ use crate::fabric::Fabric;
 use crate::region::{Region, RegionTable};
 use crate::types::{Event, OpId, PeerCounters, Rank, RemoteAddr};
 use crate::wait::EventQueue;
+use out::{OutFrame, OutQueue};
 use wire::{Frame, CHUNK};
-
-pub(crate) struct OutQueue {
-    frames: std::collections::VecDeque<Vec<u8>>,
-    offset: usize,
-}
-
-impl OutQueue {
-    /// Bytes queued and not yet written to the socket.
-    pub(crate) fn unsent_bytes(&self) -> usize {
-        self.frames.iter().map(Vec::len).sum::<usize>() - self.offset
-    }
-}
 
 pub(crate) struct Peer {
     stream: Option<mio::net::TcpStream>,
@@ -126,10 +116,7 @@ impl TcpFabric {
             };
             peers.push(Peer {
                 stream,
-                out: Mutex::new(OutQueue {
-                    frames: Default::default(),
-                    offset: 0,
-                }),
+                out: Mutex::new(OutQueue::default()),
                 failed: AtomicBool::new(false),
             });
         }
@@ -229,15 +216,19 @@ impl Shared {
 
     /// Queues a frame for `dest` and writes what the socket takes now.
     pub(crate) fn enqueue(&self, dest: Rank, frame: Vec<u8>) -> Result<()> {
+        self.enqueue_frame(dest, OutFrame::Bytes(frame))
+    }
+
+    /// [`enqueue`](Shared::enqueue) for any [`OutFrame`].
+    pub(crate) fn enqueue_frame(&self, dest: Rank, frame: OutFrame) -> Result<()> {
         let peer = &self.peers[dest as usize];
         if peer.failed.load(Ordering::Acquire) {
             return Err(TransportError::PeerFailed(dest));
         }
         let broken = {
             let mut out = peer.out.lock();
-            out.frames.push_back(frame);
             // With older frames queued, the socket is full; its writable edge drains the queue.
-            if out.frames.len() == 1 {
+            if out.push(frame) {
                 self.flush_locked(dest, &mut out).err()
             } else {
                 None
@@ -256,27 +247,10 @@ impl Shared {
         dest: Rank,
         out: &mut OutQueue,
     ) -> std::result::Result<(), String> {
-        use std::io::Write;
         let Some(stream) = self.peers[dest as usize].stream.as_ref() else {
             return Err("no connection".into());
         };
-        let mut w: &mio::net::TcpStream = stream;
-        while let Some(front) = out.frames.front() {
-            match w.write(&front[out.offset..]) {
-                Ok(0) => return Err("connection closed".into()),
-                Ok(n) => {
-                    out.offset += n;
-                    if out.offset == front.len() {
-                        out.frames.pop_front();
-                        out.offset = 0;
-                    }
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Ok(())
+        out.flush(stream)
     }
 
     /// Marks `rank` failed (once), completes its pending operations with `PeerFailed`, reports
@@ -311,9 +285,7 @@ impl Shared {
         if let Some(s) = peer.stream.as_ref() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        let mut out = peer.out.lock();
-        out.frames.clear();
-        out.offset = 0;
+        peer.out.lock().clear();
     }
 }
 
@@ -366,7 +338,7 @@ impl TcpFabric {
                 flag,
                 data: &[],
             };
-            let frame = put_frame(src, src_offset + chunk_off, n, &head);
+            let frame = out::data_frame(&head, src, src_offset + chunk_off, n);
             let frame = match frame {
                 Ok(f) => f,
                 Err(e) => {
@@ -375,7 +347,7 @@ impl TcpFabric {
                 }
             };
             // A failure here already completed the op with PeerFailed.
-            if sh.enqueue(dst.rank, frame).is_err() {
+            if sh.enqueue_frame(dst.rank, frame).is_err() {
                 return Ok(op);
             }
             chunk_off += n;

@@ -229,6 +229,19 @@ pub unsafe fn encode_with_raw_data(frame: &Frame<'_>, src: *const u8, len: usize
     v
 }
 
+/// The encoding of `frame` (a [`Frame::Put`] or [`Frame::GetData`] without data) as the head
+/// of a frame whose `len` payload bytes follow it on the stream: its length counts them.
+pub fn encode_head(frame: &Frame<'_>, len: usize) -> Vec<u8> {
+    debug_assert!(matches!(
+        frame,
+        Frame::Put { data: &[], .. } | Frame::GetData { data: &[], .. }
+    ));
+    let mut v = frame.encode();
+    let body = (v.len() - HEADER + len) as u32;
+    v[..4].copy_from_slice(&body.to_le_bytes());
+    v
+}
+
 struct Reader<'a>(&'a [u8]);
 impl<'a> Reader<'a> {
     fn u8(&mut self) -> Result<u8, String> {

@@ -1,0 +1,146 @@
+//! What a rank has queued for one peer's socket: whole frames, or a frame's head with its
+//! payload still in a region (a put's or a served get's bytes), written from there when the
+//! socket takes them, so a large transfer is not first copied into a frame of its own.
+
+use std::collections::VecDeque;
+use std::os::fd::AsRawFd;
+
+use super::wire::{self, Frame};
+use crate::error::Result;
+use crate::region::{Held, Region};
+
+/// Payloads of this many bytes or more are written from their region; shorter ones are copied
+/// into their frame (less than holding the region costs).
+const HELD_MIN: usize = 16 << 10;
+
+/// The frame `head` (a put or get-data frame without data) carrying the `n` bytes of `src` at
+/// `offset`: held in `src` until written when long, else copied now.
+pub(crate) fn data_frame(
+    head: &Frame<'_>,
+    src: &Region,
+    offset: usize,
+    n: usize,
+) -> Result<OutFrame> {
+    if n < HELD_MIN {
+        return src.with_range(offset, n, |p| {
+            // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
+            OutFrame::Bytes(unsafe { wire::encode_with_raw_data(head, p, n) })
+        });
+    }
+    Ok(OutFrame::Held {
+        head: wire::encode_head(head, n),
+        payload: src.hold(offset, n)?,
+    })
+}
+
+/// One frame waiting for the socket.
+pub(crate) enum OutFrame {
+    /// All of its bytes.
+    Bytes(Vec<u8>),
+    /// Its head (the header and fixed fields, the length counting the payload) and its
+    /// payload, held in its region until written.
+    Held { head: Vec<u8>, payload: Held },
+}
+
+impl OutFrame {
+    fn len(&self) -> usize {
+        match self {
+            OutFrame::Bytes(v) => v.len(),
+            OutFrame::Held { head, payload } => head.len() + payload.len(),
+        }
+    }
+}
+
+/// The frames queued for one peer, and how much of the first one is written.
+#[derive(Default)]
+pub(crate) struct OutQueue {
+    frames: VecDeque<OutFrame>,
+    offset: usize,
+}
+
+impl OutQueue {
+    /// Bytes queued and not yet written to the socket.
+    pub(crate) fn unsent_bytes(&self) -> usize {
+        self.frames.iter().map(OutFrame::len).sum::<usize>() - self.offset
+    }
+
+    /// Queues `frame`; whether it is the only one (with older frames queued, the socket is
+    /// full and its writable edge drains the queue).
+    pub(crate) fn push(&mut self, frame: OutFrame) -> bool {
+        self.frames.push_back(frame);
+        self.frames.len() == 1
+    }
+
+    /// Drops everything queued (the peer failed), releasing the held payloads.
+    pub(crate) fn clear(&mut self) {
+        self.frames.clear();
+        self.offset = 0;
+    }
+
+    /// Writes queued frames to `socket` until it would block.
+    pub(crate) fn flush(&mut self, socket: &impl AsRawFd) -> Result<(), String> {
+        while let Some(front) = self.frames.front() {
+            let written = write_part(socket.as_raw_fd(), front, self.offset);
+            match written {
+                Ok(0) => return Err("connection closed".into()),
+                Ok(n) => {
+                    self.offset += n;
+                    if self.offset == front.len() {
+                        self.frames.pop_front();
+                        self.offset = 0;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One `sendmsg` of what is left of `frame` from `offset` (with `MSG_NOSIGNAL`, as the
+/// standard library's socket writes: a closed connection is an error, never a SIGPIPE that
+/// would end a C program).
+fn write_part(fd: i32, frame: &OutFrame, offset: usize) -> std::io::Result<usize> {
+    let mut parts = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 2];
+    let mut count = 0;
+    let mut add = |base: *const u8, len: usize| {
+        if len > 0 {
+            parts[count] = libc::iovec {
+                iov_base: base as *mut libc::c_void,
+                iov_len: len,
+            };
+            count += 1;
+        }
+    };
+    match frame {
+        OutFrame::Bytes(v) => add(v[offset..].as_ptr(), v.len() - offset),
+        OutFrame::Held { head, payload } => {
+            if offset < head.len() {
+                add(head[offset..].as_ptr(), head.len() - offset);
+                add(payload.as_ptr(), payload.len());
+            } else {
+                let from = offset - head.len();
+                // SAFETY: `from < payload.len()` (the frame is not all written), so the
+                // pointer stays inside the held bytes.
+                add(unsafe { payload.as_ptr().add(from) }, payload.len() - from);
+            }
+        }
+    }
+    // SAFETY: zeroed is a valid empty `msghdr` (null name and control, no iovecs).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = parts.as_mut_ptr();
+    msg.msg_iovlen = count as _;
+    // SAFETY: `msg` names `count` iovecs, each valid for reads while this call runs (the
+    // frame's own vector, or its payload held in its region by `Held`); the kernel reads the
+    // payload as raw bytes, so peers writing it meanwhile make no Rust reference alias it.
+    let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
