@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::wire::{self, decode, Frame, CHUNK, HEADER, MAX_BODY};
-use super::{PendingKind, Shared};
+use super::Shared;
 use crate::types::{range_fits, Event, Payload, Rank, RegionKey};
 
 /// What has been read from one peer's socket and not yet handled (a partial frame). Behind
@@ -16,6 +16,9 @@ use crate::types::{range_fits, Event, Payload, Rank, RegionKey};
 pub(crate) struct ReadBuf {
     buf: Vec<u8>,
     filled: usize,
+    /// A long payload being read into place (then `filled` is 0: the buffer holds nothing of
+    /// the stream, and takes bytes nobody wants).
+    landing: Option<super::landing::Landing>,
 }
 
 impl ReadBuf {
@@ -23,6 +26,7 @@ impl ReadBuf {
         ReadBuf {
             buf: vec![0u8; 2 * (HEADER + MAX_BODY)],
             filled: 0,
+            landing: None,
         }
     }
 }
@@ -222,12 +226,29 @@ pub(super) fn read_peer(
     let mut s: &mio::net::TcpStream = stream;
     let mut read = 0usize;
     loop {
+        if let Some(landing) = rb.landing.as_mut() {
+            let went = super::landing::go_on(sh, from, landing, stream, &mut rb.buf);
+            let (done, n) = went.inspect_err(|_| rb.landing = None)?;
+            if n > 0 {
+                read += n;
+                sh.heard_now(from as usize);
+            }
+            if !done {
+                return Ok(false);
+            }
+            if let Some(landed) = rb.landing.take() {
+                super::landing::finish(sh, from, landed);
+            }
+        }
         if read >= budget {
             // More may be there: the caller comes back (the socket's readiness is
             // edge-triggered, so no new event would say so).
             return Ok(true);
         }
-        match s.read(&mut rb.buf[rb.filled..]) {
+        // A read takes at most a long payload's head and first bytes past what is there, so
+        // that most of a long payload lands in place (`landing`) rather than in this buffer.
+        let room = (rb.buf.len() - rb.filled).min(super::landing::LAND_MIN);
+        match s.read(&mut rb.buf[rb.filled..rb.filled + room]) {
             Ok(0) => return Err("connection closed".into()),
             Ok(n) => {
                 rb.filled += n;
@@ -248,6 +269,11 @@ pub(super) fn read_peer(
             if gone {
                 return Err("peer closed its endpoint".into());
             }
+        }
+        // What is left is the start of one frame: a long payload lands in place.
+        if let Some(landing) = super::landing::start(sh, from, &rb.buf[at..rb.filled])? {
+            rb.landing = Some(landing);
+            rb.filled = at;
         }
         rb.buf.copy_within(at..rb.filled, 0);
         rb.filled -= at;
@@ -287,68 +313,21 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
                 return Err("put chunk outside its own range".into());
             }
             sink_pace(sh, data.len());
-            let result = sh.table.lookup(RegionKey(key)).and_then(|region| {
-                let (base, total) = (usize::try_from(base).unwrap_or(usize::MAX), total as usize);
-                let span = total.saturating_add(flag.is_some() as usize);
-                if !range_fits(base, span, region.len()) {
-                    return Err(crate::TransportError::OutOfRange {
-                        rank: sh.rank,
-                        key,
-                        offset: base as u64,
-                        len: total as u64,
-                        region_len: region.len() as u64,
-                    });
-                }
-                region.write(base + chunk_off as usize, data)?;
-                if let (Some(v), true) = (flag, chunk_off + data.len() as u64 == total as u64) {
-                    region.store_flag(base + total, v)?;
-                }
-                Ok(region.len())
-            });
             let last = chunk_off + data.len() as u64 == total;
-            if flag.is_some() && last && result.is_ok() {
-                // The host may be asleep waiting for exactly this byte.
-                sh.events.wake_all();
-            }
-            if op == wire::UNACKNOWLEDGED {
-                if let Err(e) = result {
-                    tracing::error!(
-                        "rank {}: an unacknowledged put from rank {from}: {e}",
-                        sh.rank
-                    );
+            let result = put_target(sh, key, base, total, flag.is_some()).and_then(|t| {
+                t.region.write(t.base + chunk_off as usize, data)?;
+                if let (Some(v), true) = (flag, last) {
+                    t.region.store_flag(t.base + t.total, v)?;
                 }
-                return Ok(());
-            }
-            match result {
-                Ok(region_len) if last => {
-                    if let Some(imm) = imm {
-                        sh.events.push_unless_failed(
-                            Event::Immediate { src: from, imm },
-                            &sh.peers[from as usize].failed,
-                        );
-                    }
-                    let ack = Frame::PutAck {
-                        op,
-                        status: wire::ST_OK,
-                        region_len: region_len as u64,
-                    };
-                    let _ = sh.enqueue(from, ack.encode());
-                }
-                Ok(_) => {}
-                Err(e) => {
-                    let len = if let crate::TransportError::OutOfRange { region_len, .. } = e {
-                        region_len
-                    } else {
-                        0
-                    };
-                    let ack = Frame::PutAck {
-                        op,
-                        status: status_of(&e),
-                        region_len: len,
-                    };
-                    let _ = sh.enqueue(from, ack.encode());
-                }
-            }
+                Ok(t.region.len())
+            });
+            let end = PutEnd {
+                op,
+                imm,
+                flagged: flag.is_some(),
+                last,
+            };
+            put_done(sh, from, end, result);
         }
         Frame::PutAck {
             op,
@@ -383,26 +362,9 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
             let Some(p) = pending.get_mut(&op) else {
                 return Ok(());
             };
-            if p.peer != from {
-                return Err("get data for an operation with another rank".into());
-            }
-            let PendingKind::Get {
-                dst,
-                dst_off,
-                received,
-            } = &mut p.kind
-            else {
-                return Err("get data for a put".into());
-            };
-            let fits = chunk_off
-                .checked_add(data.len() as u64)
-                .is_some_and(|e| e <= p.len as u64);
-            if !fits {
-                return Err("get data beyond the requested length".into());
-            }
-            let written = dst.write(*dst_off + chunk_off as usize, data);
-            *received += data.len();
-            let done = written.is_err() || *received >= p.len;
+            let (dst, at) = p.get_data_place(from, chunk_off, data.len())?;
+            let written = dst.write(at, data);
+            let done = p.count_get_data(data.len()) || written.is_err();
             drop(pending);
             if done {
                 sh.complete(op, |_| written);
@@ -411,6 +373,111 @@ fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
         Frame::Heartbeat | Frame::Bye => {}
     }
     Ok(())
+}
+
+/// Where a put lands: its region, and where its bytes start and how many there are.
+pub(super) struct PutTarget {
+    pub(super) region: crate::Region,
+    pub(super) base: usize,
+    pub(super) total: usize,
+}
+
+/// The target of a put of `total` bytes to region `key` at `base` (and of the flag byte after
+/// them, if `flagged`), its range checked.
+pub(super) fn put_target(
+    sh: &Shared,
+    key: u64,
+    base: u64,
+    total: u64,
+    flagged: bool,
+) -> Result<PutTarget, crate::TransportError> {
+    let region = sh.table.lookup(RegionKey(key))?;
+    let (base, total) = (usize::try_from(base).unwrap_or(usize::MAX), total as usize);
+    let span = total.saturating_add(flagged as usize);
+    if !range_fits(base, span, region.len()) {
+        return Err(crate::TransportError::OutOfRange {
+            rank: sh.rank,
+            key,
+            offset: base as u64,
+            len: total as u64,
+            region_len: region.len() as u64,
+        });
+    }
+    Ok(PutTarget {
+        region,
+        base,
+        total,
+    })
+}
+
+/// What is left to do once a put's chunk has landed (or failed to).
+pub(super) struct PutEnd {
+    pub(super) op: u64,
+    pub(super) imm: Option<u64>,
+    /// The put sets a flag byte after its data (set by then if `last`).
+    pub(super) flagged: bool,
+    /// The chunk is the put's last.
+    pub(super) last: bool,
+}
+
+/// Finishes a put's chunk from `from` with `result` (the region's length, or why it did not
+/// land): wakes the host for a flag, raises the immediate and acknowledges a finished put, or
+/// reports the failure to the initiator.
+pub(super) fn put_done(
+    sh: &Shared,
+    from: Rank,
+    end: PutEnd,
+    result: Result<usize, crate::TransportError>,
+) {
+    let PutEnd {
+        op,
+        imm,
+        flagged,
+        last,
+    } = end;
+    if flagged && last && result.is_ok() {
+        // The host may be asleep waiting for exactly this byte.
+        sh.events.wake_all();
+    }
+    if op == wire::UNACKNOWLEDGED {
+        if let Err(e) = result {
+            tracing::error!(
+                "rank {}: an unacknowledged put from rank {from}: {e}",
+                sh.rank
+            );
+        }
+        return;
+    }
+    match result {
+        Ok(region_len) if last => {
+            if let Some(imm) = imm {
+                sh.events.push_unless_failed(
+                    Event::Immediate { src: from, imm },
+                    &sh.peers[from as usize].failed,
+                );
+            }
+            let ack = Frame::PutAck {
+                op,
+                status: wire::ST_OK,
+                region_len: region_len as u64,
+            };
+            let _ = sh.enqueue(from, ack.encode());
+        }
+        Ok(_) => {}
+        Err(e) => {
+            let len = if let crate::TransportError::OutOfRange { region_len, .. } = e {
+                region_len
+            } else {
+                0
+            };
+            let ack = Frame::PutAck {
+                op,
+                status: status_of(&e),
+                region_len: len,
+            };
+            let _ = sh.enqueue(from, ack.encode());
+        }
+    }
 }
 
 fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) {
@@ -486,7 +553,7 @@ fn serve_get(sh: &Shared, from: Rank, op: u64, key: u64, offset: u64, len: u64) 
 
 /// With `RDCOLL_SINK_RATE`, holds the I/O thread until `n` more bytes may be deposited (the
 /// peers' data then backs up in their sockets and in-flight queues, as behind slow memory).
-fn sink_pace(sh: &Shared, n: usize) {
+pub(super) fn sink_pace(sh: &Shared, n: usize) {
     if let Some(p) = &sh.sink {
         let wait = p.lock().delay_for(n);
         if !wait.is_zero() {

@@ -11,6 +11,7 @@
 
 mod connect;
 mod engine;
+mod landing;
 mod out;
 mod pending;
 pub mod wire;

@@ -28,6 +28,43 @@ pub(crate) struct Pending {
     pub(super) kind: PendingKind,
 }
 
+impl Pending {
+    /// Where `len` bytes of get data from `from` at `chunk_off` of this operation go: its
+    /// destination region and the offset there. An error if they cannot be its (a protocol
+    /// violation by `from`).
+    pub(super) fn get_data_place(
+        &self,
+        from: Rank,
+        chunk_off: u64,
+        len: usize,
+    ) -> std::result::Result<(&Region, usize), String> {
+        if self.peer != from {
+            return Err("get data for an operation with another rank".into());
+        }
+        let PendingKind::Get { dst, dst_off, .. } = &self.kind else {
+            return Err("get data for a put".into());
+        };
+        let fits = chunk_off
+            .checked_add(len as u64)
+            .is_some_and(|e| e <= self.len as u64);
+        if !fits {
+            return Err("get data beyond the requested length".into());
+        }
+        Ok((dst, dst_off + chunk_off as usize))
+    }
+
+    /// Counts `n` bytes of get data landed; whether the get now has all of its bytes.
+    pub(super) fn count_get_data(&mut self, n: usize) -> bool {
+        match &mut self.kind {
+            PendingKind::Get { received, .. } => {
+                *received += n;
+                *received >= self.len
+            }
+            PendingKind::Put => false,
+        }
+    }
+}
+
 impl Shared {
     /// Records a pending operation unless the peer already failed.
     pub(super) fn add_pending(&self, op: OpId, p: Pending) -> Result<()> {

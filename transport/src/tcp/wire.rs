@@ -354,6 +354,80 @@ pub fn decode(buf: &[u8]) -> Result<Option<(Frame<'_>, usize)>, String> {
     Ok(Some((frame, HEADER + body_len)))
 }
 
+/// Bytes of a put frame's body before its data.
+const PUT_FIXED: usize = 49;
+/// Bytes of a get-data frame's body before its data.
+const GET_DATA_FIXED: usize = 25;
+
+/// The head of a put or get-data frame at the start of `buf` once its fixed fields are all
+/// there, whether or not its data is: the frame with empty `data`, the length of its head
+/// (header and fixed fields) and of its data. `None` for other frames and shorter input;
+/// errors as [`decode`] has them.
+pub fn decode_head(buf: &[u8]) -> Result<Option<(Frame<'static>, usize, usize)>, String> {
+    if buf.len() < HEADER {
+        return Ok(None);
+    }
+    let body_len = u32::from_le_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
+    if body_len > MAX_BODY {
+        return Err(format!("frame body of {body_len} bytes exceeds {MAX_BODY}"));
+    }
+    let fixed = match buf[4] {
+        K_PUT => PUT_FIXED,
+        K_GET_DATA => GET_DATA_FIXED,
+        _ => return Ok(None),
+    };
+    // A body shorter than its fixed fields is reported by `decode` once it is all in.
+    if body_len < fixed || buf.len() < HEADER + fixed {
+        return Ok(None);
+    }
+    // The head alone, its length saying so, decodes as the frame without data.
+    let mut head = [0u8; HEADER + PUT_FIXED];
+    head[..HEADER + fixed].copy_from_slice(&buf[..HEADER + fixed]);
+    head[..4].copy_from_slice(&(fixed as u32).to_le_bytes());
+    let frame = match decode(&head[..HEADER + fixed])? {
+        Some((
+            Frame::Put {
+                op,
+                key,
+                base,
+                total,
+                chunk_off,
+                imm,
+                flag,
+                ..
+            },
+            _,
+        )) => Frame::Put {
+            op,
+            key,
+            base,
+            total,
+            chunk_off,
+            imm,
+            flag,
+            data: &[],
+        },
+        Some((
+            Frame::GetData {
+                op,
+                chunk_off,
+                status,
+                region_len,
+                ..
+            },
+            _,
+        )) => Frame::GetData {
+            op,
+            chunk_off,
+            status,
+            region_len,
+            data: &[],
+        },
+        _ => return Err("a frame head that does not decode".into()),
+    };
+    Ok(Some((frame, HEADER + fixed, body_len - fixed)))
+}
+
 /// The hello a connecting rank sends.
 pub fn hello(rank: Rank, secret: &[u8; 16]) -> [u8; HELLO_LEN] {
     let mut h = [0u8; HELLO_LEN];
@@ -384,119 +458,4 @@ pub fn check_hello(h: &[u8; HELLO_LEN], secret: &[u8; 16]) -> Result<Rank, Strin
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn frames_round_trip() {
-        let frames = [
-            Frame::Message { data: b"hello" },
-            Frame::Put {
-                op: 1,
-                key: 2,
-                base: 3,
-                total: 4,
-                chunk_off: 0,
-                imm: Some(9),
-                flag: None,
-                data: b"abcd",
-            },
-            Frame::Put {
-                op: 1,
-                key: 2,
-                base: 3,
-                total: 4,
-                chunk_off: 0,
-                imm: None,
-                flag: Some(200),
-                data: b"abcd",
-            },
-            Frame::Put {
-                op: 1,
-                key: 2,
-                base: 3,
-                total: 0,
-                chunk_off: 0,
-                imm: None,
-                flag: None,
-                data: b"",
-            },
-            Frame::PutAck {
-                op: 5,
-                status: ST_OUT_OF_RANGE,
-                region_len: 64,
-            },
-            Frame::Get {
-                op: 6,
-                key: 7,
-                offset: 8,
-                len: 9,
-            },
-            Frame::GetData {
-                op: 6,
-                chunk_off: 0,
-                status: ST_OK,
-                region_len: 0,
-                data: b"xyz",
-            },
-            Frame::Heartbeat,
-            Frame::Bye,
-        ];
-        let mut stream = Vec::new();
-        for f in &frames {
-            stream.extend_from_slice(&f.encode());
-        }
-        let mut at = 0;
-        for f in &frames {
-            let (got, used) = decode(&stream[at..]).unwrap().unwrap();
-            assert_eq!(&got, f);
-            at += used;
-        }
-        assert_eq!(at, stream.len());
-    }
-
-    #[test]
-    fn truncated_and_malformed_frames() {
-        let enc = Frame::Get {
-            op: 1,
-            key: 2,
-            offset: 3,
-            len: 4,
-        }
-        .encode();
-        for cut in 0..enc.len() {
-            assert_eq!(decode(&enc[..cut]).unwrap(), None, "prefix of {cut} bytes");
-        }
-        // A lying length is refused before any allocation.
-        assert!(decode(&[0xff, 0xff, 0xff, 0x7f, K_MESSAGE]).is_err());
-        // Short body for its kind.
-        assert!(decode(&[3, 0, 0, 0, K_GET, 1, 2, 3]).is_err());
-        assert!(decode(&[0, 0, 0, 0, 99]).is_err());
-        assert!(decode(&[1, 0, 0, 0, K_HEARTBEAT, 0]).is_err());
-        // Random bytes never panic.
-        let mut x = 0x2545_f491_4f6c_dd1du64;
-        for _ in 0..20_000 {
-            let mut buf = [0u8; 40];
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *b = x as u8;
-            }
-            buf[1] = 0;
-            buf[2] = 0;
-            buf[3] = 0;
-            let _ = decode(&buf);
-        }
-    }
-
-    #[test]
-    fn hello_checks_the_secret() {
-        let s = [7u8; 16];
-        assert_eq!(check_hello(&hello(3, &s), &s), Ok(3));
-        assert!(check_hello(&hello(3, &[8u8; 16]), &s).is_err());
-        let mut bad = hello(3, &s);
-        bad[0] = b'X';
-        assert!(check_hello(&bad, &s).is_err());
-    }
-}
+mod tests;

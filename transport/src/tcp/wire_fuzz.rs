@@ -2,7 +2,7 @@
 //! panic, hang, read past the buffer or decode differently with more bytes behind them; a
 //! frame decoded and encoded again decodes to itself (`crate::fuzzing`).
 
-use super::wire::{decode, Frame, HEADER, MAX_BODY};
+use super::wire::{decode, decode_head, Frame, HEADER, MAX_BODY};
 use crate::fuzzing::{inputs, Rng};
 
 fn seeds() -> Vec<Vec<u8>> {
@@ -72,11 +72,42 @@ fn read_stream(buf: &[u8]) -> usize {
             Err(_) => return at,
             Ok(Some((frame, n))) => {
                 assert!(n >= HEADER && n <= buf.len() - at && n <= HEADER + MAX_BODY);
+                heads_agree(&buf[at..at + n], &frame);
                 let again = frame.encode();
                 let (back, m) = decode(&again).expect("re-encoded").expect("whole");
                 assert_eq!((back, m), (frame, again.len()), "encode/decode round trip");
                 at += n;
             }
+        }
+    }
+}
+
+/// A whole frame's head, read alone by `decode_head` (as a landing does) at every cut of the
+/// frame, is the frame without its data, and says where the data ends.
+fn heads_agree(whole: &[u8], frame: &Frame<'_>) {
+    for cut in [
+        HEADER,
+        HEADER + 25,
+        HEADER + 49,
+        whole.len() - 1,
+        whole.len(),
+    ] {
+        let Some(part) = whole.get(..cut) else {
+            continue;
+        };
+        let Some((head, head_len, len)) = decode_head(part).expect("a whole frame's head") else {
+            continue;
+        };
+        assert_eq!(head_len + len, whole.len());
+        assert!(head_len <= cut);
+        let data = &whole[head_len..];
+        match (head, frame) {
+            (Frame::Put { data: d, .. }, Frame::Put { data: full, .. })
+            | (Frame::GetData { data: d, .. }, Frame::GetData { data: full, .. }) => {
+                assert!(d.is_empty());
+                assert_eq!(data, *full);
+            }
+            (head, frame) => panic!("head {head:?} of {frame:?}"),
         }
     }
 }
@@ -92,6 +123,10 @@ fn mutated_frames_and_streams_decode_safely() {
         let b = &seeds[rng.below(seeds.len() as u64) as usize];
         let input = rng.mutate(a, b, &near);
         let whole = read_stream(&input);
+        // A head read alone never reads past the input, whatever the bytes.
+        if let Ok(Some((_, head_len, _))) = decode_head(&input) {
+            assert!(head_len <= input.len());
+        }
         decoded += u64::from(whole > 0);
         // The same bytes with more behind them: what was decoded does not change.
         let mut longer = input.clone();
