@@ -171,6 +171,7 @@ impl Shared {
             if r == self.rank as usize || self.peers[r].failed.load(Ordering::Acquire) {
                 continue;
             }
+            self.write_now(r as Rank);
             let Some(mut rb) = self.readers[r].try_lock() else {
                 continue;
             };
@@ -185,6 +186,19 @@ impl Shared {
                     self.fail_peer(r as Rank, &why);
                 }
             }
+        }
+    }
+
+    /// Writes, on the polling host thread, what is queued for `peer` and the socket now takes:
+    /// a long transfer goes on as soon as the socket has room rather than once the I/O thread
+    /// has woken up to its writable edge. Skipped while another thread writes to the peer.
+    fn write_now(&self, peer: Rank) {
+        let broken = match self.peers[peer as usize].out.try_lock() {
+            Some(mut out) if !out.is_empty() => self.flush_locked(peer, &mut out).err(),
+            _ => None,
+        };
+        if let Some(why) = broken {
+            self.fail_peer(peer, &why);
         }
     }
 

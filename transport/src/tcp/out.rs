@@ -64,6 +64,11 @@ impl OutQueue {
         self.frames.iter().map(OutFrame::len).sum::<usize>() - self.offset
     }
 
+    /// Whether nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
     /// Queues `frame`; whether it is the only one (with older frames queued, the socket is
     /// full and its writable edge drains the queue).
     pub(crate) fn push(&mut self, frame: OutFrame) -> bool {
