@@ -123,6 +123,12 @@ pub trait Fabric: Send + Sync {
         usize::MAX
     }
 
+    /// The rendezvous chunk (bytes per get) this backend moves long messages fastest with, if
+    /// it has one; the offload layer's default otherwise (`RDCOLL_RNDV_CHUNK` overrides both).
+    fn rndv_chunk_hint(&self) -> Option<usize> {
+        None
+    }
+
     /// Sends an active message to `dest` (which may be this rank).
     fn send(&self, dest: Rank, data: &[u8]) -> Result<()>;
 

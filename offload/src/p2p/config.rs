@@ -47,8 +47,22 @@ impl Default for P2pConfig {
 impl P2pConfig {
     /// Defaults, overridden by the environment; a malformed or out-of-range value is an error.
     pub fn from_env() -> Result<P2pConfig> {
-        use rdcoll_transport::settings::{number, size};
+        P2pConfig::from_env_with(P2pConfig::default())
+    }
+
+    /// [`from_env`](P2pConfig::from_env) for messages over `fabric`: its rendezvous chunk
+    /// ([`Fabric::rndv_chunk_hint`](rdcoll_transport::Fabric::rndv_chunk_hint)) is the
+    /// default.
+    pub fn from_env_for(fabric: &dyn rdcoll_transport::Fabric) -> Result<P2pConfig> {
         let mut c = P2pConfig::default();
+        if let Some(chunk) = fabric.rndv_chunk_hint() {
+            c.rndv_chunk = chunk;
+        }
+        P2pConfig::from_env_with(c)
+    }
+
+    fn from_env_with(mut c: P2pConfig) -> Result<P2pConfig> {
+        use rdcoll_transport::settings::{number, size};
         c.eager_limit = size("RDCOLL_EAGER_LIMIT")?.unwrap_or(c.eager_limit);
         c.rndv_chunk = size("RDCOLL_RNDV_CHUNK")?.unwrap_or(c.rndv_chunk);
         if let Some(v) = number("RDCOLL_RNDV_CREDITS")? {

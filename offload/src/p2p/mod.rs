@@ -269,12 +269,8 @@ impl Engine {
     /// An engine configured from the environment (`RDCOLL_OFFLOAD`, `RDCOLL_EAGER_LIMIT`,
     /// `RDCOLL_RNDV_CHUNK`, `RDCOLL_RNDV_CREDITS`) for a job with `ranks_here` ranks on this host.
     pub fn from_env(fabric: Arc<dyn Fabric>, ranks_here: usize) -> Result<Arc<Engine>> {
-        Engine::new(
-            fabric,
-            NiConfig::from_env(ranks_here)?,
-            P2pConfig::from_env()?,
-            ranks_here,
-        )
+        let p2p = P2pConfig::from_env_for(fabric.as_ref())?;
+        Engine::new(fabric, NiConfig::from_env(ranks_here)?, p2p, ranks_here)
     }
 
     /// Ranks of the job on this host (as the launcher said; all of them by default).

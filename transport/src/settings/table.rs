@@ -147,7 +147,7 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "RDCOLL_RNDV_CHUNK",
         kind: Kind::Size,
-        default: "`2097152`",
+        default: "`2097152` (`262144` over tcp)",
         level: Level::Tuning,
         doc: "bytes per rendezvous get (a multiple of 1 KiB up to 32 MiB - 1 KiB)",
     },
