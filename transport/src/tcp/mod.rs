@@ -234,6 +234,39 @@ impl Shared {
         self.enqueue_frame(dest, OutFrame::Bytes(frame))
     }
 
+    /// Sends the message made of `parts` to `dest`: written to the socket at once when nothing
+    /// is queued before it (no frame of its own), else queued as a frame.
+    fn send_message(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
+        let peer = &self.peers[dest as usize];
+        if peer.failed.load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(dest));
+        }
+        let broken = {
+            let mut out = peer.out.lock();
+            if !out.is_empty() {
+                out.push(OutFrame::Bytes(wire::message_frame(parts)));
+                None
+            } else if let Some(stream) = peer.stream.as_ref() {
+                let len = parts.iter().map(|p| p.len()).sum();
+                match out::write_now(stream, &wire::message_head(len), parts) {
+                    Ok(None) => None,
+                    Ok(Some(rest)) => {
+                        out.push(OutFrame::Bytes(rest));
+                        None
+                    }
+                    Err(why) => Some(why),
+                }
+            } else {
+                Some("no connection".to_string())
+            }
+        };
+        if let Some(why) = broken {
+            self.fail_peer(dest, &why);
+            return Err(TransportError::PeerFailed(dest));
+        }
+        Ok(())
+    }
+
     /// [`enqueue`](Shared::enqueue) for any [`OutFrame`].
     pub(crate) fn enqueue_frame(&self, dest: Rank, frame: OutFrame) -> Result<()> {
         let peer = &self.peers[dest as usize];
@@ -535,7 +568,7 @@ impl Fabric for TcpFabric {
             });
             return Ok(());
         }
-        sh.enqueue(dest, wire::message_frame(parts))
+        sh.send_message(dest, parts)
     }
 
     fn poll(&self) -> Result<Option<Event>> {

@@ -104,9 +104,58 @@ impl OutQueue {
     }
 }
 
-/// One `sendmsg` of what is left of `frame` from `offset` (with `MSG_NOSIGNAL`, as the
-/// standard library's socket writes: a closed connection is an error, never a SIGPIPE that
-/// would end a C program).
+/// Most parts a message is written from directly (more are copied into one frame first).
+const DIRECT_PARTS: usize = 7;
+
+/// Writes the frame made of `head` and `parts` to `socket` now, as far as the socket takes it
+/// (nothing queued before it: the caller checked); the bytes it did not take, copied into a
+/// frame to queue. A short message thus costs no allocation and no copy of its own.
+pub(crate) fn write_now(
+    socket: &impl AsRawFd,
+    head: &[u8],
+    parts: &[&[u8]],
+) -> Result<Option<Vec<u8>>, String> {
+    let total = head.len() + parts.iter().map(|p| p.len()).sum::<usize>();
+    let written = if parts.len() > DIRECT_PARTS {
+        0
+    } else {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; DIRECT_PARTS + 1];
+        for (v, p) in iov
+            .iter_mut()
+            .zip(std::iter::once(head).chain(parts.iter().copied()))
+        {
+            *v = libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            };
+        }
+        loop {
+            match send_iov(socket.as_raw_fd(), &iov[..parts.len() + 1]) {
+                Ok(0) if total > 0 => return Err("connection closed".into()),
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    };
+    if written == total {
+        return Ok(None);
+    }
+    let mut rest = Vec::with_capacity(total - written);
+    let mut skip = written;
+    for p in std::iter::once(head).chain(parts.iter().copied()) {
+        let from = skip.min(p.len());
+        rest.extend_from_slice(&p[from..]);
+        skip -= from;
+    }
+    Ok(Some(rest))
+}
+
+/// One `sendmsg` of what is left of `frame` from `offset`.
 fn write_part(fd: i32, frame: &OutFrame, offset: usize) -> std::io::Result<usize> {
     let mut parts = [libc::iovec {
         iov_base: std::ptr::null_mut(),
@@ -136,16 +185,56 @@ fn write_part(fd: i32, frame: &OutFrame, offset: usize) -> std::io::Result<usize
             }
         }
     }
+    // The frame's own vector, or its payload held in its region by `Held` (which the kernel
+    // reads as raw bytes, so peers writing it meanwhile make no Rust reference alias it).
+    send_iov(fd, &parts[..count])
+}
+
+/// One `sendmsg` of the bytes `iov` names (with `MSG_NOSIGNAL`: a closed connection is an
+/// error, never a SIGPIPE that would end a C program). Every iovec must name bytes valid for
+/// reads while the call runs: the callers build them from live slices or held payloads.
+fn send_iov(fd: i32, iov: &[libc::iovec]) -> std::io::Result<usize> {
     // SAFETY: zeroed is a valid empty `msghdr` (null name and control, no iovecs).
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = parts.as_mut_ptr();
-    msg.msg_iovlen = count as _;
-    // SAFETY: `msg` names `count` iovecs, each valid for reads while this call runs (the
-    // frame's own vector, or its payload held in its region by `Held`); the kernel reads the
-    // payload as raw bytes, so peers writing it meanwhile make no Rust reference alias it.
+    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = iov.len() as _;
+    // SAFETY: `msg` names `iov.len()` iovecs whose bytes are valid for reads during the call
+    // (the callers' promise above); the kernel only reads them.
     let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL) };
     if n < 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::unix::net::UnixStream;
+
+    /// What the socket did not take comes back, exactly the bytes after those it took.
+    #[test]
+    fn a_message_written_now_leaves_exactly_the_rest() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let head = [9u8, 8, 7];
+        let parts: Vec<Vec<u8>> = (0..3u8)
+            .map(|i| (0..(400_000 + i as usize)).map(|j| (j as u8) ^ i).collect())
+            .collect();
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        let whole: Vec<u8> = head.iter().copied().chain(parts.concat()).collect();
+        let rest = write_now(&a, &head, &refs)
+            .unwrap()
+            .expect("more than a socket holds");
+        assert!(!rest.is_empty() && rest.len() < whole.len());
+        drop(a);
+        let mut taken = Vec::new();
+        b.read_to_end(&mut taken).unwrap();
+        assert_eq!(taken.len() + rest.len(), whole.len());
+        assert_eq!([taken, rest].concat(), whole);
+        // A short message goes whole.
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert_eq!(write_now(&a, &head, &[&[1, 2, 3][..]]).unwrap(), None);
+    }
 }

@@ -131,11 +131,19 @@ impl Writer {
 
 /// A message frame carrying the concatenation of `parts` (header included), the one copy.
 pub fn message_frame(parts: &[&[u8]]) -> Vec<u8> {
-    let len = parts.iter().map(|p| p.len()).sum();
-    parts
-        .iter()
-        .fold(Writer::new(K_MESSAGE, len), |w, p| w.bytes(p))
-        .finish()
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut v = Vec::with_capacity(HEADER + len);
+    v.extend_from_slice(&message_head(len));
+    for p in parts {
+        v.extend_from_slice(p);
+    }
+    v
+}
+
+/// The header of a message frame whose body (the message) is `len` bytes.
+pub fn message_head(len: usize) -> [u8; HEADER] {
+    let b = (len as u32).to_le_bytes();
+    [b[0], b[1], b[2], b[3], K_MESSAGE]
 }
 
 impl Frame<'_> {
