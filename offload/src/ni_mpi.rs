@@ -418,8 +418,10 @@ fn poll_one<T>(
     take: &mut impl FnMut(Rank, &[u8]) -> Option<T>,
 ) -> Polled {
     let polled = st.poll_fabric(&mut |st, ev| {
-        if let EventRef::Message { src, data } = ev {
-            if let Some(t) = take(src, data) {
+        // A fabric may hand over several messages in one poll (tcp lends all it read): only
+        // the first that `take` accepts is the caller's.
+        if let (EventRef::Message { src, data }, None) = (&ev, &taken) {
+            if let Some(t) = take(*src, data) {
                 *taken = Some(t);
                 return;
             }

@@ -158,8 +158,9 @@ pub trait Fabric: Send + Sync {
     }
 
     /// Like [`poll`](Fabric::poll), but hands the next event to `f` instead of returning it, with
-    /// a message's bytes lent from the transport's buffer (no copy). Returns whether an event
-    /// was handed over. `f` must not wait on this fabric.
+    /// a message's bytes lent from the transport's buffer (no copy); a backend may hand over
+    /// several events in one call, in order (tcp lends every message it reads). Returns
+    /// whether an event was handed over. `f` must not wait on this fabric.
     fn poll_with(&self, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
         Ok(match self.poll()? {
             Some(Event::Message { src, data }) => {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::wire::{self, decode, Frame, CHUNK, HEADER, MAX_BODY};
 use super::Shared;
-use crate::types::{range_fits, Event, Payload, Rank, RegionKey};
+use crate::types::{range_fits, Event, EventRef, Payload, Rank, RegionKey};
 
 /// What has been read from one peer's socket and not yet handled (a partial frame). Behind
 /// the peer's reader lock: the I/O thread and a polling host thread both read (see
@@ -123,7 +123,13 @@ fn read_some(sh: &Shared, r: usize, unread: &mut Vec<usize>) -> bool {
     // Waits for a host thread reading this peer (it may have taken the bytes); that thread
     // reads at most a budget's worth too (`Shared::read_now`), so this wait is short and the
     // heartbeats and silence checks go on behind a flood.
-    match read_peer(sh, r as Rank, &mut sh.readers[r].lock(), READ_BUDGET) {
+    match read_peer(
+        sh,
+        r as Rank,
+        &mut sh.readers[r].lock(),
+        READ_BUDGET,
+        &mut None,
+    ) {
         Ok(more) => {
             if more && !unread.contains(&r) {
                 unread.push(r);
@@ -219,6 +225,7 @@ pub(super) fn read_peer(
     from: Rank,
     rb: &mut ReadBuf,
     budget: usize,
+    lend: &mut Option<&mut dyn FnMut(EventRef<'_>)>,
 ) -> Result<bool, String> {
     let Some(stream) = sh.peers[from as usize].stream.as_ref() else {
         return Err("no connection".into());
@@ -264,7 +271,7 @@ pub(super) fn read_peer(
         let mut at = 0;
         while let Some((frame, used)) = decode(&rb.buf[at..rb.filled])? {
             let gone = matches!(frame, Frame::Bye);
-            handle(sh, from, frame)?;
+            handle(sh, from, frame, lend)?;
             at += used;
             if gone {
                 return Err("peer closed its endpoint".into());
@@ -287,15 +294,30 @@ fn status_of(e: &crate::TransportError) -> u8 {
     }
 }
 
-fn handle(sh: &Shared, from: Rank, frame: Frame<'_>) -> Result<(), String> {
+/// Handles one frame from `from`; a message goes to `lend` in place if given and no event is
+/// queued before it, else into the event queue.
+fn handle(
+    sh: &Shared,
+    from: Rank,
+    frame: Frame<'_>,
+    lend: &mut Option<&mut dyn FnMut(EventRef<'_>)>,
+) -> Result<(), String> {
     match frame {
-        Frame::Message { data } => sh.events.push_unless_failed(
-            Event::Message {
-                src: from,
-                data: Payload::from_slice(data),
-            },
-            &sh.peers[from as usize].failed,
-        ),
+        Frame::Message { data } => {
+            let failed = &sh.peers[from as usize].failed;
+            match lend.as_deref_mut() {
+                Some(f) if sh.events.is_empty() && !failed.load(Ordering::Acquire) => {
+                    f(EventRef::Message { src: from, data })
+                }
+                _ => sh.events.push_unless_failed(
+                    Event::Message {
+                        src: from,
+                        data: Payload::from_slice(data),
+                    },
+                    failed,
+                ),
+            }
+        }
         Frame::Put {
             op,
             key,

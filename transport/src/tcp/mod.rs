@@ -34,7 +34,7 @@ use crate::config::FabricConfig;
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;
 use crate::region::{Region, RegionTable};
-use crate::types::{Event, OpId, PeerCounters, Rank, RemoteAddr};
+use crate::types::{Event, EventRef, OpId, PeerCounters, Rank, RemoteAddr};
 use crate::wait::EventQueue;
 use out::{OutFrame, OutQueue};
 use wire::{Frame, CHUNK};
@@ -162,6 +162,12 @@ impl Shared {
     /// is skipped. At most `engine::READ_BUDGET` bytes per peer: a peer that floods this rank
     /// must not keep the host thread from what it polls for (the rest is the I/O thread's).
     fn read_now(&self) {
+        self.read_now_lending(&mut None);
+    }
+
+    /// [`read_now`](Shared::read_now), handing messages to `lend` (when given) in place in the
+    /// read buffer, while no event waits before them (they would overtake it).
+    fn read_now_lending(&self, lend: &mut Option<&mut dyn FnMut(EventRef<'_>)>) {
         if self.sink.is_some() {
             // `RDCOLL_SINK_RATE` paces deposits by sleeping: not on a host thread, which may
             // hold the offload NI's lock while it polls.
@@ -175,7 +181,7 @@ impl Shared {
             let Some(mut rb) = self.readers[r].try_lock() else {
                 continue;
             };
-            match engine::read_peer(self, r as Rank, &mut rb, engine::READ_BUDGET) {
+            match engine::read_peer(self, r as Rank, &mut rb, engine::READ_BUDGET, lend) {
                 Ok(false) => {}
                 Ok(true) => {
                     self.host_left[r].store(true, Ordering::Release);
@@ -438,6 +444,14 @@ impl TcpFabric {
 
 /// The frame of put header `head` (its data left empty) with the `n` bytes of `src` at
 /// `offset` as its data, copied out of the region.
+/// Hands a queued event to a `poll_with` callback (a message's bytes lent from the event).
+fn hand_over(f: &mut dyn FnMut(EventRef<'_>), ev: Event) {
+    match ev {
+        Event::Message { src, data } => f(EventRef::Message { src, data: &data }),
+        ev => f(EventRef::Owned(ev)),
+    }
+}
+
 fn put_frame(src: &Region, offset: usize, n: usize, head: &Frame<'_>) -> Result<Vec<u8>> {
     src.with_range(offset, n, |p| {
         // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
@@ -578,6 +592,28 @@ impl Fabric for TcpFabric {
         }
         sh.read_now();
         Ok(sh.events.pop())
+    }
+
+    /// As [`poll`](Fabric::poll), but the messages this host thread reads while no event is
+    /// queued are handed to `f` where they lie in the read buffer (no copy into an event).
+    fn poll_with(&self, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
+        let sh = &self.shared;
+        let mut lent = false;
+        if let Some(ev) = sh.events.pop() {
+            hand_over(f, ev);
+            return Ok(true);
+        }
+        {
+            let mut counting = |ev: EventRef<'_>| {
+                lent = true;
+                f(ev)
+            };
+            sh.read_now_lending(&mut Some(&mut counting));
+        }
+        if lent {
+            return Ok(true);
+        }
+        Ok(sh.events.pop().map(|ev| hand_over(f, ev)).is_some())
     }
 
     fn block(&self, timeout: Duration) {
