@@ -366,9 +366,12 @@ impl Ni {
                 }
                 take(src, &q)
             };
-            match poll_one(&mut st, taken, &mut accept) {
+            let mut other = false;
+            let polled = poll_one(&mut st, taken, &mut accept, &mut other);
+            polled_any |= other;
+            match polled {
                 Polled::Nothing | Polled::Taken => break,
-                Polled::Other => polled_any = true,
+                Polled::Other => {}
             }
         }
         if polled_any {
@@ -411,21 +414,27 @@ enum Polled {
 /// Polls one fabric event: a message `take` accepts (it returns `Some`) is the caller's, taken
 /// straight from the transport's buffer, and what taking it gave is left in `taken` (a slot
 /// of the caller's, not a return value: the result is large and this is the latency path);
-/// anything else is handed to the agent, in place too.
+/// anything else is handed to the agent, in place too, and sets `other`.
+///
+/// A fabric may hand over several events in one poll (tcp lends every message it read).
+/// Only the first message `take` accepts is the caller's, and none once an event of this poll
+/// went to the agent: that one may be a message the receive matches but does not take here
+/// (now queued as unexpected), which a later one must not overtake; the caller's next look at
+/// the queue finds it.
 fn poll_one<T>(
     st: &mut State,
     taken: &mut Option<T>,
     take: &mut impl FnMut(Rank, &[u8]) -> Option<T>,
+    other: &mut bool,
 ) -> Polled {
     let polled = st.poll_fabric(&mut |st, ev| {
-        // A fabric may hand over several messages in one poll (tcp lends all it read): only
-        // the first that `take` accepts is the caller's.
-        if let (EventRef::Message { src, data }, None) = (&ev, &taken) {
+        if let (EventRef::Message { src, data }, None, false) = (&ev, &taken, *other) {
             if let Some(t) = take(*src, data) {
                 *taken = Some(t);
                 return;
             }
         }
+        *other = true;
         crate::agent::handle_ref(st, ev);
     });
     match polled {

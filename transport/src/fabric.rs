@@ -160,7 +160,10 @@ pub trait Fabric: Send + Sync {
     /// Like [`poll`](Fabric::poll), but hands the next event to `f` instead of returning it, with
     /// a message's bytes lent from the transport's buffer (no copy); a backend may hand over
     /// several events in one call, in order (tcp lends every message it reads). Returns
-    /// whether an event was handed over. `f` must not wait on this fabric.
+    /// whether an event was handed over. `f` must not wait on this fabric: not poll it, and
+    /// not deregister memory it may still be sending from (tcp holds a queued payload's
+    /// region until written, and its I/O thread may be waiting to read the peer `f` is
+    /// handling).
     fn poll_with(&self, f: &mut dyn FnMut(EventRef<'_>)) -> Result<bool> {
         Ok(match self.poll()? {
             Some(Event::Message { src, data }) => {

@@ -136,6 +136,37 @@ fn deregistering_caller_memory_waits_for_a_hold_on_it() {
 }
 
 #[test]
+fn dropping_the_owners_last_handle_waits_for_a_hold() {
+    let table = RegionTable::new(0, 4);
+    let mut mem = vec![3u8; 64];
+    let ptr = NonNull::new(mem.as_mut_ptr()).unwrap();
+    let r = table
+        .insert(|key, p| Ok(Region::from_raw(0, key, ptr, 64, Backing::External, p)))
+        .unwrap();
+    let key = r.key();
+    let held = r.hold(0, 64).unwrap();
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let owner = std::thread::spawn(move || {
+        // The caller may free the memory once this returns (`register_memory`'s contract).
+        drop(r);
+        done_tx.send(()).unwrap();
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert!(
+        done.try_recv().is_err(),
+        "the owner's drop returned under a hold"
+    );
+    drop(held);
+    done.recv().unwrap();
+    owner.join().unwrap();
+    assert!(
+        table.lookup(key).is_err(),
+        "deregistered by the owner's drop"
+    );
+    drop(mem);
+}
+
+#[test]
 fn a_hold_keeps_fabric_memory_until_it_ends() {
     let table = RegionTable::new(0, 4);
     let r = alloc(&table, 16);

@@ -14,6 +14,7 @@ mod engine;
 mod landing;
 mod out;
 mod pending;
+mod send;
 pub mod wire;
 #[cfg(test)]
 mod wire_fuzz;
@@ -36,7 +37,7 @@ use crate::fabric::Fabric;
 use crate::region::{Region, RegionTable};
 use crate::types::{Event, EventRef, OpId, PeerCounters, Rank, RemoteAddr};
 use crate::wait::EventQueue;
-use out::{OutFrame, OutQueue};
+use out::OutQueue;
 use wire::{Frame, CHUNK};
 
 pub(crate) struct Peer {
@@ -195,19 +196,6 @@ impl Shared {
         }
     }
 
-    /// Writes, on the polling host thread, what is queued for `peer` and the socket now takes:
-    /// a long transfer goes on as soon as the socket has room rather than once the I/O thread
-    /// has woken up to its writable edge. Skipped while another thread writes to the peer.
-    fn write_now(&self, peer: Rank) {
-        let broken = match self.peers[peer as usize].out.try_lock() {
-            Some(mut out) if !out.is_empty() => self.flush_locked(peer, &mut out).err(),
-            _ => None,
-        };
-        if let Some(why) = broken {
-            self.fail_peer(peer, &why);
-        }
-    }
-
     /// Notes that peer `r` was heard from now.
     pub(super) fn heard_now(&self, r: usize) {
         let now = self.start.elapsed().as_nanos() as u64;
@@ -235,78 +223,6 @@ impl Shared {
         OpId(self.next_op.fetch_add(1, Ordering::Relaxed))
     }
 
-    /// Queues a frame for `dest` and writes what the socket takes now.
-    pub(crate) fn enqueue(&self, dest: Rank, frame: Vec<u8>) -> Result<()> {
-        self.enqueue_frame(dest, OutFrame::Bytes(frame))
-    }
-
-    /// Sends the message made of `parts` to `dest`: written to the socket at once when nothing
-    /// is queued before it (no frame of its own), else queued as a frame.
-    fn send_message(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
-        let peer = &self.peers[dest as usize];
-        if peer.failed.load(Ordering::Acquire) {
-            return Err(TransportError::PeerFailed(dest));
-        }
-        let broken = {
-            let mut out = peer.out.lock();
-            if !out.is_empty() {
-                out.push(OutFrame::Bytes(wire::message_frame(parts)));
-                None
-            } else if let Some(stream) = peer.stream.as_ref() {
-                let len = parts.iter().map(|p| p.len()).sum();
-                match out::write_now(stream, &wire::message_head(len), parts) {
-                    Ok(None) => None,
-                    Ok(Some(rest)) => {
-                        out.push(OutFrame::Bytes(rest));
-                        None
-                    }
-                    Err(why) => Some(why),
-                }
-            } else {
-                Some("no connection".to_string())
-            }
-        };
-        if let Some(why) = broken {
-            self.fail_peer(dest, &why);
-            return Err(TransportError::PeerFailed(dest));
-        }
-        Ok(())
-    }
-
-    /// [`enqueue`](Shared::enqueue) for any [`OutFrame`].
-    pub(crate) fn enqueue_frame(&self, dest: Rank, frame: OutFrame) -> Result<()> {
-        let peer = &self.peers[dest as usize];
-        if peer.failed.load(Ordering::Acquire) {
-            return Err(TransportError::PeerFailed(dest));
-        }
-        let broken = {
-            let mut out = peer.out.lock();
-            // With older frames queued, the socket is full; its writable edge drains the queue.
-            if out.push(frame) {
-                self.flush_locked(dest, &mut out).err()
-            } else {
-                None
-            }
-        };
-        if let Some(why) = broken {
-            self.fail_peer(dest, &why);
-            return Err(TransportError::PeerFailed(dest));
-        }
-        Ok(())
-    }
-
-    /// Writes queued frames until the socket would block. Caller holds the queue's lock.
-    pub(crate) fn flush_locked(
-        &self,
-        dest: Rank,
-        out: &mut OutQueue,
-    ) -> std::result::Result<(), String> {
-        let Some(stream) = self.peers[dest as usize].stream.as_ref() else {
-            return Err("no connection".into());
-        };
-        out.flush(stream)
-    }
-
     /// Marks `rank` failed (once), completes its pending operations with `PeerFailed`, reports
     /// it, and closes the link.
     pub(crate) fn fail_peer(&self, rank: Rank, why: &str) {
@@ -329,6 +245,12 @@ impl Shared {
             ids
         };
         tracing::debug!("rank {}: peer {rank} failed: {why}", self.rank);
+        // The link closes and its queue goes (releasing held payloads) before the operations
+        // complete: their callers may then reuse or free the memory.
+        if let Some(s) = peer.stream.as_ref() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        peer.out.lock().clear();
         for op in drained {
             self.events.push(Event::Completed {
                 op: OpId(op),
@@ -336,10 +258,6 @@ impl Shared {
             });
         }
         self.events.push(Event::PeerFailed { rank });
-        if let Some(s) = peer.stream.as_ref() {
-            let _ = s.shutdown(std::net::Shutdown::Both);
-        }
-        peer.out.lock().clear();
     }
 }
 

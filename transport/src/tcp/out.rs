@@ -236,5 +236,9 @@ mod tests {
         // A short message goes whole.
         let (a, _b) = UnixStream::pair().unwrap();
         assert_eq!(write_now(&a, &head, &[&[1, 2, 3][..]]).unwrap(), None);
+        // More parts than are written directly: nothing written, all of it to queue.
+        let many = [&[5u8][..]; DIRECT_PARTS + 1];
+        let rest = write_now(&a, &head, &many).unwrap().expect("queued whole");
+        assert_eq!(rest, [&head[..], &[5u8; DIRECT_PARTS + 1][..]].concat());
     }
 }

@@ -1,0 +1,114 @@
+//! A rank's writes to its peers' sockets: frames queued behind one another, a message written
+//! at once when nothing waits before it, and the polling host thread's flush.
+
+use std::sync::atomic::Ordering;
+
+use super::out::{self, OutFrame, OutQueue};
+use super::{wire, Shared};
+use crate::error::{Result, TransportError};
+use crate::types::Rank;
+
+impl Shared {
+    /// Writes, on the polling host thread, what is queued for `peer` and the socket now takes:
+    /// a long transfer goes on as soon as the socket has room rather than once the I/O thread
+    /// has woken up to its writable edge. Skipped while another thread writes to the peer.
+    pub(super) fn write_now(&self, peer: Rank) {
+        let broken = match self.peers[peer as usize].out.try_lock() {
+            Some(mut out) if !out.is_empty() => self.flush_locked(peer, &mut out).err(),
+            _ => None,
+        };
+        if let Some(why) = broken {
+            self.fail_peer(peer, &why);
+        }
+    }
+
+    /// Queues a frame for `dest` and writes what the socket takes now.
+    pub(crate) fn enqueue(&self, dest: Rank, frame: Vec<u8>) -> Result<()> {
+        self.enqueue_frame(dest, OutFrame::Bytes(frame))
+    }
+
+    /// Sends the message made of `parts` to `dest`: written to the socket at once when nothing
+    /// is queued before it (no frame of its own), else queued as a frame.
+    pub(super) fn send_message(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
+        let peer = &self.peers[dest as usize];
+        if peer.failed.load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(dest));
+        }
+        let broken = {
+            let mut out = peer.out.lock();
+            if peer.failed.load(Ordering::Acquire) {
+                // `fail_peer` cleared the queue, or is about to: nothing joins it now.
+                return Err(TransportError::PeerFailed(dest));
+            }
+            let sent = if !out.is_empty() {
+                out.push(OutFrame::Bytes(wire::message_frame(parts)));
+                Ok(())
+            } else if let Some(stream) = peer.stream.as_ref() {
+                let len = parts.iter().map(|p| p.len()).sum();
+                match out::write_now(stream, &wire::message_head(len), parts) {
+                    Ok(None) => Ok(()),
+                    Ok(Some(rest)) => {
+                        // Written in part (the socket is full: its writable edge drains the
+                        // rest) or not at all (too many parts to write directly: as any frame).
+                        let whole = rest.len() == wire::HEADER + len;
+                        out.push(OutFrame::Bytes(rest));
+                        if whole {
+                            self.flush_locked(dest, &mut out)
+                        } else {
+                            Ok(())
+                        }
+                    }
+                    Err(why) => Err(why),
+                }
+            } else {
+                Err("no connection".to_string())
+            };
+            sent.inspect_err(|_| out.clear()).err()
+        };
+        if let Some(why) = broken {
+            self.fail_peer(dest, &why);
+            return Err(TransportError::PeerFailed(dest));
+        }
+        Ok(())
+    }
+
+    /// [`enqueue`](Shared::enqueue) for any [`OutFrame`].
+    pub(crate) fn enqueue_frame(&self, dest: Rank, frame: OutFrame) -> Result<()> {
+        let peer = &self.peers[dest as usize];
+        if peer.failed.load(Ordering::Acquire) {
+            return Err(TransportError::PeerFailed(dest));
+        }
+        let broken = {
+            let mut out = peer.out.lock();
+            if peer.failed.load(Ordering::Acquire) {
+                // `fail_peer` cleared the queue, or is about to: a frame queued now would
+                // keep its held payload (and a deregistration waiting on it) for ever.
+                return Err(TransportError::PeerFailed(dest));
+            }
+            // With older frames queued, the socket is full; its writable edge drains the queue.
+            let flushed = if out.push(frame) {
+                self.flush_locked(dest, &mut out)
+            } else {
+                Ok(())
+            };
+            flushed.inspect_err(|_| out.clear()).err()
+        };
+        if let Some(why) = broken {
+            self.fail_peer(dest, &why);
+            return Err(TransportError::PeerFailed(dest));
+        }
+        Ok(())
+    }
+
+    /// Writes queued frames until the socket would block. Caller holds the queue's lock.
+    pub(crate) fn flush_locked(
+        &self,
+        dest: Rank,
+        out: &mut OutQueue,
+    ) -> std::result::Result<(), String> {
+        let Some(stream) = self.peers[dest as usize].stream.as_ref() else {
+            return Err("no connection".into());
+        };
+        out.flush(stream)
+    }
+}
