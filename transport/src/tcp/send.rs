@@ -30,68 +30,61 @@ impl Shared {
     /// Sends the message made of `parts` to `dest`: written to the socket at once when nothing
     /// is queued before it (no frame of its own), else queued as a frame.
     pub(super) fn send_message(&self, dest: Rank, parts: &[&[u8]]) -> Result<()> {
-        let peer = &self.peers[dest as usize];
-        if peer.failed.load(Ordering::Acquire) {
-            return Err(TransportError::PeerFailed(dest));
-        }
-        let broken = {
-            let mut out = peer.out.lock();
-            if peer.failed.load(Ordering::Acquire) {
-                // `fail_peer` cleared the queue, or is about to: nothing joins it now.
-                return Err(TransportError::PeerFailed(dest));
-            }
-            let sent = if !out.is_empty() {
-                out.push(OutFrame::Bytes(wire::message_frame(parts)));
-                Ok(())
-            } else if let Some(stream) = peer.stream.as_ref() {
-                let len = parts.iter().map(|p| p.len()).sum();
-                match out::write_now(stream, &wire::message_head(len), parts) {
-                    Ok(None) => Ok(()),
-                    Ok(Some(rest)) => {
-                        // Written in part (the socket is full: its writable edge drains the
-                        // rest) or not at all (too many parts to write directly: as any frame).
-                        let whole = rest.len() == wire::HEADER + len;
-                        out.push(OutFrame::Bytes(rest));
-                        if whole {
-                            self.flush_locked(dest, &mut out)
-                        } else {
-                            Ok(())
-                        }
-                    }
-                    Err(why) => Err(why),
-                }
-            } else {
-                Err("no connection".to_string())
+        self.with_queue(dest, |out| {
+            let stream = self.peers[dest as usize].stream.as_ref();
+            let Some(stream) = stream.filter(|_| out.is_empty()) else {
+                return self.queue(dest, out, OutFrame::Bytes(wire::message_frame(parts)));
             };
-            sent.inspect_err(|_| out.clear()).err()
-        };
-        if let Some(why) = broken {
-            self.fail_peer(dest, &why);
-            return Err(TransportError::PeerFailed(dest));
-        }
-        Ok(())
+            let len = parts.iter().map(|p| p.len()).sum();
+            match out::write_now(stream, &wire::message_head(len), parts)? {
+                None => Ok(()),
+                // Written in part: the socket is full, its writable edge drains the rest.
+                Some(rest) if rest.len() < wire::HEADER + len => {
+                    out.push(OutFrame::Bytes(rest));
+                    Ok(())
+                }
+                // Not written (too many parts to write directly): as any frame.
+                Some(rest) => self.queue(dest, out, OutFrame::Bytes(rest)),
+            }
+        })
     }
 
     /// [`enqueue`](Shared::enqueue) for any [`OutFrame`].
     pub(crate) fn enqueue_frame(&self, dest: Rank, frame: OutFrame) -> Result<()> {
-        let peer = &self.peers[dest as usize];
-        if peer.failed.load(Ordering::Acquire) {
-            return Err(TransportError::PeerFailed(dest));
+        self.with_queue(dest, |out| self.queue(dest, out, frame))
+    }
+
+    /// Queues `frame` behind `out`'s frames, writing it at once if it is the only one (with
+    /// older frames queued, the socket is full and its writable edge drains the queue).
+    fn queue(
+        &self,
+        dest: Rank,
+        out: &mut OutQueue,
+        frame: OutFrame,
+    ) -> std::result::Result<(), String> {
+        if out.push(frame) {
+            self.flush_locked(dest, out)
+        } else {
+            Ok(())
         }
+    }
+
+    /// Runs `f` on `dest`'s queue under its lock, unless the peer failed: looked at again
+    /// under the lock, as `fail_peer` clears the queue and a frame queued after that would keep
+    /// its held payload (and a deregistration waiting on it) for ever. A failure of `f` clears
+    /// the queue and fails the peer.
+    fn with_queue(
+        &self,
+        dest: Rank,
+        f: impl FnOnce(&mut OutQueue) -> std::result::Result<(), String>,
+    ) -> Result<()> {
+        let peer = &self.peers[dest as usize];
         let broken = {
             let mut out = peer.out.lock();
             if peer.failed.load(Ordering::Acquire) {
-                // `fail_peer` cleared the queue, or is about to: a frame queued now would
-                // keep its held payload (and a deregistration waiting on it) for ever.
                 return Err(TransportError::PeerFailed(dest));
             }
-            // With older frames queued, the socket is full; its writable edge drains the queue.
-            let flushed = if out.push(frame) {
-                self.flush_locked(dest, &mut out)
-            } else {
-                Ok(())
-            };
-            flushed.inspect_err(|_| out.clear()).err()
+            f(&mut out).inspect_err(|_| out.clear()).err()
         };
         if let Some(why) = broken {
             self.fail_peer(dest, &why);
