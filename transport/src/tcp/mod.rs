@@ -354,27 +354,23 @@ impl TcpFabric {
             flag,
             data: &[],
         };
-        let frame = put_frame(src, src_offset, len, &head)?;
-        sh.enqueue(dst.rank, frame)?;
+        sh.send_now(
+            dst.rank,
+            &wire::encode_head(&head, len),
+            src,
+            src_offset,
+            len,
+        )?;
         Ok(crate::PutStatus::Done)
     }
 }
 
-/// The frame of put header `head` (its data left empty) with the `n` bytes of `src` at
-/// `offset` as its data, copied out of the region.
 /// Hands a queued event to a `poll_with` callback (a message's bytes lent from the event).
 fn hand_over(f: &mut dyn FnMut(EventRef<'_>), ev: Event) {
     match ev {
         Event::Message { src, data } => f(EventRef::Message { src, data: &data }),
         ev => f(EventRef::Owned(ev)),
     }
-}
-
-fn put_frame(src: &Region, offset: usize, n: usize, head: &Frame<'_>) -> Result<Vec<u8>> {
-    src.with_range(offset, n, |p| {
-        // SAFETY: `p` is valid for `n` bytes (range checked, region held alive).
-        unsafe { wire::encode_with_raw_data(head, p, n) }
-    })
 }
 
 impl Fabric for TcpFabric {

@@ -155,6 +155,64 @@ pub(crate) fn write_now(
     Ok(Some(rest))
 }
 
+/// [`write_now`] for a frame whose payload is `len` bytes of region memory at `payload` (peers
+/// may write it meanwhile: it is sent and copied as raw bytes, never seen as a slice), written
+/// only if `socket` is given (nothing is queued before the frame); what is not written, copied
+/// into a frame to queue.
+///
+/// # Safety
+/// `payload` must be valid for reads of `len` bytes for the duration of the call.
+pub(crate) unsafe fn write_raw_now(
+    socket: Option<&impl AsRawFd>,
+    head: &[u8],
+    payload: *const u8,
+    len: usize,
+) -> Result<Option<Vec<u8>>, String> {
+    let total = head.len() + len;
+    let mut written = 0;
+    if let Some(socket) = socket {
+        let iov = [
+            libc::iovec {
+                iov_base: head.as_ptr() as *mut libc::c_void,
+                iov_len: head.len(),
+            },
+            libc::iovec {
+                iov_base: payload as *mut libc::c_void,
+                iov_len: len,
+            },
+        ];
+        written = loop {
+            // The head is a live slice; the payload is valid for `len` bytes (the caller's
+            // promise).
+            match send_iov(socket.as_raw_fd(), &iov) {
+                Ok(0) if total > 0 => return Err("connection closed".into()),
+                Ok(n) => break n,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break 0,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        };
+    }
+    if written == total {
+        return Ok(None);
+    }
+    let mut rest = Vec::with_capacity(total - written);
+    let from_head = written.min(head.len());
+    rest.extend_from_slice(&head[from_head..]);
+    let from = written - from_head;
+    // SAFETY: `from <= len` (`written <= total`), and `payload` is valid for reads of `len`
+    // bytes (the caller's promise); `rest` has room for the `len - from` bytes reserved above.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            payload.add(from),
+            rest.as_mut_ptr().add(rest.len()),
+            len - from,
+        );
+        rest.set_len(rest.len() + len - from);
+    }
+    Ok(Some(rest))
+}
+
 /// One `sendmsg` of what is left of `frame` from `offset`.
 fn write_part(fd: i32, frame: &OutFrame, offset: usize) -> std::io::Result<usize> {
     let mut parts = [libc::iovec {
@@ -236,6 +294,25 @@ mod tests {
         // A short message goes whole.
         let (a, _b) = UnixStream::pair().unwrap();
         assert_eq!(write_now(&a, &head, &[&[1, 2, 3][..]]).unwrap(), None);
+        // Region bytes behind a head: the same, and all of it when there is no socket to try.
+        let payload: Vec<u8> = (0..900_000u32).map(|j| (j % 251) as u8).collect();
+        let whole: Vec<u8> = head
+            .iter()
+            .copied()
+            .chain(payload.iter().copied())
+            .collect();
+        let (c, mut d) = UnixStream::pair().unwrap();
+        c.set_nonblocking(true).unwrap();
+        // SAFETY: `payload` is valid for its length during the calls.
+        let rest = unsafe { write_raw_now(Some(&c), &head, payload.as_ptr(), payload.len()) };
+        let rest = rest.unwrap().expect("more than a socket holds");
+        drop(c);
+        let mut taken = Vec::new();
+        d.read_to_end(&mut taken).unwrap();
+        assert_eq!([taken, rest].concat(), whole);
+        // SAFETY: as above.
+        let queued = unsafe { write_raw_now(None::<&UnixStream>, &head, payload.as_ptr(), 9) };
+        assert_eq!(queued.unwrap().unwrap(), whole[..head.len() + 9]);
         // More parts than are written directly: nothing written, all of it to queue.
         let many = [&[5u8][..]; DIRECT_PARTS + 1];
         let rest = write_now(&a, &head, &many).unwrap().expect("queued whole");

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use super::out::{self, OutFrame, OutQueue};
 use super::{wire, Shared};
 use crate::error::{Result, TransportError};
+use crate::region::Region;
 use crate::types::Rank;
 
 impl Shared {
@@ -47,6 +48,45 @@ impl Shared {
                 Some(rest) => self.queue(dest, out, OutFrame::Bytes(rest)),
             }
         })
+    }
+
+    /// Sends the frame of `head` and `len` bytes of `src` at `offset` to `dest` now: written
+    /// to the socket when nothing is queued before it, else copied into a frame and queued;
+    /// either way the caller may reuse `src` on return (a put done at once).
+    pub(super) fn send_now(
+        &self,
+        dest: Rank,
+        head: &[u8],
+        src: &Region,
+        offset: usize,
+        len: usize,
+    ) -> Result<()> {
+        let mut unreadable = None;
+        self.with_queue(dest, |out| {
+            let stream = self.peers[dest as usize].stream.as_ref();
+            let stream = stream.filter(|_| out.is_empty());
+            // SAFETY: `with_range` checked the range and holds the region alive while the
+            // closure runs, so `p` is valid for reads of `len` bytes during the call.
+            let rest = src.with_range(offset, len, |p| unsafe {
+                out::write_raw_now(stream, head, p, len)
+            });
+            match rest {
+                Err(e) => {
+                    unreadable = Some(e);
+                    Ok(())
+                }
+                Ok(rest) => match rest? {
+                    None => Ok(()),
+                    // Written in part: the socket is full, its writable edge drains the rest.
+                    Some(rest) if stream.is_some() && rest.len() < head.len() + len => {
+                        out.push(OutFrame::Bytes(rest));
+                        Ok(())
+                    }
+                    Some(frame) => self.queue(dest, out, OutFrame::Bytes(frame)),
+                },
+            }
+        })?;
+        unreadable.map_or(Ok(()), Err)
     }
 
     /// [`enqueue`](Shared::enqueue) for any [`OutFrame`].
