@@ -43,6 +43,10 @@ use wire::{Frame, CHUNK};
 pub(crate) struct Peer {
     stream: Option<mio::net::TcpStream>,
     out: Mutex<OutQueue>,
+    /// A hint that `out` holds frames (set when one is queued, cleared by the polling host
+    /// thread's flush that empties it): lets that thread's poll skip the peers with nothing to
+    /// write without touching their locks.
+    queued: AtomicBool,
     failed: AtomicBool,
 }
 
@@ -119,6 +123,7 @@ impl TcpFabric {
             peers.push(Peer {
                 stream,
                 out: Mutex::new(OutQueue::default()),
+                queued: AtomicBool::new(false),
                 failed: AtomicBool::new(false),
             });
         }

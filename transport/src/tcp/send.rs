@@ -14,9 +14,17 @@ impl Shared {
     /// a long transfer goes on as soon as the socket has room rather than once the I/O thread
     /// has woken up to its writable edge. Skipped while another thread writes to the peer.
     pub(super) fn write_now(&self, peer: Rank) {
-        let broken = match self.peers[peer as usize].out.try_lock() {
-            Some(mut out) if !out.is_empty() => self.flush_locked(peer, &mut out).err(),
-            _ => None,
+        let p = &self.peers[peer as usize];
+        if !p.queued.load(Ordering::Relaxed) {
+            return;
+        }
+        let broken = match p.out.try_lock() {
+            Some(mut out) => {
+                let flushed = self.flush_locked(peer, &mut out);
+                p.queued.store(!out.is_empty(), Ordering::Relaxed);
+                flushed.err()
+            }
+            None => None,
         };
         if let Some(why) = broken {
             self.fail_peer(peer, &why);
@@ -124,7 +132,11 @@ impl Shared {
             if peer.failed.load(Ordering::Acquire) {
                 return Err(TransportError::PeerFailed(dest));
             }
-            f(&mut out).inspect_err(|_| out.clear()).err()
+            let broken = f(&mut out).inspect_err(|_| out.clear()).err();
+            if !out.is_empty() {
+                peer.queued.store(true, Ordering::Relaxed);
+            }
+            broken
         };
         if let Some(why) = broken {
             self.fail_peer(dest, &why);
