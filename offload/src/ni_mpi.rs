@@ -417,25 +417,28 @@ enum Polled {
 /// anything else is handed to the agent, in place too, and sets `other`.
 ///
 /// A fabric may hand over several events in one poll (tcp lends every message it read).
-/// Only the first message `take` accepts is the caller's, and none once an event of this poll
-/// went to the agent: that one may be a message the receive matches but does not take here
-/// (now queued as unexpected), which a later one must not overtake; the caller's next look at
-/// the queue finds it.
+/// Only the first message `take` accepts is the caller's, and none once the agent queued an
+/// unexpected header in this poll: that may be a message the receive matches but does not
+/// take here, which a later one must not overtake; the caller's next look at the queue finds
+/// it. (Other events, such as credit returns, leave later messages to `take`.)
 fn poll_one<T>(
     st: &mut State,
     taken: &mut Option<T>,
     take: &mut impl FnMut(Rank, &[u8]) -> Option<T>,
     other: &mut bool,
 ) -> Polled {
+    let mut queued = false;
     let polled = st.poll_fabric(&mut |st, ev| {
-        if let (EventRef::Message { src, data }, None, false) = (&ev, &taken, *other) {
+        if let (EventRef::Message { src, data }, None, false) = (&ev, &taken, queued) {
             if let Some(t) = take(*src, data) {
                 *taken = Some(t);
                 return;
             }
         }
         *other = true;
+        let before = st.queued_unexpected.load(Ordering::Relaxed);
         crate::agent::handle_ref(st, ev);
+        queued |= st.queued_unexpected.load(Ordering::Relaxed) != before;
     });
     match polled {
         Ok(false) => Polled::Nothing,
