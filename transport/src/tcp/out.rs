@@ -132,15 +132,7 @@ pub(crate) fn write_now(
                 iov_len: p.len(),
             };
         }
-        loop {
-            match send_iov(socket.as_raw_fd(), &iov[..parts.len() + 1]) {
-                Ok(0) if total > 0 => return Err("connection closed".into()),
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break 0,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
+        send_some(socket.as_raw_fd(), &iov[..parts.len() + 1], total)?
     };
     if written == total {
         return Ok(None);
@@ -181,17 +173,8 @@ pub(crate) unsafe fn write_raw_now(
                 iov_len: len,
             },
         ];
-        written = loop {
-            // The head is a live slice; the payload is valid for `len` bytes (the caller's
-            // promise).
-            match send_iov(socket.as_raw_fd(), &iov) {
-                Ok(0) if total > 0 => return Err("connection closed".into()),
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break 0,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        };
+        // The head is a live slice; the payload is valid for `len` bytes (the caller's promise).
+        written = send_some(socket.as_raw_fd(), &iov, total)?;
     }
     if written == total {
         return Ok(None);
@@ -211,6 +194,20 @@ pub(crate) unsafe fn write_raw_now(
         rest.set_len(rest.len() + len - from);
     }
     Ok(Some(rest))
+}
+
+/// One `sendmsg` of the `total` bytes `iov` names (again if interrupted): how many the socket
+/// took, 0 if it is full; a closed or broken connection is an error.
+fn send_some(fd: i32, iov: &[libc::iovec], total: usize) -> Result<usize, String> {
+    loop {
+        match send_iov(fd, iov) {
+            Ok(0) if total > 0 => return Err("connection closed".into()),
+            Ok(n) => return Ok(n),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(0),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
 }
 
 /// One `sendmsg` of what is left of `frame` from `offset`.
