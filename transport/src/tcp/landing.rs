@@ -134,10 +134,12 @@ pub(super) fn go_on(
                     .get(op)
                     .map(|p| p.get_data_place(from, chunk_off + got as u64, want))
                     .transpose()?;
-                // SAFETY (the closure's call): `with_range` checked `at..at + want` inside the
-                // region and holds it alive while the closure runs.
                 let read_into = |(dst, at): (&crate::Region, usize)| {
-                    dst.with_range(at, want, |to| unsafe { recv_raw(fd, to, want) })
+                    dst.with_range(at, want, |to| {
+                        // SAFETY: `with_range` checked `at..at + want` inside the region and
+                        // holds it alive while the closure runs.
+                        unsafe { recv_raw(fd, to, want) }
+                    })
                 };
                 match place.map(read_into) {
                     Some(Ok(n)) => n,
@@ -150,11 +152,11 @@ pub(super) fn go_on(
                 }
             }
             To::Put { target, at, .. } => {
-                // SAFETY: `with_range` checked the range inside the region and holds it alive
-                // while the closure runs.
-                let read = target
-                    .region
-                    .with_range(at + got, want, |to| unsafe { recv_raw(fd, to, want) });
+                let read = target.region.with_range(at + got, want, |to| {
+                    // SAFETY: `with_range` checked the range inside the region and holds it
+                    // alive while the closure runs.
+                    unsafe { recv_raw(fd, to, want) }
+                });
                 match read {
                     Ok(n) => n,
                     Err(e) => {
