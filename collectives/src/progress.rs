@@ -170,7 +170,9 @@ impl Waiter {
                 // grace.
                 ni.note_host_polling();
             }
-            if self.fabric.pending() && ni.progress() > 0 {
+            // Also when a pass left matched receives its collector could not take: nothing
+            // new may ever arrive for them (their senders wait for this rank's gets).
+            if (self.fabric.pending() || ni.directs_left()) && ni.progress() > 0 {
                 // Something happened: look again before backing off.
                 since = None;
                 sleeping = false;

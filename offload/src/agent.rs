@@ -43,6 +43,11 @@ fn try_progress(shared: &Shared) -> Option<usize> {
 fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
     let handled = progress_locked(&mut st);
     let directs_waiting = !st.direct_done.is_empty();
+    if !directs_waiting && shared.directs_left.load(Ordering::Relaxed) {
+        // Taken by now (by a collector or an owner's own pass). Cleared under the lock, so
+        // that a later failed collection's mark (set after its pass let go) is never lost.
+        shared.directs_left.store(false, Ordering::Release);
+    }
     drop(st);
     // Only a thread-mode host waits for notifications.
     if handled > 0 && shared.mode == crate::Mode::Thread {
@@ -51,7 +56,16 @@ fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
     if directs_waiting {
         if let Some(collect) = shared.direct_collector.get() {
             if !collect() {
+                // Whoever drives the agent next must come back for them, fabric news or not.
+                shared.directs_left.store(true, Ordering::Release);
                 return handled.max(1);
+            }
+            if shared.directs_left.load(Ordering::Acquire) {
+                // Taken now: unmark, unless a pass since left more.
+                let st = shared.state.lock();
+                if st.direct_done.is_empty() {
+                    shared.directs_left.store(false, Ordering::Release);
+                }
             }
         }
     }

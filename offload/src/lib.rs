@@ -68,6 +68,10 @@ pub(crate) struct Shared {
     pub(crate) host_polls: AtomicU64,
     /// Takes matched direct receives off the NI for their owner (`Ni::set_direct_collector`).
     pub(crate) direct_collector: std::sync::OnceLock<DirectCollector>,
+    /// A pass left matched direct receives that the collector could not take (another thread
+    /// was in the owner's calls): until a pass finds none left, a waiter that drives the agent
+    /// runs passes even when the fabric has nothing new ([`Ni::directs_left`]).
+    pub(crate) directs_left: AtomicBool,
 }
 
 /// What [`Ni::set_direct_collector`] installs: returns whether it took the matched direct

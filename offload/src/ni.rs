@@ -77,6 +77,7 @@ impl Ni {
             mode: cfg.mode,
             host_polls: std::sync::atomic::AtomicU64::new(0),
             direct_collector: std::sync::OnceLock::new(),
+            directs_left: AtomicBool::new(false),
         });
         Ok(Ni {
             shared,
@@ -153,6 +154,16 @@ impl Ni {
     /// Runs the agent once from this thread (inline mode; harmless in thread mode).
     pub fn progress(&self) -> usize {
         crate::agent::progress(&self.shared)
+    }
+
+    /// Whether a progress pass left matched direct receives that its collector could not take
+    /// (a hint read without the lock): a thread that waits by driving [`Ni::progress`] only
+    /// when the fabric has something pending must then run a pass anyway, or the receives wait
+    /// for the next message to arrive, which may be never (their senders wait for them).
+    pub fn directs_left(&self) -> bool {
+        self.shared
+            .directs_left
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Installs the owner's collector of matched direct receives: whoever runs a progress pass

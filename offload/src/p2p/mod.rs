@@ -17,6 +17,8 @@
 
 mod backoff;
 mod bits;
+#[cfg(test)]
+mod collector_tests;
 mod config;
 mod contexts;
 mod credit_flow;

@@ -1,0 +1,85 @@
+//! The NI's collector of matched direct receives when the engine is busy: a rendezvous
+//! receive matched by a pass that could not hand it to the engine (another thread was in the
+//! engine's calls) must still get its gets issued by a later pass, even though nothing new
+//! arrives from the fabric for it (its sender waits for those gets). A collective's wait
+//! drives passes only on fabric news or this mark.
+
+use std::sync::Arc;
+
+use rdcoll_transport::Fabric;
+
+use super::{Engine, P2pConfig, Source, TagSel};
+use crate::{Mode, NiConfig};
+
+fn two_engines() -> (Arc<Engine>, Arc<Engine>) {
+    let mut fabrics = rdcoll_transport::local::create(2).expect("local job");
+    let cfg = P2pConfig {
+        // Every message by rendezvous: the receiver's gets move it.
+        eager_limit: 0,
+        unexpected_max: 0,
+        ..P2pConfig::default()
+    };
+    let ni = NiConfig {
+        mode: Mode::Inline,
+        ..NiConfig::default()
+    };
+    let engine = |f| Engine::new(Arc::new(f) as Arc<dyn Fabric>, ni.clone(), cfg, 2);
+    let one = engine(fabrics.pop().unwrap()).unwrap();
+    let zero = engine(fabrics.pop().unwrap()).unwrap();
+    (zero, one)
+}
+
+#[test]
+fn a_match_the_busy_engine_could_not_take_is_taken_by_a_later_pass() {
+    let (zero, one) = two_engines();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 % 251) as u8).collect();
+    let mut got = vec![0u8; data.len()];
+    let into = got.as_mut_ptr();
+    // SAFETY: `got` outlives the request, which is waited for below; until then it is only
+    // read through `into`.
+    let recv =
+        unsafe { one.irecv(into, data.len(), Source::Rank(0), TagSel::Value(5), 0) }.unwrap();
+    // SAFETY: `data` outlives the request, waited for below.
+    let send = unsafe { zero.isend(data.as_ptr(), data.len(), 1, 5, 0) }.unwrap();
+
+    // Rank 1's pass matches the announcement while another thread is in rank 1's engine.
+    let busy = one.inner.lock();
+    let mut passes = 0;
+    while !one.ni().directs_left() {
+        one.ni().progress();
+        passes += 1;
+        assert!(passes < 1_000_000, "the announcement never arrived");
+    }
+    drop(busy);
+
+    // Only what a collective's wait does from now on: passes on fabric news or the mark.
+    // The gets must go out, rank 0 serve them, and the data land, with no engine call on 1.
+    let fabric = one.ni().fabric().clone();
+    let sender = std::thread::spawn(move || zero.wait(send).map(|s| s.len));
+    let mut passes = 0;
+    while !landed(into, &data) {
+        if fabric.pending() || one.ni().directs_left() {
+            one.ni().progress();
+        } else {
+            fabric.block(std::time::Duration::from_millis(1));
+        }
+        passes += 1;
+        assert!(passes < 5_000, "the matched receive never issued its gets");
+    }
+    assert!(!one.ni().directs_left());
+    // The receive ends (and tells the sender it may end) in the engine's calls.
+    let status = one.wait(recv).unwrap();
+    assert_eq!(status.len, data.len());
+    assert_eq!(sender.join().unwrap().unwrap(), data.len());
+    assert_eq!(got, data);
+}
+
+/// Whether all of `data` is at `into` (read while the receive is in flight).
+fn landed(into: *const u8, data: &[u8]) -> bool {
+    data.iter().enumerate().all(|(i, d)| {
+        // SAFETY: `into` holds `data.len()` bytes; a volatile read of bytes the get writes
+        // (a read that races the write sees old or new bytes and only delays the test).
+        let b = unsafe { std::ptr::read_volatile(into.add(i)) };
+        b == *d
+    })
+}
