@@ -86,7 +86,7 @@ pub use bytemuck;
 /// derive macros (with `#[bytemuck(crate = "rdcoll::bytemuck")]`, see [`bytemuck`]).
 pub use bytemuck::{Pod, Zeroable};
 pub use nonblocking::CollRequest;
-pub use raw::RawRequest;
+pub use raw::{RawIdler, RawRequest};
 pub use rdcoll_collectives::reduce;
 pub use rdcoll_collectives::schedule::Algorithm as BcastSchedule;
 pub use rdcoll_collectives::{

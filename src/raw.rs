@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rdcoll_offload::p2p::{Engine, Members, ReqId, Source, Started, TagSel};
+use rdcoll_offload::p2p::{Backoff, Engine, Members, ReqId, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -154,6 +154,31 @@ impl RawRequest {
     /// Whether the request has already delivered its result.
     pub fn is_finished(&self) -> bool {
         matches!(self.state, RawState::Delivered)
+    }
+
+    /// What a wait on several requests (MPI's `waitany`) does between two looks at them,
+    /// holding none of them: see [`RawIdler`].
+    pub fn idler(&self) -> RawIdler {
+        RawIdler {
+            engine: self.engine.clone(),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// The backing off of a wait on several raw requests, as one request's wait backs off: it
+/// spins briefly, then yields, then sleeps until its engine sees activity (at most a
+/// millisecond at a time), so that a rank waiting on many requests leaves its core to the
+/// others (more ranks than cores must stay usable).
+pub struct RawIdler {
+    engine: Arc<Engine>,
+    backoff: Backoff,
+}
+
+impl RawIdler {
+    /// One step of backing off; call it after each look that found nothing finished.
+    pub fn idle(&mut self) {
+        self.engine.idle(&mut self.backoff);
     }
 }
 

@@ -413,7 +413,9 @@ pub extern "C" fn rdc_waitany(
         if live == 0 {
             return RDC_ERR_REQUEST;
         }
-        let mut spins = 0u32;
+        // Backs off as a single wait does (spin, yield, then sleep on the engine), so that
+        // a rank waiting here leaves its core to the others.
+        let mut idler: Option<rdcoll::RawIdler> = None;
         loop {
             for i in 0..n {
                 // SAFETY: as above.
@@ -430,14 +432,28 @@ pub extern "C" fn rdc_waitany(
                     return c;
                 }
             }
-            spins += 1;
-            if spins > 64 {
-                std::thread::yield_now();
-            } else {
-                std::hint::spin_loop();
+            if idler.is_none() {
+                idler = first_idler(reqs, n);
+            }
+            match idler.as_mut() {
+                Some(idler) => idler.idle(),
+                None => std::thread::yield_now(),
             }
         }
     })
+}
+
+/// The backing off of the first live request among `n` of `reqs` (`None` if none is known).
+fn first_idler(reqs: *mut *mut rdc_request, n: usize) -> Option<rdcoll::RawIdler> {
+    running(|_, requests, _| {
+        Ok((0..n).find_map(|i| {
+            // SAFETY: `reqs` holds `n` handles (the API's contract).
+            let h = unsafe { *reqs.add(i) } as usize;
+            requests.get(h).map(|r| r.idler())
+        }))
+    })
+    .ok()
+    .flatten()
 }
 
 /// Cancels `*req` if it is a receive that has not matched yet (its status then says

@@ -2,10 +2,13 @@
  * reference computed on each rank: every root, uneven and zero counts, displacements with
  * gaps and out of rank order, in place, a user-defined non-commutative operation, large
  * blocks; several requests in flight at once, interleaved with point-to-point, on the world
- * and on a split communicator. Run by scripts/test-c under rdcoll-run (1 to 4 ranks).
+ * and on a split communicator; a long rdc_waitany sleeps rather than spins. Run by
+ * scripts/test-c under rdcoll-run (1 to 4 ranks).
  */
+#define _POSIX_C_SOURCE 200809L
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 
 #include "../../../examples/c/check.h"
 
@@ -252,6 +255,40 @@ static void in_flight_together(rdc_comm *world, int rank, int size) {
     free(mine);
 }
 
+static double seconds(clockid_t clock) {
+    struct timespec t;
+    clock_gettime(clock, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* A rank that waits long in rdc_waitany sleeps rather than spins (more ranks than cores must
+ * stay usable): rank 0 sends each other rank a message 300 ms late, the others wait for it in
+ * rdc_waitany beside a receive that never matches (cancelled afterwards). */
+static void waitany_sleeps(rdc_comm *world, int rank, int size) {
+    enum { LATE_TAG = 71, NEVER_TAG = 72 };
+    if (rank == 0) {
+        struct timespec pause = {0, 300 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+        for (int r = 1; r < size; r++) CHECK(rdc_send(&r, 1, RDC_INT32, r, LATE_TAG, world));
+        return;
+    }
+    int32_t late = -1, never = -1;
+    rdc_request *reqs[2];
+    CHECK(rdc_irecv(&never, 1, RDC_INT32, 0, NEVER_TAG, world, &reqs[0]));
+    CHECK(rdc_irecv(&late, 1, RDC_INT32, 0, LATE_TAG, world, &reqs[1]));
+    const double wall = seconds(CLOCK_MONOTONIC), cpu = seconds(CLOCK_THREAD_CPUTIME_ID);
+    int index = -1;
+    rdc_status st;
+    CHECK(rdc_waitany(2, reqs, &index, &st));
+    const double waited = seconds(CLOCK_MONOTONIC) - wall;
+    const double used = seconds(CLOCK_THREAD_CPUTIME_ID) - cpu;
+    EXPECT(index == 1 && late == rank && reqs[1] == NULL, "waitany: index %d, %d", index, late);
+    EXPECT(used < waited / 2, "waitany spun: %.3f s of CPU in %.3f s", used, waited);
+    CHECK(rdc_cancel(&reqs[0]));
+    CHECK(rdc_wait(&reqs[0], &st));
+    EXPECT(st.cancelled, "the unmatched receive was not cancelled");
+}
+
 int main(void) {
     rdc_comm *world;
     int rank, size;
@@ -264,6 +301,7 @@ int main(void) {
     allgathers_and_alltoalls(world, rank, size);
     reductions(world, rank, size);
     in_flight_together(world, rank, size);
+    waitany_sleeps(world, rank, size);
     CHECK(rdc_barrier(world));
     CHECK(rdc_finalize());
     if (rank == 0) printf("nonblocking: every collective checked on %d ranks\n", size);
