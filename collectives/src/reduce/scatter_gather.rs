@@ -12,10 +12,11 @@
 //!    the root's, for a reduce);
 //! 4. each rank copies the chunks it receives into place and acknowledges them.
 //!
-//! Every slot has two windows (rounds alternate), so round `q + 1` is written while round `q`
-//! is combined; a window is written again only once its previous contents were acknowledged
+//! Every slot has two windows (rounds alternate), and each rank writes its parts of round
+//! `q + 1` (step 1) right after step 3 of round `q`, so they travel while round `q`'s reduced
+//! chunks do; a window is written again only once its previous contents were acknowledged
 //! (one byte, the count of writes consumed, in the writer's area). No step waits for anything
-//! of a later step, so no cycle of waits can form.
+//! of a later round, nor for a later step of its own round, so no cycle of waits can form.
 
 use std::sync::atomic::Ordering;
 
@@ -28,8 +29,15 @@ use crate::progress::Waiter;
 use crate::reduce::op::Reducer;
 use crate::Puts;
 
-/// Bytes per chunk (rounded down to whole elements).
-pub(crate) const CHUNK: usize = 64 << 10;
+/// Bytes per chunk (rounded down to whole elements) where small chunks pipeline best: more
+/// than two ranks sharing memory.
+const CHUNK: usize = 64 << 10;
+/// The largest chunk, where each write and acknowledgement should move more: two ranks, or a
+/// transport whose every write costs system calls (2 ranks, 1 MiB: 1.5x faster than with
+/// `CHUNK` over shm and tcp alike).
+const WIDE_CHUNK: usize = 256 << 10;
+/// What the slots of wide chunks may take in all (2 phases x n peers x `WINDOWS`).
+const WIDE_SLOTS_BUDGET: usize = 8 << 20;
 /// Rounds in flight per slot.
 const WINDOWS: usize = 2;
 
@@ -37,6 +45,27 @@ const WINDOWS: usize = 2;
 pub(crate) fn segment(count: usize, n: usize, r: usize) -> (usize, usize) {
     let (base, extra) = (count / n, count % n);
     (r * base + r.min(extra), base + usize::from(r < extra))
+}
+
+/// Bytes per chunk for `n` ranks over `fabric`, the same on every rank (all ranks of a job
+/// run over one kind of fabric): [`WIDE_CHUNK`] for two ranks or where each write is a
+/// message (the fabric suggests a rendezvous chunk), halved while the slots would take more
+/// than [`WIDE_SLOTS_BUDGET`]; else [`CHUNK`].
+fn chunk_for(n: usize, fabric: &dyn rdcoll_transport::Fabric) -> usize {
+    if n != 2 && fabric.rndv_chunk_hint().is_none() {
+        return CHUNK;
+    }
+    wide_chunk(n)
+}
+
+/// [`WIDE_CHUNK`], halved while `n` ranks' slots would take more than [`WIDE_SLOTS_BUDGET`]
+/// (never below [`CHUNK`]).
+fn wide_chunk(n: usize) -> usize {
+    let mut chunk = WIDE_CHUNK;
+    while chunk > CHUNK && 2 * n * WINDOWS * chunk > WIDE_SLOTS_BUDGET {
+        chunk /= 2;
+    }
+    chunk
 }
 
 /// Which kind of slot.
@@ -59,13 +88,16 @@ pub(crate) struct ScatterGather {
     consumed: Vec<u8>,
     /// An aligned buffer for the running result of one chunk.
     scratch: Vec<u64>,
+    /// Bytes per chunk ([`chunk_for`]).
+    chunk: usize,
 }
 
 impl ScatterGather {
     /// Registers the slots (two phases, one per peer and window). Collective.
     pub(crate) fn new(w: &Waiter, context: Context) -> Result<ScatterGather> {
         let n = w.size();
-        let stride = (CHUNK + 1).next_multiple_of(64);
+        let chunk = chunk_for(n, w.fabric());
+        let stride = (chunk + 1).next_multiple_of(64);
         let slots = 2 * n * WINDOWS;
         let acks = slots * stride;
         let area = Area::new(w, context, acks + slots)?;
@@ -76,7 +108,8 @@ impl ScatterGather {
             n,
             written: vec![0; slots],
             consumed: vec![0; slots],
-            scratch: vec![0; CHUNK / 8],
+            scratch: vec![0; chunk / 8],
+            chunk,
         })
     }
 
@@ -110,7 +143,7 @@ impl ScatterGather {
         w.until(to as Rank, &|| ack.load(Ordering::Acquire) == before)?;
         // Bottom-filled: the data ends right before the slot's fixed flag byte, so a shorter
         // chunk never finds an old chunk's data where its flag would be.
-        let data = self.slot(phase, me, window) + CHUNK - len;
+        let data = self.slot(phase, me, window) + self.chunk - len;
         let flag = (before % 255) + 1;
         puts.put(
             w,
@@ -136,7 +169,7 @@ impl ScatterGather {
     ) -> Result<usize> {
         let i = self.index(phase, from, window);
         let slot = self.slot(phase, from, window);
-        let flag = self.area.flag(slot + CHUNK);
+        let flag = self.area.flag(slot + self.chunk);
         let want = (self.consumed[i] % 255) + 1;
         w.until(from as Rank, &|| flag.load(Ordering::Acquire) != 0)?;
         let got = flag.load(Ordering::Acquire);
@@ -146,7 +179,7 @@ impl ScatterGather {
                  out of step (different lengths?)"
             )));
         }
-        Ok(slot + CHUNK - len)
+        Ok(slot + self.chunk - len)
     }
 
     /// Marks `from`'s slot consumed and tells `from`.
@@ -161,7 +194,9 @@ impl ScatterGather {
         let me = w.rank() as usize;
         let i = self.index(phase, from, window);
         let slot = self.slot(phase, from, window);
-        self.area.flag(slot + CHUNK).store(0, Ordering::Release);
+        self.area
+            .flag(slot + self.chunk)
+            .store(0, Ordering::Release);
         self.consumed[i] = self.consumed[i].wrapping_add(1);
         let at = self
             .area
@@ -182,14 +217,14 @@ impl ScatterGather {
         root: Option<Rank>,
     ) -> Result<()> {
         let (me, n) = (w.rank() as usize, self.n);
-        if elem == 0 || !acc.len().is_multiple_of(elem) || elem > CHUNK {
+        if elem == 0 || !acc.len().is_multiple_of(elem) || elem > self.chunk {
             return Err(CollError::InvalidArgument(format!(
                 "{} bytes are not whole {elem}-byte elements",
                 acc.len()
             )));
         }
         let count = acc.len() / elem;
-        let chunk = CHUNK / elem;
+        let chunk = self.chunk / elem;
         let rounds = (0..n)
             .map(|o| segment(count, n, o).1.div_ceil(chunk))
             .max()
@@ -210,14 +245,21 @@ impl ScatterGather {
         // dropped, and the copies into it below); its key is never given to a peer.
         let mine = unsafe { w.fabric().register_memory(acc.as_mut_ptr(), acc.len())? };
         let result = (|| -> Result<()> {
-            for q in 0..rounds {
-                let window = q % WINDOWS;
-                // 1. This rank's parts of the other owners' chunks.
+            // 1. This rank's parts of the other owners' chunks, a round ahead: round `q + 1`'s
+            // travel while round `q`'s reduced chunks do.
+            let scatter = |sg: &mut Self, puts: &mut Puts, q: usize| -> Result<()> {
                 for o in (0..n).filter(|&o| o != me) {
                     if let Some((at, len)) = piece(o, q) {
-                        self.give(w, puts, Phase::Scatter, o, window, &mine, at, len)?;
+                        sg.give(w, puts, Phase::Scatter, o, q % WINDOWS, &mine, at, len)?;
                     }
                 }
+                Ok(())
+            };
+            if rounds > 0 {
+                scatter(self, puts, 0)?;
+            }
+            for q in 0..rounds {
+                let window = q % WINDOWS;
                 // 2. This rank's own chunk, combined in ascending rank order.
                 if let Some((at, len)) = piece(me, q) {
                     self.combine(w, puts, &mine, at, len, window, reduce)?;
@@ -226,14 +268,16 @@ impl ScatterGather {
                         self.give(w, puts, Phase::Gather, r, window, &mine, at, len)?;
                     }
                 }
-                // 4. The other owners' reduced chunks, into place.
+                if q + 1 < rounds {
+                    scatter(self, puts, q + 1)?;
+                }
+                // 4. The other owners' reduced chunks, into place. No wait for this rank's
+                // writes out of those bytes: an owner's reduced chunk includes this rank's
+                // part, so that write was read before the owner could send it.
                 if receives(me) {
                     for o in (0..n).filter(|&o| o != me) {
                         if let Some((at, len)) = piece(o, q) {
                             let slot = self.take(w, Phase::Gather, o, window, len)?;
-                            // Writes from this rank's part of chunk `q` must be done before
-                            // it is overwritten.
-                            w.puts_done(puts.ct, puts.issued)?;
                             mine.copy_from(at, self.area.local(), slot, len)?;
                             self.consumed(w, puts, Phase::Gather, o, window)?;
                         }
@@ -314,6 +358,16 @@ impl ScatterGather {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn wide_chunks_shrink_with_the_ranks_to_stay_within_their_budget() {
+        let local = rdcoll_transport::local::create(1).unwrap().pop().unwrap();
+        assert!(rdcoll_transport::Fabric::rndv_chunk_hint(&local).is_none());
+        assert_eq!(chunk_for(2, &local), WIDE_CHUNK);
+        assert_eq!(chunk_for(3, &local), CHUNK);
+        let wide: Vec<usize> = [2, 8, 16, 32, 1000].map(wide_chunk).to_vec();
+        assert_eq!(wide, [256 << 10, 256 << 10, 128 << 10, 64 << 10, 64 << 10]);
+    }
 
     #[test]
     fn segments_tile_the_vector() {
