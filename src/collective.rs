@@ -44,7 +44,8 @@ impl Comm {
     #[inline(never)]
     fn start_collectives(&self) -> Result<&std::sync::Arc<Collectives>> {
         self.start_once(&self.collectives, || {
-            let cfg = rdcoll_collectives::CollConfig::from_env()?;
+            let fabric = self.engine()?.ni().fabric().clone();
+            let cfg = rdcoll_collectives::CollConfig::from_env_for(fabric.as_ref())?;
             Ok(std::sync::Arc::new(self.new_collectives(cfg)?))
         })
     }

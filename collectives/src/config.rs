@@ -32,6 +32,11 @@ pub const MAX_SHARED_CHUNK: usize = 1 << 20;
 /// Default largest allreduce (and reduce) sent through the degree-k tree of RDMA writes;
 /// larger ones reduce-scatter and allgather (docs/ALGORITHMS.md, "Allreduce and reduce").
 pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = 16 << 10;
+/// `RDCOLL_ALLREDUCE_SMALL_MAX`'s default where every write is a message (the fabric suggests
+/// a rendezvous chunk: tcp): there the pipelined reduce-scatter's per-chunk writes and
+/// acknowledgements cost more than the tree's extra bytes up to 64 KiB (2 ranks over tcp:
+/// 32 KiB in 16-23 us against 36-43, 64 KiB 35-37 against 50-59).
+pub const MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX: usize = 64 << 10;
 /// Largest `RDCOLL_ALLREDUCE_SMALL_MAX` (each rank registers one slot of it per rank).
 pub const MAX_ALLREDUCE_SMALL_MAX: usize = 1 << 20;
 
@@ -230,13 +235,31 @@ fn size_within(name: &'static str, lo: usize, hi: usize) -> Result<Option<usize>
 impl CollConfig {
     /// See [`DEFAULT_ALLREDUCE_SMALL_MAX`].
     pub const DEFAULT_ALLREDUCE_SMALL_MAX: usize = DEFAULT_ALLREDUCE_SMALL_MAX;
+    /// See [`MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX`].
+    pub const MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX: usize = MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX;
 
     /// Defaults, overridden by the environment; a malformed value is an error.
     pub fn from_env() -> Result<CollConfig> {
+        CollConfig::from_env_over(CollConfig::default())
+    }
+
+    /// [`from_env`](CollConfig::from_env) with the defaults for `fabric` (every rank of a
+    /// job has the same kind of fabric, so they agree): where every write is a message,
+    /// [`MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX`].
+    pub fn from_env_for(fabric: &dyn rdcoll_transport::Fabric) -> Result<CollConfig> {
+        let mut defaults = CollConfig::default();
+        if fabric.rndv_chunk_hint().is_some() {
+            defaults.allreduce_small_max = MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX;
+        }
+        CollConfig::from_env_over(defaults)
+    }
+
+    /// `defaults`, overridden by the environment.
+    fn from_env_over(defaults: CollConfig) -> Result<CollConfig> {
         use rdcoll_transport::settings::{flag, number, read, size, text, word, Value};
         let mut c = CollConfig {
             bcast_small_max: size("RDCOLL_BCAST_SMALL_MAX")?,
-            ..CollConfig::default()
+            ..defaults
         };
         c.bcast_block = size_within("RDCOLL_BCAST_BLOCK", 1, MAX_BLOCK)?;
         c.bcast_chunk = size_within("RDCOLL_BCAST_CHUNK", 1, MAX_SHARED_CHUNK)?;

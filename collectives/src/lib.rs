@@ -133,7 +133,8 @@ impl Collectives {
     /// settings from the environment. Not collective: buffers are set up (collectively) by the
     /// first collective that needs them.
     pub fn new(engine: Arc<Engine>, context: Context) -> Result<Collectives> {
-        Collectives::with_config(engine, context, CollConfig::from_env()?)
+        let cfg = CollConfig::from_env_for(engine.ni().fabric().as_ref())?;
+        Collectives::with_config(engine, context, cfg)
     }
 
     /// Like [`new`](Collectives::new), with explicit settings.

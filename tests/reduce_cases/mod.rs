@@ -6,8 +6,29 @@
 use rdcoll::reduce::degree_k::{DegreeK, Role};
 use rdcoll::{Comm, Element, Op};
 
-/// The largest vector (bytes) the degree-k tree takes by default.
-pub const SMALL_MAX: usize = rdcoll::CollConfig::DEFAULT_ALLREDUCE_SMALL_MAX;
+/// The largest vector (bytes) the degree-k tree takes on `comm`.
+pub fn small_max(comm: &Comm) -> usize {
+    comm.collectives_config().allreduce_small_max
+}
+
+/// Unless set, the degree-k tree's limit is 64 KiB where every write is a message (tcp) and
+/// 16 KiB elsewhere.
+pub fn small_max_follows_the_fabric(comm: &Comm) -> Result<(), String> {
+    if std::env::var_os("RDCOLL_ALLREDUCE_SMALL_MAX").is_some() {
+        return Ok(());
+    }
+    let want = match comm.backend() {
+        "tcp" => rdcoll::CollConfig::MESSAGE_FABRIC_ALLREDUCE_SMALL_MAX,
+        _ => rdcoll::CollConfig::DEFAULT_ALLREDUCE_SMALL_MAX,
+    };
+    match small_max(comm) {
+        got if got == want => Ok(()),
+        got => Err(format!(
+            "over {} the tree takes up to {got} bytes, not {want}",
+            comm.backend()
+        )),
+    }
+}
 
 /// How the library combines `n` contributions of `bytes` bytes.
 #[derive(Clone, Copy, Debug)]
@@ -20,7 +41,7 @@ pub enum Order {
 
 /// The order an allreduce of `bytes` bytes uses on `comm`.
 pub fn order_of(comm: &Comm, bytes: usize) -> Result<Order, String> {
-    if bytes > SMALL_MAX {
+    if bytes > small_max(comm) {
         return Ok(Order::Fold);
     }
     comm.allreduce_degree(bytes)
@@ -204,6 +225,7 @@ pub fn every_op<T: Sample>(comm: &Comm, counts: &[usize], roots: &[u32]) -> Resu
 
 /// Every type with every op.
 pub fn every_type(comm: &Comm, counts: &[usize], roots: &[u32]) -> Result<(), String> {
+    small_max_follows_the_fabric(comm)?;
     every_op::<i8>(comm, counts, roots)?;
     every_op::<i16>(comm, counts, roots)?;
     every_op::<i32>(comm, counts, roots)?;
@@ -266,7 +288,8 @@ pub fn not_commutative(comm: &Comm) -> Result<(), String> {
     let (me, n) = (comm.rank() as usize, comm.size() as usize);
     let first_wins = |_: &mut u64, _: &u64| {};
     let last_wins = |a: &mut u64, b: &u64| *a = *b;
-    for count in [1, 100, SMALL_MAX / 8 + 1] {
+    // The largest vector the tree takes, and the smallest the pipeline does.
+    for count in [1, 100, small_max(comm) / 8, small_max(comm) / 8 + 1] {
         let val = |r: usize, i: usize| (r as u64) << 32 | i as u64;
         let mine: Vec<u64> = (0..count).map(|i| val(me, i)).collect();
         let of = |r: usize| -> Vec<u64> { (0..count).map(|i| val(r, i)).collect() };

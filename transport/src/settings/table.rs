@@ -242,7 +242,7 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "RDCOLL_ALLREDUCE_SMALL_MAX",
         kind: Kind::Size,
-        default: "`16K`",
+        default: "`16K` (`64K` over tcp)",
         level: Level::Tuning,
         doc: "reductions up to this many bytes run the degree-k tree whole; longer ones pipelined reduce-scatter + allgather (at most 1 MiB)",
     },
