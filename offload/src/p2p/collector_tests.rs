@@ -83,3 +83,40 @@ fn landed(into: *const u8, data: &[u8]) -> bool {
         b == *d
     })
 }
+
+#[test]
+fn a_blocking_receive_takes_a_match_the_busy_engine_could_not() {
+    let (zero, one) = two_engines();
+    let first: Vec<u8> = (0..4096u32).map(|i| (i * 5 % 249) as u8).collect();
+    let mut got = vec![0u8; first.len()];
+    let into = got.as_mut_ptr();
+    // SAFETY: `got` outlives the request, waited for below; until then it is not touched.
+    let posted =
+        unsafe { one.irecv(into, first.len(), Source::Rank(0), TagSel::Value(5), 0) }.unwrap();
+    // Rank 0 sends the second message only once the first (a rendezvous) is done.
+    let sender = std::thread::spawn(move || {
+        // SAFETY: `first` outlives the request, waited for at once.
+        let id = unsafe { zero.isend(first.as_ptr(), first.len(), 1, 5, 0) }.unwrap();
+        zero.wait(id).unwrap();
+        let second = [7u8; 16];
+        // SAFETY: as above.
+        let id = unsafe { zero.isend(second.as_ptr(), second.len(), 1, 6, 0) }.unwrap();
+        zero.wait(id).unwrap();
+        first
+    });
+    // The announcement of the first is matched while another thread is in rank 1's engine.
+    let busy = one.inner.lock();
+    while !one.ni().directs_left() {
+        one.ni().progress();
+    }
+    drop(busy);
+    // A blocking receive of the second: it must get the first's gets out meanwhile.
+    let mut second = [0u8; 16];
+    let status = one
+        .recv_into(&mut second, Source::Rank(0), TagSel::Value(6), 0)
+        .unwrap();
+    assert_eq!((status.len, second), (16, [7u8; 16]));
+    let first = sender.join().unwrap();
+    assert_eq!(one.wait(posted).unwrap().len, first.len());
+    assert_eq!(got, first);
+}

@@ -127,6 +127,12 @@ impl Engine {
             if looks.is_multiple_of(64) && self.blocked_sender(source).is_some() {
                 return self.finish_as_ordinary(true);
             }
+            // A matched receive another thread's pass could not hand to the engine (it was
+            // busy): taken now, since its sender may send what this receive waits for only
+            // once that receive's gets went out.
+            if self.ni.directs_left() {
+                self.ni.progress();
+            }
             // Another thread's progress may have queued a message for this receive as
             // unexpected: looked at below, before anything newer is taken.
             if !fabric.pending() && self.ni.queued_unexpected() == seen {
