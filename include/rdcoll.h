@@ -805,37 +805,6 @@ int rdc_irecv(void *buf,
               struct rdc_request **req);
 
 /**
- * Waits for `*req`, fills `status` (may be NULL) and sets `*req` to NULL. Returns the
- * operation's result.
- */
-int rdc_wait(struct rdc_request **req, struct rdc_status *status);
-
-/**
- * Sets `*flag` to 1 if `*req` has completed (then fills `status`, sets `*req` to NULL and
- * returns the operation's result), else to 0. An error with `*flag` 0 leaves the request in
- * flight: `*req` stays valid and its buffer in use.
- */
-int rdc_test(struct rdc_request **req, int *flag, struct rdc_status *status);
-
-/**
- * Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
- * be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
- */
-int rdc_waitall(int count, struct rdc_request **reqs, struct rdc_status *statuses);
-
-/**
- * Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
- * sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
- */
-int rdc_waitany(int count, struct rdc_request **reqs, int *index, struct rdc_status *status);
-
-/**
- * Cancels `*req` if it is a receive that has not matched yet (its status then says
- * `cancelled`); it must still be completed with `rdc_wait` or `rdc_test`.
- */
-int rdc_cancel(struct rdc_request **req);
-
-/**
  * Waits for a message from `source` with `tag` (wildcards allowed) and fills `status`
  * without receiving it.
  */
@@ -873,6 +842,37 @@ int rdc_sendrecv(const void *sendbuf,
                  int recvtag,
                  const struct rdc_comm *comm,
                  struct rdc_status *status);
+
+/**
+ * Waits for `*req`, fills `status` (may be NULL) and sets `*req` to NULL. Returns the
+ * operation's result.
+ */
+int rdc_wait(struct rdc_request **req, struct rdc_status *status);
+
+/**
+ * Sets `*flag` to 1 if `*req` has completed (then fills `status`, sets `*req` to NULL and
+ * returns the operation's result), else to 0. An error with `*flag` 0 leaves the request in
+ * flight: `*req` stays valid and its buffer in use.
+ */
+int rdc_test(struct rdc_request **req, int *flag, struct rdc_status *status);
+
+/**
+ * Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
+ * be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
+ */
+int rdc_waitall(int count, struct rdc_request **reqs, struct rdc_status *statuses);
+
+/**
+ * Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
+ * sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
+ */
+int rdc_waitany(int count, struct rdc_request **reqs, int *index, struct rdc_status *status);
+
+/**
+ * Cancels `*req` if it is a receive that has not matched yet (its status then says
+ * `cancelled`); it must still be completed with `rdc_wait` or `rdc_test`.
+ */
+int rdc_cancel(struct rdc_request **req);
 
 /**
  * Joins the job this process was started in (under `rdcoll-run`, `srun`, `mpirun` or

@@ -9,7 +9,8 @@ use std::ffi::{c_int, c_void};
 use rdcoll::{Comm, RawRequest};
 
 use crate::block_jobs::checked_nonblocking;
-use crate::p2p::{byte_len, store};
+use crate::p2p::byte_len;
+use crate::requests::store;
 use crate::*;
 
 /// Runs `start` with the communicator and stores its request in `*req`.

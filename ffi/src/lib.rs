@@ -20,6 +20,7 @@ mod iblocks;
 mod icoll;
 mod ops;
 mod p2p;
+mod requests;
 mod state;
 
 use std::ffi::{c_char, c_int};
@@ -30,6 +31,7 @@ pub use iblocks::*;
 pub use icoll::*;
 pub use ops::*;
 pub use p2p::*;
+pub use requests::*;
 pub use state::*;
 
 /// Success.
