@@ -106,8 +106,11 @@ fn a_blocking_receive_takes_a_match_the_busy_engine_could_not() {
     });
     // The announcement of the first is matched while another thread is in rank 1's engine.
     let busy = one.inner.lock();
+    let mut passes = 0;
     while !one.ni().directs_left() {
         one.ni().progress();
+        passes += 1;
+        assert!(passes < 100_000_000, "the announcement never arrived");
     }
     drop(busy);
     // A blocking receive of the second: it must get the first's gets out meanwhile.
