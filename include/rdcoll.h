@@ -844,6 +844,48 @@ int rdc_sendrecv(const void *sendbuf,
                  struct rdc_status *status);
 
 /**
+ * Completes one of the `count` requests of `reqs` that has finished, if any (NULL entries are
+ * skipped): sets `*index` to it and `*flag` to 1, fills `status` (may be NULL), sets that
+ * entry to NULL and returns its result. If none has finished, sets `*flag` to 0 and `*index`
+ * to -1. No live request at all is `RDC_ERR_REQUEST`, as for `rdc_waitany`.
+ */
+int rdc_testany(int count,
+                struct rdc_request **reqs,
+                int *index,
+                int *flag,
+                struct rdc_status *status);
+
+/**
+ * Sets `*flag` to 1 if every one of the `count` requests of `reqs` has finished (NULL entries
+ * are skipped), and then completes them all as `rdc_waitall` does (fills `statuses`, may be
+ * NULL, else `count` of them; sets every entry to NULL; returns the first error). Else sets
+ * `*flag` to 0 and leaves every request and status as it was, as MPI's `MPI_Testall` does.
+ */
+int rdc_testall(int count, struct rdc_request **reqs, int *flag, struct rdc_status *statuses);
+
+/**
+ * Completes every one of the `count` requests of `reqs` that has finished (NULL entries are
+ * skipped): `*outcount` of them, their positions in `indices` and their statuses in
+ * `statuses` (may be NULL, else room for `count`), in that order; each one completed is set
+ * to NULL. Returns the first error among them. No live request at all is `RDC_ERR_REQUEST`.
+ */
+int rdc_testsome(int count,
+                 struct rdc_request **reqs,
+                 int *outcount,
+                 int *indices,
+                 struct rdc_status *statuses);
+
+/**
+ * Waits until at least one of the `count` requests of `reqs` has finished (NULL entries are
+ * skipped), then completes every one that has, as `rdc_testsome` does.
+ */
+int rdc_waitsome(int count,
+                 struct rdc_request **reqs,
+                 int *outcount,
+                 int *indices,
+                 struct rdc_status *statuses);
+
+/**
  * Waits for `*req`, fills `status` (may be NULL) and sets `*req` to NULL. Returns the
  * operation's result.
  */

@@ -22,8 +22,11 @@ pub struct RawRequest {
 enum RawState {
     /// In flight as the engine's request.
     InFlight(ReqId),
-    /// Complete when it started (a short send), result not delivered yet.
+    /// Complete when it started (a short send), or found complete by
+    /// [`is_done`](RawRequest::is_done): result not delivered yet.
     Complete(Status),
+    /// Found ended by an error by [`is_done`](RawRequest::is_done), not delivered yet.
+    Failed(crate::Error),
     /// Its result was delivered.
     Delivered,
     /// A nonblocking collective on the communicator's collective thread.
@@ -93,6 +96,7 @@ impl RawRequest {
                 Err(e) => Err(self.translated_error(e)),
             },
             RawState::Complete(status) => Ok(status),
+            RawState::Failed(e) => Err(e),
             RawState::Delivered => Err(already_completed()),
             RawState::Collective(p) => p.wait().map(|()| Status::from_proc_null()),
         }
@@ -104,6 +108,7 @@ impl RawRequest {
         let id = match std::mem::replace(&mut self.state, RawState::Delivered) {
             RawState::InFlight(id) => id,
             RawState::Complete(status) => return Ok(Some(status)),
+            RawState::Failed(e) => return Err(e),
             RawState::Delivered => return Err(already_completed()),
             RawState::Collective(p) if p.is_done() => {
                 return p.wait().map(|()| Some(Status::from_proc_null()))
@@ -147,13 +152,41 @@ impl RawRequest {
     pub fn cancel(&mut self) -> Result<bool> {
         match self.state {
             RawState::InFlight(id) => Ok(self.engine.cancel(id)?),
-            RawState::Complete(_) | RawState::Delivered | RawState::Collective(_) => Ok(false),
+            RawState::Complete(_)
+            | RawState::Failed(_)
+            | RawState::Delivered
+            | RawState::Collective(_) => Ok(false),
         }
     }
 
     /// Whether the request has already delivered its result.
     pub fn is_finished(&self) -> bool {
         matches!(self.state, RawState::Delivered)
+    }
+
+    /// Whether the request has completed, without delivering its result: a finished one keeps
+    /// it for the next [`test`](RawRequest::test) or [`wait`](RawRequest::wait), which
+    /// return it at once (MPI's `testall`, which completes requests only once all have). An
+    /// error of a progress pass that leaves the request in flight is returned, the request
+    /// still in flight.
+    pub fn is_done(&mut self) -> Result<bool> {
+        let id = match &self.state {
+            RawState::InFlight(id) => *id,
+            RawState::Collective(p) => return Ok(p.is_done()),
+            RawState::Complete(_) | RawState::Failed(_) | RawState::Delivered => return Ok(true),
+        };
+        match self.engine.test(id) {
+            Ok(None) => Ok(false),
+            Ok(Some(status)) => {
+                self.state = RawState::Complete(self.translated(status));
+                Ok(true)
+            }
+            Err(e) if self.engine.is_pending(id) => Err(self.translated_error(e)),
+            Err(e) => {
+                self.state = RawState::Failed(self.translated_error(e));
+                Ok(true)
+            }
+        }
     }
 
     /// What a wait on several requests (MPI's `waitany`) does between two looks at them,

@@ -20,6 +20,7 @@ mod iblocks;
 mod icoll;
 mod ops;
 mod p2p;
+mod request_sets;
 mod requests;
 mod state;
 
@@ -31,6 +32,7 @@ pub use iblocks::*;
 pub use icoll::*;
 pub use ops::*;
 pub use p2p::*;
+pub use request_sets::*;
 pub use requests::*;
 pub use state::*;
 

@@ -193,7 +193,7 @@ pub extern "C" fn rdc_waitany(
 }
 
 /// The backing off of the first live request among `n` of `reqs` (`None` if none is known).
-fn first_idler(reqs: *mut *mut rdc_request, n: usize) -> Option<rdcoll::RawIdler> {
+pub(crate) fn first_idler(reqs: *mut *mut rdc_request, n: usize) -> Option<rdcoll::RawIdler> {
     running(|_, requests, _| {
         Ok((0..n).find_map(|i| {
             // SAFETY: `reqs` holds `n` handles (the API's contract).

@@ -143,6 +143,31 @@ static void point_to_point(rdc_comm *world, int rank, int size) {
     RC(RDC_ERR_NULL, rdc_waitany(1, &req, NULL, &st));
     RC(RDC_ERR_NULL, rdc_waitany(1, NULL, &index, &st));
     RC(RDC_ERR_REQUEST, rdc_waitany(1, &req, &index, &st)); /* nothing to wait for */
+    int outcount, indices[1];
+    RC(RDC_ERR_COUNT, rdc_testany(-1, &req, &index, &flag, &st));
+    RC(RDC_ERR_NULL, rdc_testany(1, NULL, &index, &flag, &st));
+    RC(RDC_ERR_NULL, rdc_testany(1, &req, NULL, &flag, &st));
+    RC(RDC_ERR_NULL, rdc_testany(1, &req, &index, NULL, &st));
+    RC(RDC_ERR_REQUEST, rdc_testany(1, &req, &index, &flag, &st));
+    RC(RDC_ERR_COUNT, rdc_testall(-1, &req, &flag, NULL));
+    RC(RDC_ERR_NULL, rdc_testall(1, NULL, &flag, NULL));
+    RC(RDC_ERR_NULL, rdc_testall(1, &req, NULL, NULL));
+    RC(RDC_SUCCESS, rdc_testall(1, &req, &flag, NULL)); /* NULL entries are skipped */
+    EXPECT(flag == 1, "testall of no live request: flag %d", flag);
+    for (int wait = 0; wait < 2; wait++) {
+        int (*some)(int, rdc_request **, int *, int *, rdc_status *) =
+            wait ? rdc_waitsome : rdc_testsome;
+        RC(RDC_ERR_COUNT, some(-1, &req, &outcount, indices, &st));
+        RC(RDC_ERR_NULL, some(1, NULL, &outcount, indices, &st));
+        RC(RDC_ERR_NULL, some(1, &req, NULL, indices, &st));
+        RC(RDC_ERR_NULL, some(1, &req, &outcount, NULL, &st));
+        RC(RDC_ERR_REQUEST, some(1, &req, &outcount, indices, &st));
+    }
+    req = BOGUS_REQ;
+    RC(RDC_ERR_REQUEST, rdc_testany(1, &req, &index, &flag, &st));
+    RC(RDC_ERR_REQUEST, rdc_testall(1, &req, &flag, NULL));
+    RC(RDC_ERR_REQUEST, rdc_testsome(1, &req, &outcount, indices, &st));
+    req = NULL;
 
     /* A request waited for twice, and one tested after it finished. */
     rdc_request *sreq, *rreq, *copy;

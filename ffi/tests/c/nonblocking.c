@@ -2,7 +2,8 @@
  * reference computed on each rank: every root, uneven and zero counts, displacements with
  * gaps and out of rank order, in place, a user-defined non-commutative operation, large
  * blocks; several requests in flight at once, interleaved with point-to-point, on the world
- * and on a split communicator; a long rdc_waitany sleeps rather than spins. Run by
+ * and on a split communicator; a long rdc_waitany sleeps rather than spins; rdc_testany,
+ * testall, testsome and waitsome with some messages there and some not. Run by
  * scripts/test-c under rdcoll-run (1 to 4 ranks).
  */
 #define _POSIX_C_SOURCE 200809L
@@ -289,6 +290,79 @@ static void waitany_sleeps(rdc_comm *world, int rank, int size) {
     EXPECT(st.cancelled, "the unmatched receive was not cancelled");
 }
 
+/* Sends `value` to this rank with `tag` and waits for the send. */
+static void send_self(rdc_comm *world, int rank, int32_t *value, int tag) {
+    rdc_request *s;
+    CHECK(rdc_isend(value, 1, RDC_INT32, rank, tag, world, &s));
+    CHECK(rdc_wait(&s, NULL));
+}
+
+/* rdc_testany, rdc_testall, rdc_testsome and rdc_waitsome on receives from this rank, with
+ * some of their messages sent and some not yet. */
+static void request_sets(rdc_comm *world, int rank) {
+    int32_t in[4] = {-1, -1, -1, -1}, out[4] = {100, 101, 102, 103};
+    rdc_request *r[4];
+    rdc_status st[4];
+    int flag = -1, index = -2, outcount = -1, indices[4];
+    for (int i = 0; i < 3; i++) CHECK(rdc_irecv(&in[i], 1, RDC_INT32, rank, 80 + i, world, &r[i]));
+    CHECK(rdc_testall(3, r, &flag, st));
+    EXPECT(flag == 0 && r[0] && r[1] && r[2], "testall with nothing sent: flag %d", flag);
+    CHECK(rdc_testany(3, r, &index, &flag, &st[0]));
+    EXPECT(flag == 0 && index == -1, "testany with nothing sent: flag %d index %d", flag, index);
+    send_self(world, rank, &out[1], 81);
+    for (int spins = 0; !flag; spins++) {
+        EXPECT(spins < 10000000, "testany never saw the message");
+        CHECK(rdc_testany(3, r, &index, &flag, &st[0]));
+    }
+    EXPECT(index == 1 && r[1] == NULL && in[1] == 101 && st[0].tag == 81, "testany: index %d",
+           index);
+    /* One of the two left done, the other not: testall changes neither. */
+    send_self(world, rank, &out[0], 80);
+    for (int spins = 0; spins < 1000; spins++) CHECK(rdc_testall(3, r, &flag, st));
+    EXPECT(flag == 0 && r[0] && r[2], "testall with one of two done: flag %d", flag);
+    send_self(world, rank, &out[2], 82);
+    for (int spins = 0; !flag; spins++) {
+        EXPECT(spins < 10000000, "testall never saw both");
+        CHECK(rdc_testall(3, r, &flag, st));
+    }
+    EXPECT(!r[0] && !r[1] && !r[2] && in[0] == 100 && in[2] == 102 && st[0].tag == 80 &&
+               st[2].tag == 82,
+           "testall: %d %d, tags %d %d", in[0], in[2], st[0].tag, st[2].tag);
+    /* waitsome / testsome: 91 and 93 first, then 90 and 92. */
+    for (int i = 0; i < 4; i++) CHECK(rdc_irecv(&in[i], 1, RDC_INT32, rank, 90 + i, world, &r[i]));
+    CHECK(rdc_testsome(4, r, &outcount, indices, st));
+    EXPECT(outcount == 0, "testsome with nothing sent: %d", outcount);
+    send_self(world, rank, &out[1], 91);
+    send_self(world, rank, &out[3], 93);
+    int got = 0, seen[4] = {0, 0, 0, 0};
+    while (got < 2) {
+        CHECK(rdc_waitsome(4, r, &outcount, indices, st));
+        EXPECT(outcount >= 1, "waitsome returned %d", outcount);
+        for (int k = 0; k < outcount; k++) {
+            const int i = indices[k];
+            EXPECT((i == 1 || i == 3) && !seen[i] && r[i] == NULL && st[k].tag == 90 + i &&
+                       in[i] == out[i],
+                   "waitsome: index %d tag %d", i, st[k].tag);
+            seen[i] = 1;
+        }
+        got += outcount;
+    }
+    EXPECT(r[0] && r[2], "waitsome completed a receive with no message");
+    send_self(world, rank, &out[0], 90);
+    send_self(world, rank, &out[2], 92);
+    while (got < 4) {
+        CHECK(rdc_testsome(4, r, &outcount, indices, st));
+        for (int k = 0; k < outcount; k++) {
+            const int i = indices[k];
+            EXPECT(!seen[i] && st[k].tag == 90 + i && in[i] == out[i], "testsome: %d", i);
+            seen[i] = 1;
+        }
+        got += outcount;
+    }
+    int rc = rdc_testsome(4, r, &outcount, indices, st);
+    EXPECT(rc == RDC_ERR_REQUEST, "testsome with no live request: %d", rc);
+}
+
 int main(void) {
     rdc_comm *world;
     int rank, size;
@@ -302,6 +376,7 @@ int main(void) {
     reductions(world, rank, size);
     in_flight_together(world, rank, size);
     waitany_sleeps(world, rank, size);
+    request_sets(world, rank);
     CHECK(rdc_barrier(world));
     CHECK(rdc_finalize());
     if (rank == 0) printf("nonblocking: every collective checked on %d ranks\n", size);

@@ -1,0 +1,225 @@
+//! Testing and waiting on sets of requests as MPI does: any one of them (`rdc_testany`), all or
+//! none (`rdc_testall`), and every one that has finished (`rdc_testsome`, `rdc_waitsome`).
+
+use std::ffi::c_int;
+
+use crate::requests::{first_idler, rdc_test, rdc_waitall};
+use crate::*;
+
+/// The number of entries of a request array of `count` at `reqs` (an error for a negative
+/// count, or a NULL array of some), and how many of them are live (not NULL).
+fn entries(count: c_int, reqs: *mut *mut rdc_request) -> Result<(usize, usize), c_int> {
+    let n = usize::try_from(count).map_err(|_| RDC_ERR_COUNT)?;
+    if reqs.is_null() && n > 0 {
+        return Err(RDC_ERR_NULL);
+    }
+    // SAFETY: `reqs` holds `count` handles (the API's contract).
+    let live = (0..n)
+        .filter(|&i| !unsafe { *reqs.add(i) }.is_null())
+        .count();
+    Ok((n, live))
+}
+
+/// Completes one of the `count` requests of `reqs` that has finished, if any (NULL entries are
+/// skipped): sets `*index` to it and `*flag` to 1, fills `status` (may be NULL), sets that
+/// entry to NULL and returns its result. If none has finished, sets `*flag` to 0 and `*index`
+/// to -1. No live request at all is `RDC_ERR_REQUEST`, as for `rdc_waitany`.
+#[no_mangle]
+pub extern "C" fn rdc_testany(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    index: *mut c_int,
+    flag: *mut c_int,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let (n, live) = match entries(count, reqs) {
+            Ok(e) => e,
+            Err(code) => return code,
+        };
+        if index.is_null() || flag.is_null() {
+            return RDC_ERR_NULL;
+        }
+        if live == 0 {
+            return RDC_ERR_REQUEST;
+        }
+        // SAFETY: `index` and `flag` are non-NULL and point to writable ints.
+        unsafe { (*index, *flag) = (-1, 0) };
+        for i in 0..n {
+            // SAFETY: `reqs` holds `count` handles (the API's contract).
+            let slot = unsafe { reqs.add(i) };
+            // SAFETY: as above.
+            if unsafe { *slot }.is_null() {
+                continue;
+            }
+            let c = rdc_test(slot, flag, status);
+            // SAFETY: as above.
+            if unsafe { *flag } == 1 {
+                // SAFETY: as above.
+                unsafe { *index = i as c_int };
+                return c;
+            }
+            if c != RDC_SUCCESS {
+                return c;
+            }
+        }
+        RDC_SUCCESS
+    })
+}
+
+/// Sets `*flag` to 1 if every one of the `count` requests of `reqs` has finished (NULL entries
+/// are skipped), and then completes them all as `rdc_waitall` does (fills `statuses`, may be
+/// NULL, else `count` of them; sets every entry to NULL; returns the first error). Else sets
+/// `*flag` to 0 and leaves every request and status as it was, as MPI's `MPI_Testall` does.
+#[no_mangle]
+pub extern "C" fn rdc_testall(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    flag: *mut c_int,
+    statuses: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let n = match entries(count, reqs) {
+            Ok((n, _)) => n,
+            Err(code) => return code,
+        };
+        if flag.is_null() {
+            return RDC_ERR_NULL;
+        }
+        // SAFETY: `flag` is non-NULL and points to a writable int.
+        unsafe { *flag = 0 };
+        for i in 0..n {
+            // SAFETY: `reqs` holds `count` handles (the API's contract).
+            let h = unsafe { *reqs.add(i) } as usize;
+            if h == 0 {
+                continue;
+            }
+            // Without delivering a finished request's result: it waits for the others.
+            let done = running(|_, requests, _| {
+                let r = requests.get_mut(h).ok_or(RDC_ERR_REQUEST)?;
+                r.is_done().map_err(|e| code_of(&e))
+            });
+            match done {
+                Ok(true) => {}
+                Ok(false) => return RDC_SUCCESS,
+                Err(code) => return code,
+            }
+        }
+        // SAFETY: as above.
+        unsafe { *flag = 1 };
+        // Every request has finished: each wait returns its kept result at once.
+        rdc_waitall(count, reqs, statuses)
+    })
+}
+
+/// Completes every one of the `count` requests of `reqs` that has finished (NULL entries are
+/// skipped): `*outcount` of them, their positions in `indices` and their statuses in
+/// `statuses` (may be NULL, else room for `count`), in that order; each one completed is set
+/// to NULL. Returns the first error among them. No live request at all is `RDC_ERR_REQUEST`.
+#[no_mangle]
+pub extern "C" fn rdc_testsome(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let (n, live) = match entries(count, reqs) {
+            Ok(e) => e,
+            Err(code) => return code,
+        };
+        if outcount.is_null() || indices.is_null() {
+            return RDC_ERR_NULL;
+        }
+        if live == 0 {
+            return RDC_ERR_REQUEST;
+        }
+        let (done, code) = test_some(reqs, n, indices, statuses);
+        // SAFETY: `outcount` is non-NULL and points to a writable int.
+        unsafe { *outcount = done as c_int };
+        code
+    })
+}
+
+/// Waits until at least one of the `count` requests of `reqs` has finished (NULL entries are
+/// skipped), then completes every one that has, as `rdc_testsome` does.
+#[no_mangle]
+pub extern "C" fn rdc_waitsome(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+    statuses: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let (n, live) = match entries(count, reqs) {
+            Ok(e) => e,
+            Err(code) => return code,
+        };
+        if outcount.is_null() || indices.is_null() {
+            return RDC_ERR_NULL;
+        }
+        if live == 0 {
+            return RDC_ERR_REQUEST;
+        }
+        // Backs off as a single wait does (see `rdc_waitany`).
+        let mut idler: Option<rdcoll::RawIdler> = None;
+        loop {
+            let (done, code) = test_some(reqs, n, indices, statuses);
+            if done > 0 || code != RDC_SUCCESS {
+                // SAFETY: `outcount` is non-NULL and points to a writable int.
+                unsafe { *outcount = done as c_int };
+                return code;
+            }
+            if idler.is_none() {
+                idler = first_idler(reqs, n);
+            }
+            match idler.as_mut() {
+                Some(idler) => idler.idle(),
+                None => std::thread::yield_now(),
+            }
+        }
+    })
+}
+
+/// One look at the `n` requests of `reqs`: completes those that have finished, writing their
+/// positions to `indices` and their statuses to `statuses` (when given) in that order. How
+/// many, and the first error (of a finished request, or of a progress pass, which ends the
+/// look).
+fn test_some(
+    reqs: *mut *mut rdc_request,
+    n: usize,
+    indices: *mut c_int,
+    statuses: *mut rdc_status,
+) -> (usize, c_int) {
+    let (mut done, mut first) = (0usize, RDC_SUCCESS);
+    for i in 0..n {
+        // SAFETY: `reqs` holds `n` handles (the API's contract).
+        let slot = unsafe { reqs.add(i) };
+        // SAFETY: as above.
+        if unsafe { *slot }.is_null() {
+            continue;
+        }
+        let status = if statuses.is_null() {
+            std::ptr::null_mut()
+        } else {
+            // SAFETY: `statuses`, when given, has room for `n` (one per request at most).
+            unsafe { statuses.add(done) }
+        };
+        let mut flag = 0;
+        let c = rdc_test(slot, &mut flag, status);
+        if flag == 1 {
+            // SAFETY: `indices` has room for `n` ints (the API's contract).
+            unsafe { *indices.add(done) = i as c_int };
+            done += 1;
+            if first == RDC_SUCCESS {
+                first = c;
+            }
+        } else if c != RDC_SUCCESS {
+            // A progress pass failed; the request is still in flight.
+            return (done, if first == RDC_SUCCESS { c } else { first });
+        }
+    }
+    (done, first)
+}
