@@ -125,18 +125,12 @@ pub extern "C" fn rdc_testsome(
     statuses: *mut rdc_status,
 ) -> c_int {
     guard(|| {
-        let (n, live) = match entries(count, reqs) {
-            Ok(e) => e,
+        let n = match some_args(count, reqs, outcount, indices) {
+            Ok(n) => n,
             Err(code) => return code,
         };
-        if outcount.is_null() || indices.is_null() {
-            return RDC_ERR_NULL;
-        }
-        if live == 0 {
-            return RDC_ERR_REQUEST;
-        }
         let (done, code) = test_some(reqs, n, indices, statuses);
-        // SAFETY: `outcount` is non-NULL and points to a writable int.
+        // SAFETY: `some_args` checked that `outcount` is non-NULL; it points to a writable int.
         unsafe { *outcount = done as c_int };
         code
     })
@@ -153,34 +147,60 @@ pub extern "C" fn rdc_waitsome(
     statuses: *mut rdc_status,
 ) -> c_int {
     guard(|| {
-        let (n, live) = match entries(count, reqs) {
-            Ok(e) => e,
+        let n = match some_args(count, reqs, outcount, indices) {
+            Ok(n) => n,
             Err(code) => return code,
         };
-        if outcount.is_null() || indices.is_null() {
-            return RDC_ERR_NULL;
-        }
-        if live == 0 {
-            return RDC_ERR_REQUEST;
-        }
-        // Backs off as a single wait does (see `rdc_waitany`).
-        let mut idler: Option<rdcoll::RawIdler> = None;
-        loop {
+        wait_looking(reqs, n, || {
             let (done, code) = test_some(reqs, n, indices, statuses);
-            if done > 0 || code != RDC_SUCCESS {
-                // SAFETY: `outcount` is non-NULL and points to a writable int.
+            (done > 0 || code != RDC_SUCCESS).then(|| {
+                // SAFETY: `some_args` checked that `outcount` is non-NULL.
                 unsafe { *outcount = done as c_int };
-                return code;
-            }
-            if idler.is_none() {
-                idler = first_idler(reqs, n);
-            }
-            match idler.as_mut() {
-                Some(idler) => idler.idle(),
-                None => std::thread::yield_now(),
-            }
-        }
+                code
+            })
+        })
     })
+}
+
+/// Checks the arguments of `rdc_testsome` / `rdc_waitsome`: the number of entries, if some
+/// are live and the outputs are there.
+fn some_args(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    outcount: *mut c_int,
+    indices: *mut c_int,
+) -> Result<usize, c_int> {
+    let (n, live) = entries(count, reqs)?;
+    if outcount.is_null() || indices.is_null() {
+        return Err(RDC_ERR_NULL);
+    }
+    if live == 0 {
+        return Err(RDC_ERR_REQUEST);
+    }
+    Ok(n)
+}
+
+/// Looks at the `n` requests of `reqs` with `look` until it has an answer, backing off
+/// between looks as a single wait does (spin, yield, then sleep on the first live request's
+/// engine), so that a rank waiting here leaves its core to the others.
+pub(crate) fn wait_looking(
+    reqs: *mut *mut rdc_request,
+    n: usize,
+    mut look: impl FnMut() -> Option<c_int>,
+) -> c_int {
+    let mut idler: Option<rdcoll::RawIdler> = None;
+    loop {
+        if let Some(code) = look() {
+            return code;
+        }
+        if idler.is_none() {
+            idler = first_idler(reqs, n);
+        }
+        match idler.as_mut() {
+            Some(idler) => idler.idle(),
+            None => std::thread::yield_now(),
+        }
+    }
 }
 
 /// One look at the `n` requests of `reqs`: completes those that have finished, writing their

@@ -162,33 +162,23 @@ pub extern "C" fn rdc_waitany(
         if live == 0 {
             return RDC_ERR_REQUEST;
         }
-        // Backs off as a single wait does (spin, yield, then sleep on the engine), so that
-        // a rank waiting here leaves its core to the others.
-        let mut idler: Option<rdcoll::RawIdler> = None;
-        loop {
-            for i in 0..n {
+        crate::request_sets::wait_looking(reqs, n, || {
+            (0..n).find_map(|i| {
                 // SAFETY: as above.
                 let slot = unsafe { reqs.add(i) };
                 // SAFETY: as above.
                 if unsafe { *slot }.is_null() {
-                    continue;
+                    return None;
                 }
                 let mut flag = 0;
                 let c = rdc_test(slot, &mut flag, status);
-                if flag == 1 || c != RDC_SUCCESS {
+                (flag == 1 || c != RDC_SUCCESS).then(|| {
                     // SAFETY: `index` is non-NULL and points to a writable int.
                     unsafe { *index = i as c_int };
-                    return c;
-                }
-            }
-            if idler.is_none() {
-                idler = first_idler(reqs, n);
-            }
-            match idler.as_mut() {
-                Some(idler) => idler.idle(),
-                None => std::thread::yield_now(),
-            }
-        }
+                    c
+                })
+            })
+        })
     })
 }
 
