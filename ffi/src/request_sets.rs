@@ -8,14 +8,17 @@ use crate::*;
 
 /// The number of entries of a request array of `count` at `reqs` (an error for a negative
 /// count, or a NULL array of some), and how many of them are live (not NULL).
-fn entries(count: c_int, reqs: *mut *mut rdc_request) -> Result<(usize, usize), c_int> {
+pub(crate) fn entries(count: c_int, reqs: *mut *mut rdc_request) -> Result<(usize, usize), c_int> {
     let n = usize::try_from(count).map_err(|_| RDC_ERR_COUNT)?;
     if reqs.is_null() && n > 0 {
         return Err(RDC_ERR_NULL);
     }
-    // SAFETY: `reqs` holds `count` handles (the API's contract).
     let live = (0..n)
-        .filter(|&i| !unsafe { *reqs.add(i) }.is_null())
+        .filter(|&i| {
+            // SAFETY: `reqs` holds `count` handles (the API's contract).
+            let h = unsafe { *reqs.add(i) };
+            !h.is_null()
+        })
         .count();
     Ok((n, live))
 }

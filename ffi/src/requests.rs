@@ -149,22 +149,19 @@ pub extern "C" fn rdc_waitany(
     status: *mut rdc_status,
 ) -> c_int {
     guard(|| {
-        let Ok(n) = usize::try_from(count) else {
-            return RDC_ERR_COUNT;
+        let (n, live) = match crate::request_sets::entries(count, reqs) {
+            Ok(e) => e,
+            Err(code) => return code,
         };
-        if index.is_null() || (reqs.is_null() && n > 0) {
+        if index.is_null() {
             return RDC_ERR_NULL;
         }
-        // SAFETY: `reqs` holds `count` handles (the API's contract).
-        let live = (0..n)
-            .filter(|&i| !unsafe { *reqs.add(i) }.is_null())
-            .count();
         if live == 0 {
             return RDC_ERR_REQUEST;
         }
         crate::request_sets::wait_looking(reqs, n, || {
             (0..n).find_map(|i| {
-                // SAFETY: as above.
+                // SAFETY: `reqs` holds `count` handles (the API's contract).
                 let slot = unsafe { reqs.add(i) };
                 // SAFETY: as above.
                 if unsafe { *slot }.is_null() {

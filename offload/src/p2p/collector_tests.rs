@@ -37,8 +37,8 @@ fn a_match_the_busy_engine_could_not_take_is_taken_by_a_later_pass() {
     let into = got.as_mut_ptr();
     // SAFETY: `got` outlives the request, which is waited for below; until then it is only
     // read through `into`.
-    let recv =
-        unsafe { one.irecv(into, data.len(), Source::Rank(0), TagSel::Value(5), 0) }.unwrap();
+    let recv = unsafe { one.irecv(into, data.len(), Source::Rank(0), TagSel::Value(5), 0) };
+    let recv = recv.unwrap();
     // SAFETY: `data` outlives the request, waited for below.
     let send = unsafe { zero.isend(data.as_ptr(), data.len(), 1, 5, 0) }.unwrap();
 
@@ -91,8 +91,8 @@ fn a_blocking_receive_takes_a_match_the_busy_engine_could_not() {
     let mut got = vec![0u8; first.len()];
     let into = got.as_mut_ptr();
     // SAFETY: `got` outlives the request, waited for below; until then it is not touched.
-    let posted =
-        unsafe { one.irecv(into, first.len(), Source::Rank(0), TagSel::Value(5), 0) }.unwrap();
+    let posted = unsafe { one.irecv(into, first.len(), Source::Rank(0), TagSel::Value(5), 0) };
+    let posted = posted.unwrap();
     // Rank 0 sends the second message only once the first (a rendezvous) is done.
     let sender = std::thread::spawn(move || {
         // SAFETY: `first` outlives the request, waited for at once.
