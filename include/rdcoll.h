@@ -844,6 +844,18 @@ int rdc_sendrecv(const void *sendbuf,
                  struct rdc_status *status);
 
 /**
+ * Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
+ * be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
+ */
+int rdc_waitall(int count, struct rdc_request **reqs, struct rdc_status *statuses);
+
+/**
+ * Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
+ * sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
+ */
+int rdc_waitany(int count, struct rdc_request **reqs, int *index, struct rdc_status *status);
+
+/**
  * Completes one of the `count` requests of `reqs` that has finished, if any (NULL entries are
  * skipped): sets `*index` to it and `*flag` to 1, fills `status` (may be NULL), sets that
  * entry to NULL and returns its result. If none has finished, sets `*flag` to 0 and `*index`
@@ -897,18 +909,6 @@ int rdc_wait(struct rdc_request **req, struct rdc_status *status);
  * flight: `*req` stays valid and its buffer in use.
  */
 int rdc_test(struct rdc_request **req, int *flag, struct rdc_status *status);
-
-/**
- * Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
- * be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
- */
-int rdc_waitall(int count, struct rdc_request **reqs, struct rdc_status *statuses);
-
-/**
- * Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
- * sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
- */
-int rdc_waitany(int count, struct rdc_request **reqs, int *index, struct rdc_status *status);
 
 /**
  * Cancels `*req` if it is a receive that has not matched yet (its status then says

@@ -170,20 +170,19 @@ impl RawRequest {
     /// error of a progress pass that leaves the request in flight is returned, the request
     /// still in flight.
     pub fn is_done(&mut self) -> Result<bool> {
-        let id = match &self.state {
-            RawState::InFlight(id) => *id,
-            RawState::Collective(p) => return Ok(p.is_done()),
-            RawState::Complete(_) | RawState::Failed(_) | RawState::Delivered => return Ok(true),
-        };
-        match self.engine.test(id) {
+        if self.is_finished() {
+            return Ok(true);
+        }
+        match self.test() {
             Ok(None) => Ok(false),
             Ok(Some(status)) => {
-                self.state = RawState::Complete(self.translated(status));
+                self.state = RawState::Complete(status);
                 Ok(true)
             }
-            Err(e) if self.engine.is_pending(id) => Err(self.translated_error(e)),
+            // A progress pass failed: the request is still in flight.
+            Err(e) if !self.is_finished() => Err(e),
             Err(e) => {
-                self.state = RawState::Failed(self.translated_error(e));
+                self.state = RawState::Failed(e);
                 Ok(true)
             }
         }

@@ -1,26 +1,109 @@
-//! Testing and waiting on sets of requests as MPI does: any one of them (`rdc_testany`), all or
-//! none (`rdc_testall`), and every one that has finished (`rdc_testsome`, `rdc_waitsome`).
+//! Testing and waiting on sets of requests as MPI does: all of them (`rdc_waitall`,
+//! `rdc_testall`: all or none), any one (`rdc_waitany`, `rdc_testany`), and every one that has
+//! finished (`rdc_waitsome`, `rdc_testsome`).
 
 use std::ffi::c_int;
 
-use crate::requests::{first_idler, rdc_test, rdc_waitall};
+use crate::requests::{rdc_test, rdc_wait};
 use crate::*;
 
 /// The number of entries of a request array of `count` at `reqs` (an error for a negative
 /// count, or a NULL array of some), and how many of them are live (not NULL).
-pub(crate) fn entries(count: c_int, reqs: *mut *mut rdc_request) -> Result<(usize, usize), c_int> {
+fn entries(count: c_int, reqs: *mut *mut rdc_request) -> Result<(usize, usize), c_int> {
     let n = usize::try_from(count).map_err(|_| RDC_ERR_COUNT)?;
     if reqs.is_null() && n > 0 {
         return Err(RDC_ERR_NULL);
     }
-    let live = (0..n)
-        .filter(|&i| {
-            // SAFETY: `reqs` holds `count` handles (the API's contract).
-            let h = unsafe { *reqs.add(i) };
-            !h.is_null()
+    Ok((n, live_slots(reqs, n).count()))
+}
+
+/// The live (not NULL) entries among the `n` of `reqs`: each position and its slot.
+fn live_slots(
+    reqs: *mut *mut rdc_request,
+    n: usize,
+) -> impl Iterator<Item = (usize, *mut *mut rdc_request)> {
+    (0..n).filter_map(move |i| {
+        // SAFETY: `reqs` holds `n` handles (the API's contract).
+        let slot = unsafe { reqs.add(i) };
+        // SAFETY: as above.
+        let live = !unsafe { *slot }.is_null();
+        live.then_some((i, slot))
+    })
+}
+
+/// Status `k` of `statuses`, or NULL where no statuses are wanted.
+fn status_at(statuses: *mut rdc_status, k: usize) -> *mut rdc_status {
+    if statuses.is_null() {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: `statuses`, when given, has room for one per request (the API's contract).
+    unsafe { statuses.add(k) }
+}
+
+/// Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
+/// be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
+#[no_mangle]
+pub extern "C" fn rdc_waitall(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    statuses: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let n = match entries(count, reqs) {
+            Ok((n, _)) => n,
+            Err(code) => return code,
+        };
+        let mut first = RDC_SUCCESS;
+        for (i, slot) in live_slots(reqs, n) {
+            let c = rdc_wait(slot, status_at(statuses, i));
+            if first == RDC_SUCCESS {
+                first = c;
+            }
+        }
+        first
+    })
+}
+
+/// Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
+/// sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
+#[no_mangle]
+pub extern "C" fn rdc_waitany(
+    count: c_int,
+    reqs: *mut *mut rdc_request,
+    index: *mut c_int,
+    status: *mut rdc_status,
+) -> c_int {
+    guard(|| {
+        let (n, live) = match entries(count, reqs) {
+            Ok(e) => e,
+            Err(code) => return code,
+        };
+        if index.is_null() {
+            return RDC_ERR_NULL;
+        }
+        if live == 0 {
+            return RDC_ERR_REQUEST;
+        }
+        wait_looking(reqs, n, || {
+            let (i, _, code) = test_any(reqs, n, status)?;
+            // SAFETY: `index` is non-NULL and points to a writable int.
+            unsafe { *index = i as c_int };
+            Some(code)
         })
-        .count();
-    Ok((n, live))
+    })
+}
+
+/// The backing off of the first live request among `n` of `reqs` (`None` if none is known).
+fn first_idler(reqs: *mut *mut rdc_request, n: usize) -> Option<rdcoll::RawIdler> {
+    running(|_, requests, _| {
+        Ok((0..n).find_map(|i| {
+            // SAFETY: `reqs` holds `n` handles (the API's contract).
+            let h = unsafe { *reqs.add(i) } as usize;
+            requests.get(h).map(|r| r.idler())
+        }))
+    })
+    .ok()
+    .flatten()
 }
 
 /// Completes one of the `count` requests of `reqs` that has finished, if any (NULL entries are
@@ -48,25 +131,31 @@ pub extern "C" fn rdc_testany(
         }
         // SAFETY: `index` and `flag` are non-NULL and point to writable ints.
         unsafe { (*index, *flag) = (-1, 0) };
-        for i in 0..n {
-            // SAFETY: `reqs` holds `count` handles (the API's contract).
-            let slot = unsafe { reqs.add(i) };
-            // SAFETY: as above.
-            if unsafe { *slot }.is_null() {
-                continue;
-            }
-            let c = rdc_test(slot, flag, status);
-            // SAFETY: as above.
-            if unsafe { *flag } == 1 {
+        match test_any(reqs, n, status) {
+            Some((i, true, code)) => {
                 // SAFETY: as above.
-                unsafe { *index = i as c_int };
-                return c;
+                unsafe { (*index, *flag) = (i as c_int, 1) };
+                code
             }
-            if c != RDC_SUCCESS {
-                return c;
-            }
+            Some((_, false, code)) => code,
+            None => RDC_SUCCESS,
         }
-        RDC_SUCCESS
+    })
+}
+
+/// One look at the `n` requests of `reqs` for one that has finished: the first found is
+/// completed (its status in `status`, may be NULL), and its position, `true` and its result
+/// are returned; a progress pass that fails on one ends the look with its position, `false`
+/// and the error. `None`: none has finished.
+fn test_any(
+    reqs: *mut *mut rdc_request,
+    n: usize,
+    status: *mut rdc_status,
+) -> Option<(usize, bool, c_int)> {
+    live_slots(reqs, n).find_map(|(i, slot)| {
+        let mut flag = 0;
+        let code = rdc_test(slot, &mut flag, status);
+        (flag == 1 || code != RDC_SUCCESS).then_some((i, flag == 1, code))
     })
 }
 
@@ -91,12 +180,9 @@ pub extern "C" fn rdc_testall(
         }
         // SAFETY: `flag` is non-NULL and points to a writable int.
         unsafe { *flag = 0 };
-        for i in 0..n {
-            // SAFETY: `reqs` holds `count` handles (the API's contract).
-            let h = unsafe { *reqs.add(i) } as usize;
-            if h == 0 {
-                continue;
-            }
+        for (_, slot) in live_slots(reqs, n) {
+            // SAFETY: `slot` is one of `reqs`' live entries.
+            let h = unsafe { *slot } as usize;
             // Without delivering a finished request's result: it waits for the others.
             let done = running(|_, requests, _| {
                 let r = requests.get_mut(h).ok_or(RDC_ERR_REQUEST)?;
@@ -186,7 +272,7 @@ fn some_args(
 /// Looks at the `n` requests of `reqs` with `look` until it has an answer, backing off
 /// between looks as a single wait does (spin, yield, then sleep on the first live request's
 /// engine), so that a rank waiting here leaves its core to the others.
-pub(crate) fn wait_looking(
+fn wait_looking(
     reqs: *mut *mut rdc_request,
     n: usize,
     mut look: impl FnMut() -> Option<c_int>,
@@ -217,21 +303,9 @@ fn test_some(
     statuses: *mut rdc_status,
 ) -> (usize, c_int) {
     let (mut done, mut first) = (0usize, RDC_SUCCESS);
-    for i in 0..n {
-        // SAFETY: `reqs` holds `n` handles (the API's contract).
-        let slot = unsafe { reqs.add(i) };
-        // SAFETY: as above.
-        if unsafe { *slot }.is_null() {
-            continue;
-        }
-        let status = if statuses.is_null() {
-            std::ptr::null_mut()
-        } else {
-            // SAFETY: `statuses`, when given, has room for `n` (one per request at most).
-            unsafe { statuses.add(done) }
-        };
+    for (i, slot) in live_slots(reqs, n) {
         let mut flag = 0;
-        let c = rdc_test(slot, &mut flag, status);
+        let c = rdc_test(slot, &mut flag, status_at(statuses, done));
         if flag == 1 {
             // SAFETY: `indices` has room for `n` ints (the API's contract).
             unsafe { *indices.add(done) = i as c_int };

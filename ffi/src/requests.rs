@@ -1,5 +1,5 @@
 //! Requests of nonblocking operations: storing them as handles, waiting for and testing one,
-//! all or any of them, and cancelling a receive.
+//! and cancelling a receive (sets of them: `request_sets`).
 
 use std::ffi::c_int;
 
@@ -99,97 +99,6 @@ pub extern "C" fn rdc_test(
             }
         }
     })
-}
-
-/// Waits for all `count` requests of `reqs` (NULL entries are skipped); fills `statuses` (may
-/// be NULL, else `count` of them) and sets every entry to NULL. Returns the first error.
-#[no_mangle]
-pub extern "C" fn rdc_waitall(
-    count: c_int,
-    reqs: *mut *mut rdc_request,
-    statuses: *mut rdc_status,
-) -> c_int {
-    guard(|| {
-        let Ok(n) = usize::try_from(count) else {
-            return RDC_ERR_COUNT;
-        };
-        if reqs.is_null() && n > 0 {
-            return RDC_ERR_NULL;
-        }
-        let mut first = RDC_SUCCESS;
-        for i in 0..n {
-            // SAFETY: `reqs` holds `count` handles (the API's contract).
-            let slot = unsafe { reqs.add(i) };
-            // SAFETY: as above.
-            if unsafe { *slot }.is_null() {
-                continue;
-            }
-            let st = if statuses.is_null() {
-                std::ptr::null_mut()
-            } else {
-                // SAFETY: `statuses`, when given, holds `count` statuses.
-                unsafe { statuses.add(i) }
-            };
-            let c = rdc_wait(slot, st);
-            if first == RDC_SUCCESS {
-                first = c;
-            }
-        }
-        first
-    })
-}
-
-/// Waits until one of the `count` requests of `reqs` completes (NULL entries are skipped);
-/// sets `*index` to it, fills `status`, sets that entry to NULL and returns its result.
-#[no_mangle]
-pub extern "C" fn rdc_waitany(
-    count: c_int,
-    reqs: *mut *mut rdc_request,
-    index: *mut c_int,
-    status: *mut rdc_status,
-) -> c_int {
-    guard(|| {
-        let (n, live) = match crate::request_sets::entries(count, reqs) {
-            Ok(e) => e,
-            Err(code) => return code,
-        };
-        if index.is_null() {
-            return RDC_ERR_NULL;
-        }
-        if live == 0 {
-            return RDC_ERR_REQUEST;
-        }
-        crate::request_sets::wait_looking(reqs, n, || {
-            (0..n).find_map(|i| {
-                // SAFETY: `reqs` holds `count` handles (the API's contract).
-                let slot = unsafe { reqs.add(i) };
-                // SAFETY: as above.
-                if unsafe { *slot }.is_null() {
-                    return None;
-                }
-                let mut flag = 0;
-                let c = rdc_test(slot, &mut flag, status);
-                (flag == 1 || c != RDC_SUCCESS).then(|| {
-                    // SAFETY: `index` is non-NULL and points to a writable int.
-                    unsafe { *index = i as c_int };
-                    c
-                })
-            })
-        })
-    })
-}
-
-/// The backing off of the first live request among `n` of `reqs` (`None` if none is known).
-pub(crate) fn first_idler(reqs: *mut *mut rdc_request, n: usize) -> Option<rdcoll::RawIdler> {
-    running(|_, requests, _| {
-        Ok((0..n).find_map(|i| {
-            // SAFETY: `reqs` holds `n` handles (the API's contract).
-            let h = unsafe { *reqs.add(i) } as usize;
-            requests.get(h).map(|r| r.idler())
-        }))
-    })
-    .ok()
-    .flatten()
 }
 
 /// Cancels `*req` if it is a receive that has not matched yet (its status then says
