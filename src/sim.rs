@@ -18,7 +18,9 @@
 //! assert!(times.iter().all(|&t| t > 0.0 && t < 0.01));
 //! ```
 
-pub use rdcoll_transport::sim::{DragonflyRouting, SimConfig, Topology, WanChange, WanLink};
+pub use rdcoll_transport::sim::{
+    DragonflyRouting, NetworkModel, SimConfig, Topology, WanChange, WanLink,
+};
 
 use crate::{Comm, Result};
 

@@ -5,7 +5,7 @@ mod common;
 
 use common::cases::{CASES, CROWDED_CASES};
 use common::threads::run_threads;
-use rdcoll_transport::sim::{SimConfig, SimFabric};
+use rdcoll_transport::sim::{NetworkModel, SimConfig, SimFabric};
 
 #[test]
 fn every_case_on_simulated_ranks() {
@@ -14,6 +14,26 @@ fn every_case_on_simulated_ranks() {
         for n in [min.max(1), 4, crowded] {
             let fabrics = rdcoll_transport::sim::create(SimConfig::switch(n)).expect("sim job");
             run_threads(case, fabrics, SimFabric::fail, "simulated");
+        }
+    }
+}
+
+/// The same cases on the packet-level network: small buffers, so that packets wait for
+/// credits and in their buffers' turn.
+#[test]
+fn every_case_on_simulated_ranks_over_packets() {
+    for &(case, min) in CASES {
+        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
+        for n in [min.max(1), 4, crowded] {
+            let cfg = SimConfig {
+                network: NetworkModel::Packets {
+                    mtu: 1024,
+                    buffer: 4096,
+                },
+                ..SimConfig::switch(n)
+            };
+            let fabrics = rdcoll_transport::sim::create(cfg).expect("sim job");
+            run_threads(case, fabrics, SimFabric::fail, "simulated over packets");
         }
     }
 }

@@ -19,7 +19,8 @@ experiments:
   robber Robber, MOB, RDMC hybrid and binomial pipeline across 4 clusters of 16 (paper 003)
          [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]
   rendezvous  push against receiver-driven gets, slow receivers, on a Dragonfly (paper 002)
-         [--dragonfly P,A,H] [--bytes SIZE]
+         [--dragonfly P,A,H] [--bytes SIZE] [--block CHUNK] [--credits 1,2,4,...]
+         [--network packets|flows] [--slowdowns 1,2,4,8]
   validate  the OSU loops over tcp here and over the model fitted to them, side by side
          [--ranks N] [--bytes MAX]";
 
@@ -56,6 +57,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let mut ranks: Option<Vec<usize>> = None;
     let (mut bytes, mut block) = (None, None);
     let mut dragonfly = None;
+    let (mut credits, mut slowdowns, mut network) = (None, None, None);
     let (mut scenarios, mut algorithms): (Option<Vec<String>>, Option<Vec<String>>) = (None, None);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -79,6 +81,29 @@ fn run(args: Vec<String>) -> Result<(), String> {
                     .filter(|v: &Vec<usize>| v.len() == 3)
                     .ok_or("--dragonfly takes P,A,H: ranks per router, routers per group, global links per router")?;
                 dragonfly = Some((v[0], v[1], v[2]));
+            }
+            "--credits" => {
+                let list = value()?
+                    .split(',')
+                    .map(|c| c.parse::<usize>().ok().filter(|&c| c > 0))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or("--credits takes a list of positive counts")?;
+                credits = Some(list);
+            }
+            "--slowdowns" => {
+                let list = value()?
+                    .split(',')
+                    .map(|x| x.parse::<f64>().ok().filter(|&x| x >= 1.0))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or("--slowdowns takes a list of factors of 1 or more")?;
+                slowdowns = Some(list);
+            }
+            "--network" => {
+                network = Some(match value()?.as_str() {
+                    "flows" => rdcoll::sim::NetworkModel::Flows,
+                    "packets" => rendezvous::Rendezvous::default().network,
+                    other => return Err(format!("--network takes packets or flows, not {other:?}")),
+                });
             }
             "--scenarios" => scenarios = Some(value()?.split(',').map(String::from).collect()),
             "--algorithms" => algorithms = Some(value()?.split(',').map(String::from).collect()),
@@ -111,6 +136,10 @@ fn run(args: Vec<String>) -> Result<(), String> {
             let mut e = rendezvous::Rendezvous::default();
             e.shape = dragonfly.unwrap_or(e.shape);
             e.bytes = bytes.unwrap_or(e.bytes);
+            e.chunk = block.unwrap_or(e.chunk);
+            e.credits = credits.unwrap_or(e.credits);
+            e.slowdowns = slowdowns.unwrap_or(e.slowdowns);
+            e.network = network.unwrap_or(e.network);
             rendezvous::run(&e, &mut say)?
         }
         "validate" => {

@@ -1,15 +1,15 @@
 //! Paper 002 (§4.1): a permutation on a Dragonfly, every rank sending one message to another
 //! and receiving one, with 0 or 1 % of the receivers draining memory 2x, 4x or 8x slower than
 //! their link; push (the whole message as one transfer: one get of all of it) against the
-//! receiver-driven rendezvous of `chunk`-byte gets with `c` outstanding. Aggregate throughput:
-//! all bytes over the time from the first rank's send to the last rank's receive.
+//! receiver-driven rendezvous of `chunk`-byte gets with `c` outstanding. Throughput as the
+//! paper's: each receiver's bytes over the time from the first send to its receive's end, as
+//! a fraction of the link's bandwidth, averaged over the receivers.
 //!
-//! The network here is the flow-level model: a slow receiver slows only the transfers into
-//! it. The congestion spreading that makes push lose in the paper (a lossless network's
-//! buffers filling behind a slow receiver and blocking other traffic) needs a packet-level
-//! model with finite buffers, which the simulator does not have yet.
+//! On the packet-level network (the default) a slow receiver's backlog fills the lossless
+//! buffers on its sender's route and blocks traffic that shares them, the congestion the
+//! paper measures; on the flow-level one a slow receiver slows only what goes to it.
 
-use rdcoll::sim::{self, DragonflyRouting, SimConfig, Topology};
+use rdcoll::sim::{self, DragonflyRouting, NetworkModel, SimConfig, Topology};
 use rdcoll::Source;
 
 use super::{Figure, Series};
@@ -28,18 +28,26 @@ pub struct Rendezvous {
     pub slowdowns: Vec<f64>,
     /// Fraction of receivers that are slow.
     pub slow_fraction: f64,
+    /// Flows or packets.
+    pub network: NetworkModel,
 }
 
 impl Default for Rendezvous {
-    /// 1,056 ranks (p = 4, a = 8, h = 4: 33 groups), 1 MiB each, 64 KiB chunks.
+    /// 1,056 ranks (p = 4, a = 8, h = 4: 33 groups), 1 MiB each, 16 KiB chunks; packets of
+    /// 4 KiB in buffers of 64 KiB (16 packets, the paper's ratio of 256-flit buffers to
+    /// 16-flit packets).
     fn default() -> Self {
         Rendezvous {
             shape: (4, 8, 4),
             bytes: 1 << 20,
-            chunk: 64 << 10,
-            credits: vec![1, 2, 4, 8],
+            chunk: 16 << 10,
+            credits: vec![1, 2, 4, 8, 16],
             slowdowns: vec![1.0, 2.0, 4.0, 8.0],
             slow_fraction: 0.01,
+            network: NetworkModel::Packets {
+                mtu: 4 << 10,
+                buffer: 64 << 10,
+            },
         }
     }
 }
@@ -50,7 +58,8 @@ fn partner(rank: usize, n: usize) -> usize {
     (rank + n / 2 + 1) % n
 }
 
-/// Aggregate bytes per second of one permutation; `credits: None` is push.
+/// The receivers' mean throughput in one permutation, as a fraction of the link's bandwidth;
+/// `credits: None` is push.
 pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Result<f64, String> {
     let (p, a, h) = e.shape;
     let n = (a * h + 1) * a * p;
@@ -71,8 +80,10 @@ pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Resu
         },
         slow_receivers: slow,
         payload_free_above: Some(4096),
+        network: e.network,
         ..SimConfig::switch(n)
     };
+    let link = cfg.link_bandwidth;
     let (bytes, chunk) = (e.bytes, e.chunk);
     let spans = sim::run(cfg, |comm| -> Result<(f64, f64), String> {
         let err = |e: rdcoll::Error| e.to_string();
@@ -109,12 +120,12 @@ pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Resu
     .map_err(|e| e.to_string())?;
     let spans: Vec<(f64, f64)> = spans.into_iter().collect::<Result<_, _>>()?;
     let first = spans.iter().map(|s| s.0).fold(f64::MAX, f64::min);
-    let last = spans.iter().map(|s| s.1).fold(0.0, f64::max);
-    Ok((n * bytes) as f64 / (last - first))
+    let rates = spans.iter().map(|s| bytes as f64 / (s.1 - first) / link);
+    Ok(rates.sum::<f64>() / n as f64)
 }
 
-/// Runs the experiment: per mode (push, then each `c`), throughput in GB/s against the slow
-/// receivers' slowdown.
+/// Runs the experiment: per mode (push, then each `c`), normalized throughput against the
+/// slow receivers' slowdown.
 pub fn run(e: &Rendezvous, progress: &mut dyn FnMut(&str)) -> Result<Figure, String> {
     let modes: Vec<Option<usize>> = std::iter::once(None)
         .chain(e.credits.iter().map(|&c| Some(c)))
@@ -129,25 +140,29 @@ pub fn run(e: &Rendezvous, progress: &mut dyn FnMut(&str)) -> Result<Figure, Str
             let wall = std::time::Instant::now();
             let t = throughput(e, slowdown, *m)?;
             progress(&format!(
-                "slow receivers {slowdown}x, {}: {:.1} GB/s (simulated in {:.1} s)",
+                "slow receivers {slowdown}x, {}: {t:.3} of the link (simulated in {:.1} s)",
                 name(m),
-                t / 1e9,
                 wall.elapsed().as_secs_f64()
             ));
-            s.points.push((slowdown, t / 1e9));
+            s.points.push((slowdown, t));
         }
     }
     let (p, a, h) = e.shape;
     Ok(Figure {
         name: "rendezvous".into(),
         title: format!(
-            "Permutation on a Dragonfly of {} ranks, {} KiB each, {} % slow receivers",
+            "Permutation on a Dragonfly of {} ranks, {} KiB each, {} % slow receivers, {}",
             (a * h + 1) * a * p,
             e.bytes >> 10,
-            e.slow_fraction * 100.0
+            e.slow_fraction * 100.0,
+            match e.network {
+                NetworkModel::Flows => "flows".to_string(),
+                NetworkModel::Packets { mtu, buffer } =>
+                    format!("{} KiB packets, {} KiB buffers", mtu >> 10, buffer >> 10),
+            }
         ),
         x_label: "slow receivers' slowdown".into(),
-        y_label: "aggregate throughput (GB/s)".into(),
+        y_label: "throughput (fraction of link bandwidth)".into(),
         series,
         log_y: false,
     })

@@ -7,18 +7,20 @@ use crate::types::Rank;
 
 /// A simulated job: how many ranks, the network between them and what each operation costs.
 ///
-/// The model is flow-level, LogGP-shaped: an operation leaves its initiator `overhead` after
-/// the call, waits for the earlier operations on its channel (one per ordered pair of ranks
-/// and direction, as a reliable-connected queue pair orders them), then streams its bytes
-/// plus `header_bytes` over the links of its route, sharing each link's bandwidth max-min
-/// fairly with every other transfer on it, and lands the route's latency after its last byte
-/// left.
+/// The model is LogGP-shaped: an operation leaves its initiator `overhead` after the call,
+/// waits for the earlier operations on its channel (one per ordered pair of ranks and
+/// direction, as a reliable-connected queue pair orders them), then carries its bytes plus
+/// `header_bytes` over the links of its route as `network` says: by default a flow sharing
+/// each link's bandwidth max-min fairly with every other transfer on it, landing the route's
+/// latency after its last byte left.
 #[derive(Debug, Clone)]
 pub struct SimConfig {
     /// Ranks in the job.
     pub ranks: usize,
     /// How the ranks are connected.
     pub topology: Topology,
+    /// How transfers cross the network: flows (fast) or packets through finite buffers.
+    pub network: NetworkModel,
     /// Bytes per second of every rank's link into and out of the network.
     pub link_bandwidth: f64,
     /// Latency of one hop (rank to switch, switch to switch, switch to rank).
@@ -90,6 +92,28 @@ pub enum Topology {
     },
 }
 
+/// How the simulated network carries transfers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NetworkModel {
+    /// Flow level: a transfer longer than [`SimConfig::flow_above`] shares every link of its
+    /// route max-min fairly with the others on it; shorter ones are packets holding each link
+    /// in turn. Buffers are unlimited: a slow receiver slows only what goes to it. Fast enough
+    /// for runs of hundreds of megabytes.
+    Flows,
+    /// Packet level, lossless: transfers cut into packets of at most `mtu` bytes cross input-
+    /// queued switches whose buffers hold `buffer` bytes per link and virtual channel (one
+    /// channel per hop of a route), with credit-based flow control; a packet that cannot move
+    /// blocks those behind it in its buffer. A receiver slower than its link backs up the
+    /// buffers on its senders' routes and slows traffic that shares them (paper 002). Not for
+    /// WAN links (`Topology::Clusters`).
+    Packets {
+        /// Most bytes of one packet.
+        mtu: usize,
+        /// Bytes of each buffer; at least `mtu`.
+        buffer: usize,
+    },
+}
+
 /// How a Dragonfly routes between groups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DragonflyRouting {
@@ -132,6 +156,7 @@ impl SimConfig {
         SimConfig {
             ranks,
             topology: Topology::Switch,
+            network: NetworkModel::Flows,
             link_bandwidth: 12.5e9,
             hop_latency: Duration::from_nanos(500),
             overhead: Duration::from_nanos(200),
@@ -156,6 +181,14 @@ impl SimConfig {
         for &(rank, rate) in &self.slow_receivers {
             if rank as usize >= self.ranks || !(rate.is_finite() && rate > 0.0) {
                 return bad(format!("slow receiver {rank} at rate {rate}"));
+            }
+        }
+        if let NetworkModel::Packets { mtu, buffer } = self.network {
+            if mtu == 0 || mtu > u32::MAX as usize || buffer < mtu {
+                return bad(format!("packets of {mtu} bytes in buffers of {buffer}"));
+            }
+            if matches!(self.topology, Topology::Clusters { .. }) {
+                return bad("the packet-level network over WAN links".into());
             }
         }
         match &self.topology {
@@ -369,6 +402,24 @@ mod tests {
         cfg.slow_receivers = vec![(3, 0.0)];
         assert!(cfg.validate().is_err());
         let cfg = SimConfig::switch(0);
+        assert!(cfg.validate().is_err());
+        let mut cfg = SimConfig::switch(4);
+        cfg.network = NetworkModel::Packets {
+            mtu: 4096,
+            buffer: 1024,
+        };
+        assert!(cfg.validate().is_err());
+        cfg.network = NetworkModel::Packets {
+            mtu: 1024,
+            buffer: 4096,
+        };
+        cfg.validate().unwrap();
+        cfg.topology = Topology::Clusters {
+            cluster_ranks: 2,
+            wan_bandwidth: 1e9,
+            wan_latency: Duration::from_millis(10),
+            wan_changes: vec![],
+        };
         assert!(cfg.validate().is_err());
     }
 }

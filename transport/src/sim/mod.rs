@@ -4,9 +4,11 @@
 //! discrete-event simulation, as SimGrid's SMPI runs MPI programs), so a run is deterministic:
 //! the same program gives the same deliveries at the same virtual times every time.
 //!
-//! The network is flow-level ([`SimConfig`]): per-operation overhead and latency, and max-min
-//! fair sharing of every link's bandwidth among the transfers crossing it, on a single
-//! switch, a fat tree or clusters joined by WAN links. With
+//! The network ([`SimConfig`], [`NetworkModel`]) charges per-operation overhead and latency,
+//! and either shares every link's bandwidth max-min fairly among the transfers crossing it
+//! (flow level) or moves packets through finite switch buffers with credit flow control
+//! (packet level), on a single switch, a fat tree, a Dragonfly or clusters joined by WAN
+//! links. With
 //! [`payload_free_above`](SimConfig::payload_free_above) long transfers move no bytes, for
 //! runs at sizes no memory could hold.
 //!
@@ -18,6 +20,7 @@ mod config;
 mod deliver;
 mod dragonfly;
 mod network;
+mod packets;
 mod transfer;
 mod world;
 
@@ -25,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-pub use config::{DragonflyRouting, SimConfig, Topology, WanChange, WanLink};
+pub use config::{DragonflyRouting, NetworkModel, SimConfig, Topology, WanChange, WanLink};
 
 use crate::error::{Result, TransportError};
 use crate::fabric::Fabric;

@@ -27,10 +27,39 @@ fn wait_event(f: &SimFabric) -> Event {
 /// and its completion comes back one latency later; a message follows the same channel.
 #[test]
 fn a_put_takes_the_time_the_model_gives_it() {
-    let mut cfg = SimConfig::switch(2);
+    let times = timed_put(SimConfig::switch(2));
+    // Overhead 0.2 us, 1 ms on the wire, 1 us to land, 1 us back.
+    assert_eq!(
+        times[0],
+        Duration::from_nanos(200 + 1_000_000 + 1_000 + 1_000)
+    );
+    assert!(times[1] > Duration::from_millis(1));
+}
+
+/// Over packets of 1,000 bytes the put's last packet leaves after the same 1 ms, then takes
+/// its two hops (0.5 us latency each, 1 us on the second link), and the completion comes back.
+#[test]
+fn over_packets_a_put_pipelines_hop_by_hop() {
+    let cfg = SimConfig {
+        network: NetworkModel::Packets {
+            mtu: 1000,
+            buffer: 4000,
+        },
+        ..SimConfig::switch(2)
+    };
+    let times = timed_put(cfg);
+    assert_eq!(
+        times[0],
+        Duration::from_nanos(200 + 1_000_000 + 500 + 1_000 + 500 + 1_000)
+    );
+}
+
+/// Rank 0 puts 1 MB (of 7s) into rank 1 over 1 GB/s links; each rank's time from then until
+/// its side is done.
+fn timed_put(mut cfg: SimConfig) -> Vec<Duration> {
     cfg.link_bandwidth = 1e9;
     cfg.header_bytes = 0;
-    let times = run(cfg, |f| {
+    run(cfg, |f| {
         let region = f.alloc_region(1_000_000).unwrap();
         if f.rank() == 1 {
             f.send(0, &region.remote().to_bytes()).unwrap();
@@ -59,13 +88,7 @@ fn a_put_takes_the_time_the_model_gives_it() {
             other => panic!("{other:?}"),
         }
         f.now() - start
-    });
-    // Overhead 0.2 us, 1 ms on the wire, 1 us to land, 1 us back.
-    assert_eq!(
-        times[0],
-        Duration::from_nanos(200 + 1_000_000 + 1_000 + 1_000)
-    );
-    assert!(times[1] > Duration::from_millis(1));
+    })
 }
 
 /// The same program gives the same virtual times every run.
@@ -91,6 +114,21 @@ fn runs_are_deterministic() {
     };
     let mut cfg = SimConfig::switch(6);
     cfg.link_bandwidth = 1e8;
+    let first = run(cfg.clone(), program);
+    for _ in 0..3 {
+        assert_eq!(run(cfg.clone(), program), first);
+    }
+    // Packets through small buffers on a Dragonfly of three groups, routed through a third.
+    cfg.network = NetworkModel::Packets {
+        mtu: 512,
+        buffer: 1024,
+    };
+    cfg.topology = Topology::Dragonfly {
+        ranks_per_router: 1,
+        routers_per_group: 2,
+        globals_per_router: 1,
+        routing: DragonflyRouting::Valiant,
+    };
     let first = run(cfg.clone(), program);
     for _ in 0..3 {
         assert_eq!(run(cfg.clone(), program), first);

@@ -15,13 +15,17 @@ use std::time::Duration;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-use super::config::{SimConfig, Topology};
+use super::config::{NetworkModel, SimConfig, Topology};
 use super::network::Network;
+use super::packets::{Outcome, PacketNetwork};
 use super::transfer::{Happening, Scheduled, Transfer, What};
 use crate::error::{Result, TransportError};
 use crate::region::RegionTable;
 use crate::types::{Event, Rank};
 use crate::wait::EventQueue;
+
+/// Routes one transfer's packets spread over where routing is random (Valiant's).
+const PACKET_ROUTES: u64 = 16;
 
 /// The whole simulated job.
 pub(crate) struct World {
@@ -52,6 +56,8 @@ struct Core {
     now: u64,
     agenda: BinaryHeap<Scheduled>,
     network: Network,
+    /// The packet-level network, when the job runs on one (then every transfer crosses it).
+    packets: Option<PacketNetwork>,
     /// Transfers whose bytes are on the wire, by flow.
     on_wire: HashMap<(u32, u64), Transfer>,
     /// Per channel: whether a transfer holds it, and those waiting for it in order.
@@ -101,6 +107,15 @@ impl World {
             now: 0,
             agenda,
             network: Network::new(cfg.link_capacities()),
+            packets: match cfg.network {
+                NetworkModel::Flows => None,
+                NetworkModel::Packets { mtu, buffer } => Some(PacketNetwork::new(
+                    cfg.link_capacities(),
+                    cfg.hop_latency.as_nanos() as u64,
+                    mtu,
+                    buffer,
+                )),
+            },
             on_wire: HashMap::new(),
             channels: HashMap::new(),
             threads: vec![Thread::Running; n],
@@ -286,7 +301,13 @@ impl World {
     fn step(&self, core: &mut MutexGuard<'_, Core>) {
         while core.running == 0 {
             let next_event = core.agenda.peek().map(|s| s.at);
-            let next_finish = core.network.next_finish();
+            let next_finish = [
+                core.network.next_finish(),
+                core.packets.as_ref().and_then(PacketNetwork::next_time),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             let busy = next_event.is_some() || next_finish.is_some();
             let next_timer = loop {
                 match core.timers.peek() {
@@ -356,9 +377,16 @@ impl World {
                 let transfer = core.on_wire.remove(key).expect("a flow's transfer");
                 self.off_the_wire(core, transfer);
             }
+            let outcomes = match core.packets.as_mut() {
+                Some(packets) => packets.advance(now),
+                None => Vec::new(),
+            };
+            for outcome in &outcomes {
+                self.packets_moved(core, *outcome);
+            }
             let due = core.agenda.peek().is_some_and(|s| s.at <= now);
             if !due {
-                if finished.is_empty() {
+                if finished.is_empty() && outcomes.is_empty() {
                     return;
                 }
                 continue;
@@ -440,6 +468,9 @@ impl World {
             }
             Happening::Capacity { link, bytes_per_ns } => {
                 core.network.set_capacity(now, link, bytes_per_ns);
+                if let Some(packets) = core.packets.as_mut() {
+                    packets.set_capacity(link, bytes_per_ns);
+                }
             }
         }
     }
@@ -480,6 +511,23 @@ impl World {
             self.off_the_wire(core, t);
             return;
         }
+        let key = (t.initiator, t.seq);
+        if let Some(packets) = core.packets.as_mut() {
+            // The packets pay each hop's latency on their way, and take the routes random
+            // routing would give them one by one.
+            t.latency = 0;
+            let mut routes = vec![links];
+            for i in 1..PACKET_ROUTES {
+                let salt = salt ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let (other, _) = self.cfg.route(from, to, salt);
+                if !routes.contains(&other) {
+                    routes.push(other);
+                }
+            }
+            packets.start(now, key, routes, bytes as u64);
+            core.on_wire.insert(key, t);
+            return;
+        }
         if bytes <= self.cfg.flow_above {
             // A packet: it waits for every link of its route to be free, then holds each for
             // its bytes' time there.
@@ -497,7 +545,6 @@ impl World {
             self.schedule(core, sent, rank, seq, Happening::Sent(t));
             return;
         }
-        let key = (t.initiator, t.seq);
         core.network.start(now, key, links, bytes as f64);
         core.on_wire.insert(key, t);
     }
@@ -510,6 +557,27 @@ impl World {
         let channel = t.channel();
         let (rank, seq) = (t.initiator, t.seq);
         self.schedule(core, now + latency, rank, seq, Happening::Arrive(t));
+        self.release_channel(core, channel);
+    }
+
+    /// A transfer of the packet network has left its initiator's side (its channel is free)
+    /// or arrived.
+    fn packets_moved(&self, core: &mut Core, outcome: Outcome) {
+        match outcome {
+            Outcome::Injected(key) => {
+                let channel = core.on_wire[&key].channel();
+                self.release_channel(core, channel);
+            }
+            Outcome::Arrived(key) => {
+                let t = core.on_wire.remove(&key).expect("a packet transfer");
+                let (now, rank, seq) = (core.now, t.initiator, t.seq);
+                self.schedule(core, now, rank, seq, Happening::Arrive(t));
+            }
+        }
+    }
+
+    /// The transfer holding `channel` is off it: the next one waiting, if any, starts.
+    fn release_channel(&self, core: &mut Core, channel: (Rank, Rank, bool)) {
         let next = match core.channels.get_mut(&channel) {
             Some(c) => match c.1.pop_front() {
                 Some(next) => Some(next),
