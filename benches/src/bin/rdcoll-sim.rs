@@ -102,7 +102,9 @@ fn run(args: Vec<String>) -> Result<(), String> {
                 network = Some(match value()?.as_str() {
                     "flows" => rdcoll::sim::NetworkModel::Flows,
                     "packets" => rendezvous::Rendezvous::default().network,
-                    other => return Err(format!("--network takes packets or flows, not {other:?}")),
+                    other => {
+                        return Err(format!("--network takes packets or flows, not {other:?}"))
+                    }
                 });
             }
             "--scenarios" => scenarios = Some(value()?.split(',').map(String::from).collect()),

@@ -303,6 +303,16 @@ impl SimConfig {
         caps
     }
 
+    /// Per link, whether it joins groups (a Dragonfly's global links).
+    pub(crate) fn global_links(&self) -> Vec<bool> {
+        let mut global = vec![false; self.link_capacities().len()];
+        if let Some(d) = self.dragonfly() {
+            let first = 2 * self.ranks + d.groups() * d.a * d.a;
+            global[first..].iter_mut().for_each(|g| *g = true);
+        }
+        global
+    }
+
     /// The index of a WAN link (`None` if the topology has no such link).
     pub(crate) fn wan_link(&self, link: WanLink) -> Option<usize> {
         if !matches!(self.topology, Topology::Clusters { .. }) {

@@ -1,8 +1,9 @@
 //! The packet-level network: transfers cut into packets that cross their route hop by hop
 //! through input-queued switches with finite buffers and credit-based flow control, lossless
 //! as InfiniBand or Slingshot are. Each link's receiving end holds `buffer` bytes per virtual
-//! channel; a packet takes its hop's channel (hop `k` of a route uses channel `k`, so buffer
-//! dependencies never form a cycle and the network cannot deadlock) and waits in that buffer,
+//! channel; a packet takes, on each hop, the channel numbered by the global links it crossed
+//! before (a Dragonfly's scheme: local, global, local, global, local climb 0, 0, 1, 1, 2, so
+//! buffer dependencies never form a cycle and the network cannot deadlock) and waits in it,
 //! first in first out, until the link of its next hop is free and the buffer behind it has
 //! room. A packet at the head of a buffer that cannot move blocks the packets behind it, for
 //! whatever link they want (head-of-line blocking): a receiver that takes data slower than its
@@ -22,8 +23,8 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 
 use super::network::FlowKey;
 
-/// Most hops of a route (and so virtual channels per link).
-pub(crate) const MAX_HOPS: usize = 8;
+/// Virtual channels per link: a route crosses at most two global links.
+const CHANNELS: usize = 3;
 
 /// What the network reports to the scheduler.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,12 +36,14 @@ pub(crate) enum Outcome {
 }
 
 /// A piece of a transfer on its way.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Packet {
     key: FlowKey,
     bytes: u32,
     /// Which of its transfer's routes it takes.
     route: u8,
+    /// The place in that route of the link it crossed last.
+    hop: u8,
 }
 
 /// Who holds a packet that wants a link: a transfer still leaving its rank, or a buffer.
@@ -51,8 +54,9 @@ enum Holder {
 }
 
 struct Transfer {
-    /// The routes its packets take in turn; all start on the same link.
-    routes: Vec<Vec<u32>>,
+    /// The routes its packets take in turn, each hop a link and its channel; all start on the
+    /// same link.
+    routes: Vec<Vec<(u32, u8)>>,
     /// The route of the next packet to leave.
     next_route: usize,
     /// Bytes not yet handed to the first link.
@@ -65,14 +69,9 @@ struct Transfer {
 enum Event {
     /// A link has finished sending a packet.
     LinkFree(u32),
-    /// A packet's last byte reaches the buffer (`link`, `hop`) or, on the last hop, memory.
-    Arrive {
-        link: u32,
-        hop: u8,
-        key: FlowKey,
-        bytes: u32,
-        route: u8,
-    },
+    /// A packet's last byte reaches the buffer at the end of its hop or, on the last hop,
+    /// memory.
+    Arrive(Packet),
     /// Room for `bytes` is back at the sender of a buffer.
     Credit { buffer: u32, bytes: u32 },
     /// A transfer's last packet has left its source.
@@ -82,9 +81,11 @@ enum Event {
 /// Every packet in the network, the buffers they wait in and the links they take turns on.
 pub(crate) struct PacketNetwork {
     capacity: Vec<f64>,
+    /// Which links join groups (their crossings number the channels).
+    global: Vec<bool>,
     hop_latency: u64,
     mtu: u32,
-    /// Free bytes of each buffer (link `l`, channel `c` at `l * MAX_HOPS + c`).
+    /// Free bytes of each buffer (link `l`, channel `c` at `l * CHANNELS + c`).
     room: Vec<u64>,
     /// The packets in each buffer, oldest first.
     queued: Vec<VecDeque<Packet>>,
@@ -101,16 +102,25 @@ pub(crate) struct PacketNetwork {
 }
 
 impl PacketNetwork {
-    /// A network of links with these capacities (bytes per nanosecond), `hop_latency`
-    /// nanoseconds per hop, packets of at most `mtu` bytes and `buffer` bytes per channel.
-    pub(crate) fn new(capacity: Vec<f64>, hop_latency: u64, mtu: usize, buffer: usize) -> Self {
+    /// A network of links with these capacities (bytes per nanosecond), of which those marked
+    /// `global` join groups, `hop_latency` nanoseconds per hop, packets of at most `mtu` bytes
+    /// and `buffer` bytes per channel.
+    pub(crate) fn new(
+        capacity: Vec<f64>,
+        global: Vec<bool>,
+        hop_latency: u64,
+        mtu: usize,
+        buffer: usize,
+    ) -> Self {
         let links = capacity.len();
+        debug_assert_eq!(global.len(), links);
         PacketNetwork {
             capacity,
+            global,
             hop_latency,
             mtu: u32::try_from(mtu).unwrap_or(u32::MAX),
-            room: vec![buffer as u64; links * MAX_HOPS],
-            queued: vec![VecDeque::new(); links * MAX_HOPS],
+            room: vec![buffer as u64; links * CHANNELS],
+            queued: vec![VecDeque::new(); links * CHANNELS],
             busy: vec![false; links],
             waiting: vec![VecDeque::new(); links],
             transfers: HashMap::new(),
@@ -127,13 +137,28 @@ impl PacketNetwork {
     }
 
     /// Starts a transfer of `bytes` at `now`, its packets taking `routes` in turn (at most 256
-    /// routes, each of one to [`MAX_HOPS`] links, all from the same first link).
+    /// routes, each of one to 256 links and at most two global ones, all from the same first
+    /// link).
     pub(crate) fn start(&mut self, now: u64, key: FlowKey, routes: Vec<Vec<u32>>, bytes: u64) {
         debug_assert!(!routes.is_empty() && routes.len() <= 256);
-        debug_assert!(routes.iter().all(|r| !r.is_empty() && r.len() <= MAX_HOPS));
+        debug_assert!(routes.iter().all(|r| !r.is_empty() && r.len() <= 256));
         debug_assert!(routes.iter().all(|r| r[0] == routes[0][0]));
         let first = routes[0][0];
         let bytes = bytes.max(1);
+        let routes = routes
+            .into_iter()
+            .map(|links| {
+                let mut crossed = 0u8;
+                links
+                    .into_iter()
+                    .map(|l| {
+                        let channel = crossed.min(CHANNELS as u8 - 1);
+                        crossed += u8::from(self.global[l as usize]);
+                        (l, channel)
+                    })
+                    .collect()
+            })
+            .collect();
         self.transfers.insert(
             key,
             Transfer {
@@ -180,30 +205,27 @@ impl PacketNetwork {
             }
             Event::Credit { buffer, bytes } => {
                 self.room[buffer as usize] += u64::from(bytes);
-                self.to_try.push(buffer / MAX_HOPS as u32);
+                self.to_try.push(buffer / CHANNELS as u32);
             }
             Event::Injected(key) => self.done.push(Outcome::Injected(key)),
-            Event::Arrive {
-                link,
-                hop,
-                key,
-                bytes,
-                route,
-            } => {
+            Event::Arrive(packet) => {
+                let key = packet.key;
                 let t = self.transfers.get_mut(&key).expect("a packet's transfer");
-                let links = &t.routes[usize::from(route)];
-                if usize::from(hop) + 1 == links.len() {
-                    t.to_arrive -= u64::from(bytes);
+                let route = &t.routes[usize::from(packet.route)];
+                let hop = usize::from(packet.hop);
+                if hop + 1 == route.len() {
+                    t.to_arrive -= u64::from(packet.bytes);
                     if t.to_arrive == 0 {
                         self.transfers.remove(&key);
                         self.done.push(Outcome::Arrived(key));
                     }
                     return;
                 }
-                let next = links[usize::from(hop) + 1];
-                let buffer = link * MAX_HOPS as u32 + u32::from(hop);
+                let (link, channel) = route[hop];
+                let next = route[hop + 1].0;
+                let buffer = link * CHANNELS as u32 + u32::from(channel);
                 let queue = &mut self.queued[buffer as usize];
-                queue.push_back(Packet { key, bytes, route });
+                queue.push_back(packet);
                 if queue.len() == 1 {
                     self.waiting[next as usize].push_back(Holder::Buffer(buffer));
                     self.to_try.push(next);
@@ -228,10 +250,10 @@ impl PacketNetwork {
         }
         for _ in 0..self.waiting[l].len() {
             let holder = self.waiting[l].pop_front().expect("counted");
-            let (packet, hop) = self.head(holder);
-            let t = &self.transfers[&packet.key];
-            let last = hop + 1 == t.routes[usize::from(packet.route)].len();
-            let into = l * MAX_HOPS + hop;
+            let (mut packet, hop) = self.head(holder);
+            let route = &self.transfers[&packet.key].routes[usize::from(packet.route)];
+            let last = hop + 1 == route.len();
+            let into = l * CHANNELS + usize::from(route[hop].1);
             if !last && self.room[into] < u64::from(packet.bytes) {
                 self.waiting[l].push_back(holder);
                 continue;
@@ -242,16 +264,8 @@ impl PacketNetwork {
             let sent = now + (f64::from(packet.bytes) / self.capacity[l]).ceil() as u64;
             self.busy[l] = true;
             self.schedule(sent, Event::LinkFree(link));
-            self.schedule(
-                sent + self.hop_latency,
-                Event::Arrive {
-                    link,
-                    hop: hop as u8,
-                    key: packet.key,
-                    bytes: packet.bytes,
-                    route: packet.route,
-                },
-            );
+            packet.hop = hop as u8;
+            self.schedule(sent + self.hop_latency, Event::Arrive(packet));
             self.take_head(holder, sent);
             return;
         }
@@ -264,11 +278,17 @@ impl PacketNetwork {
                 let t = &self.transfers[&key];
                 let bytes = t.to_inject.min(u64::from(self.mtu)) as u32;
                 let route = (t.next_route % t.routes.len()) as u8;
-                (Packet { key, bytes, route }, 0)
+                let packet = Packet {
+                    key,
+                    bytes,
+                    route,
+                    hop: 0,
+                };
+                (packet, 0)
             }
             Holder::Buffer(b) => {
                 let packet = *self.queued[b as usize].front().expect("a waiting buffer");
-                (packet, b as usize % MAX_HOPS + 1)
+                (packet, usize::from(packet.hop) + 1)
             }
         }
     }
@@ -281,7 +301,7 @@ impl PacketNetwork {
                 let t = self.transfers.get_mut(&key).expect("a source's transfer");
                 t.to_inject -= t.to_inject.min(u64::from(self.mtu));
                 t.next_route += 1;
-                let first = t.routes[0][0];
+                let first = t.routes[0][0].0;
                 if t.to_inject == 0 {
                     self.schedule(sent, Event::Injected(key));
                 } else {
@@ -301,8 +321,8 @@ impl PacketNetwork {
                     },
                 );
                 if let Some(next) = self.queued[b as usize].front() {
-                    let hop = b as usize % MAX_HOPS + 1;
-                    let link = self.transfers[&next.key].routes[usize::from(next.route)][hop];
+                    let hop = usize::from(next.hop) + 1;
+                    let link = self.transfers[&next.key].routes[usize::from(next.route)][hop].0;
                     self.waiting[link as usize].push_back(holder);
                     self.to_try.push(link);
                 }

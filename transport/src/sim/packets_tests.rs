@@ -1,5 +1,11 @@
 use super::*;
 
+/// Links of these rates, none global, 1,000-byte packets.
+fn network(capacity: Vec<f64>, hop_latency: u64, buffer: usize) -> PacketNetwork {
+    let links = capacity.len();
+    PacketNetwork::new(capacity, vec![false; links], hop_latency, 1000, buffer)
+}
+
 /// Runs the network until nothing is left; returns every outcome with its time.
 fn drain(net: &mut PacketNetwork) -> Vec<(u64, Outcome)> {
     let mut seen = Vec::new();
@@ -20,7 +26,7 @@ fn arrival(seen: &[(u64, Outcome)], key: FlowKey) -> u64 {
 /// packet's time apart, each hop store-and-forward; the source is free once the last has left.
 #[test]
 fn a_lone_transfer_pipelines_its_packets_hop_by_hop() {
-    let mut net = PacketNetwork::new(vec![1.0; 3], 100, 1000, 4000);
+    let mut net = network(vec![1.0; 3], 100, 4000);
     net.start(0, (0, 0), vec![vec![0, 1, 2]], 3000);
     let seen = drain(&mut net);
     let injected = seen
@@ -43,7 +49,7 @@ fn a_lone_transfer_pipelines_its_packets_hop_by_hop() {
 fn shared_buffer(a_bytes: u64) -> u64 {
     let mut caps = vec![1.0; 5];
     caps[3] = 0.1;
-    let mut net = PacketNetwork::new(caps, 10, 1000, 4000);
+    let mut net = network(caps, 10, 4000);
     if a_bytes > 0 {
         net.start(0, (0, 0), vec![vec![0, 2, 3]], a_bytes);
     }
@@ -71,7 +77,7 @@ fn a_slow_receiver_blocks_traffic_that_shares_its_buffers() {
 /// Two transfers from one rank take turns on its link, packet by packet.
 #[test]
 fn transfers_from_one_rank_share_its_link_in_turns() {
-    let mut net = PacketNetwork::new(vec![1.0; 3], 0, 1000, 1 << 20);
+    let mut net = network(vec![1.0; 3], 0, 1 << 20);
     net.start(0, (0, 0), vec![vec![0, 1]], 3000);
     net.start(0, (0, 1), vec![vec![0, 2]], 3000);
     let seen = drain(&mut net);
@@ -86,7 +92,7 @@ fn transfers_from_one_rank_share_its_link_in_turns() {
 #[test]
 fn packets_take_their_transfers_routes_in_turn() {
     let time = |routes: Vec<Vec<u32>>| {
-        let mut net = PacketNetwork::new(vec![1.0, 0.5, 0.5, 1.0], 0, 1000, 4000);
+        let mut net = network(vec![1.0, 0.5, 0.5, 1.0], 0, 4000);
         net.start(0, (0, 0), routes, 8000);
         arrival(&drain(&mut net), (0, 0))
     };
@@ -96,4 +102,26 @@ fn packets_take_their_transfers_routes_in_turn() {
     assert_eq!(one, 8 * 2000 + 1000 + 1000);
     // The last leaves the first link at 8 us, then one half-rate hop and the last.
     assert_eq!(two, 8 * 1000 + 2000 + 1000);
+}
+
+/// A packet that has crossed a global link waits in another channel than one that has not:
+/// A (global link 1, then link 2 to a slow receiver) backs up link 2's buffer without holding
+/// up B (link 2 first, to a normal receiver); with link 1 not global they share it.
+#[test]
+fn channels_after_a_global_link_are_buffers_of_their_own() {
+    let time_of_b = |global_link: bool| {
+        let caps = vec![1.0, 1.0, 1.0, 0.1, 1.0, 1.0];
+        let global = vec![false, global_link, false, false, false, false];
+        let mut net = PacketNetwork::new(caps, global, 10, 1000, 4000);
+        net.start(0, (0, 0), vec![vec![0, 1, 2, 3]], 100_000);
+        net.start(0, (1, 0), vec![vec![4, 2, 5]], 10_000);
+        let seen = drain(&mut net);
+        assert!(net.room.iter().all(|&r| r == 4000), "every credit is back");
+        arrival(&seen, (1, 0))
+    };
+    let apart = time_of_b(true);
+    let shared = time_of_b(false);
+    // B's ten packets take turns with A's on link 2: about twice its time alone.
+    assert!(apart < 25_000, "{apart}");
+    assert!(shared > 2 * apart, "{shared} against {apart}");
 }

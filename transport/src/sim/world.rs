@@ -17,15 +17,12 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::config::{NetworkModel, SimConfig, Topology};
 use super::network::Network;
-use super::packets::{Outcome, PacketNetwork};
+use super::packets::PacketNetwork;
 use super::transfer::{Happening, Scheduled, Transfer, What};
 use crate::error::{Result, TransportError};
 use crate::region::RegionTable;
 use crate::types::{Event, Rank};
 use crate::wait::EventQueue;
-
-/// Routes one transfer's packets spread over where routing is random (Valiant's).
-const PACKET_ROUTES: u64 = 16;
 
 /// The whole simulated job.
 pub(crate) struct World {
@@ -52,7 +49,7 @@ enum Thread {
     Left,
 }
 
-struct Core {
+pub(super) struct Core {
     now: u64,
     agenda: BinaryHeap<Scheduled>,
     network: Network,
@@ -60,6 +57,10 @@ struct Core {
     packets: Option<PacketNetwork>,
     /// Transfers whose bytes are on the wire, by flow.
     on_wire: HashMap<(u32, u64), Transfer>,
+    /// Packet network: per channel, its transfers on the wire in the order they entered it,
+    /// each with whether it has arrived (packets of later ones may take faster routes; a
+    /// transfer lands only after those before it on its channel).
+    in_order: HashMap<(Rank, Rank, bool), VecDeque<((u32, u64), bool)>>,
     /// Per channel: whether a transfer holds it, and those waiting for it in order.
     channels: HashMap<(Rank, Rank, bool), (bool, VecDeque<Transfer>)>,
     threads: Vec<Thread>,
@@ -111,12 +112,14 @@ impl World {
                 NetworkModel::Flows => None,
                 NetworkModel::Packets { mtu, buffer } => Some(PacketNetwork::new(
                     cfg.link_capacities(),
+                    cfg.global_links(),
                     cfg.hop_latency.as_nanos() as u64,
                     mtu,
                     buffer,
                 )),
             },
             on_wire: HashMap::new(),
+            in_order: HashMap::new(),
             channels: HashMap::new(),
             threads: vec![Thread::Running; n],
             running: n,
@@ -396,7 +399,7 @@ impl World {
         }
     }
 
-    fn schedule(&self, core: &mut Core, at: u64, rank: Rank, seq: u64, what: Happening) {
+    pub(super) fn schedule(&self, core: &mut Core, at: u64, rank: Rank, seq: u64, what: Happening) {
         core.agenda.push(Scheduled {
             at,
             rank,
@@ -512,20 +515,8 @@ impl World {
             return;
         }
         let key = (t.initiator, t.seq);
-        if let Some(packets) = core.packets.as_mut() {
-            // The packets pay each hop's latency on their way, and take the routes random
-            // routing would give them one by one.
-            t.latency = 0;
-            let mut routes = vec![links];
-            for i in 1..PACKET_ROUTES {
-                let salt = salt ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
-                let (other, _) = self.cfg.route(from, to, salt);
-                if !routes.contains(&other) {
-                    routes.push(other);
-                }
-            }
-            packets.start(now, key, routes, bytes as u64);
-            core.on_wire.insert(key, t);
+        if core.packets.is_some() {
+            self.put_on_packets(core, t, links, bytes as u64);
             return;
         }
         if bytes <= self.cfg.flow_above {
@@ -560,24 +551,8 @@ impl World {
         self.release_channel(core, channel);
     }
 
-    /// A transfer of the packet network has left its initiator's side (its channel is free)
-    /// or arrived.
-    fn packets_moved(&self, core: &mut Core, outcome: Outcome) {
-        match outcome {
-            Outcome::Injected(key) => {
-                let channel = core.on_wire[&key].channel();
-                self.release_channel(core, channel);
-            }
-            Outcome::Arrived(key) => {
-                let t = core.on_wire.remove(&key).expect("a packet transfer");
-                let (now, rank, seq) = (core.now, t.initiator, t.seq);
-                self.schedule(core, now, rank, seq, Happening::Arrive(t));
-            }
-        }
-    }
-
     /// The transfer holding `channel` is off it: the next one waiting, if any, starts.
-    fn release_channel(&self, core: &mut Core, channel: (Rank, Rank, bool)) {
+    pub(super) fn release_channel(&self, core: &mut Core, channel: (Rank, Rank, bool)) {
         let next = match core.channels.get_mut(&channel) {
             Some(c) => match c.1.pop_front() {
                 Some(next) => Some(next),
@@ -593,3 +568,6 @@ impl World {
         }
     }
 }
+
+#[path = "world_packets.rs"]
+mod world_packets;
