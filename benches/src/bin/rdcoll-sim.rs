@@ -20,7 +20,7 @@ experiments:
          [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]
   rendezvous  push against receiver-driven gets, slow receivers, on a Dragonfly (paper 002)
          [--dragonfly P,A,H] [--bytes SIZE] [--block CHUNK] [--credits 1,2,4,...]
-         [--network packets|flows] [--slowdowns 1,2,4,8]
+         [--network packets|flows] [--routing adaptive|valiant|minimal] [--slowdowns 1,2,4,8]
   validate  the OSU loops over tcp here and over the model fitted to them, side by side
          [--ranks N] [--bytes MAX]";
 
@@ -57,7 +57,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
     let mut ranks: Option<Vec<usize>> = None;
     let (mut bytes, mut block) = (None, None);
     let mut dragonfly = None;
-    let (mut credits, mut slowdowns, mut network) = (None, None, None);
+    let (mut credits, mut slowdowns, mut network, mut routing) = (None, None, None, None);
     let (mut scenarios, mut algorithms): (Option<Vec<String>>, Option<Vec<String>>) = (None, None);
     while let Some(flag) = it.next() {
         let mut value = || it.next().ok_or(format!("{flag} needs a value\n{USAGE}"));
@@ -107,6 +107,19 @@ fn run(args: Vec<String>) -> Result<(), String> {
                     }
                 });
             }
+            "--routing" => {
+                use rdcoll::sim::DragonflyRouting as R;
+                routing = Some(match value()?.as_str() {
+                    "adaptive" => R::Adaptive,
+                    "valiant" => R::Valiant,
+                    "minimal" => R::Minimal,
+                    other => {
+                        return Err(format!(
+                            "--routing takes adaptive, valiant or minimal, not {other:?}"
+                        ))
+                    }
+                });
+            }
             "--scenarios" => scenarios = Some(value()?.split(',').map(String::from).collect()),
             "--algorithms" => algorithms = Some(value()?.split(',').map(String::from).collect()),
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
@@ -142,6 +155,7 @@ fn run(args: Vec<String>) -> Result<(), String> {
             e.credits = credits.unwrap_or(e.credits);
             e.slowdowns = slowdowns.unwrap_or(e.slowdowns);
             e.network = network.unwrap_or(e.network);
+            e.routing = routing.unwrap_or(e.routing);
             rendezvous::run(&e, &mut say)?
         }
         "validate" => {

@@ -30,6 +30,8 @@ pub struct Rendezvous {
     pub slow_fraction: f64,
     /// Flows or packets.
     pub network: NetworkModel,
+    /// How the Dragonfly routes.
+    pub routing: DragonflyRouting,
 }
 
 impl Default for Rendezvous {
@@ -48,14 +50,35 @@ impl Default for Rendezvous {
                 mtu: 4 << 10,
                 buffer: 64 << 10,
             },
+            routing: DragonflyRouting::Adaptive,
         }
     }
 }
 
-/// A fixed permutation without fixed points (a rotation by a stride coprime to most sizes,
-/// then a shuffle of the strides by a seeded generator would add nothing the model sees).
-fn partner(rank: usize, n: usize) -> usize {
-    (rank + n / 2 + 1) % n
+/// The paper's pattern: ranks paired at random (a fixed seed), each sending to its partner;
+/// with an odd count the last three form a ring. Entry `r` is whom rank `r` sends to.
+fn pairing(n: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    let mut to = vec![0; n];
+    let pairs = if n % 2 == 1 { n - 3 } else { n };
+    for p in order[..pairs].chunks(2) {
+        to[p[0]] = p[1];
+        to[p[1]] = p[0];
+    }
+    if n % 2 == 1 {
+        let ring = &order[n - 3..];
+        for k in 0..3 {
+            to[ring[k]] = ring[(k + 1) % 3];
+        }
+    }
+    to
 }
 
 /// The receivers' mean throughput in one permutation, as a fraction of the link's bandwidth;
@@ -76,7 +99,7 @@ pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Resu
             ranks_per_router: p,
             routers_per_group: a,
             globals_per_router: h,
-            routing: DragonflyRouting::Valiant,
+            routing: e.routing,
         },
         slow_receivers: slow,
         payload_free_above: Some(4096),
@@ -85,6 +108,7 @@ pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Resu
     };
     let link = cfg.link_bandwidth;
     let (bytes, chunk) = (e.bytes, e.chunk);
+    let to = pairing(n);
     let spans = sim::run(cfg, |comm| -> Result<(f64, f64), String> {
         let err = |e: rdcoll::Error| e.to_string();
         let (chunk, credits) = match credits {
@@ -93,10 +117,8 @@ pub fn throughput(e: &Rendezvous, slowdown: f64, credits: Option<usize>) -> Resu
         };
         comm.set_rendezvous(chunk, credits).map_err(err)?;
         let me = comm.rank() as usize;
-        let to = partner(me, n) as u32;
-        let from = (0..n)
-            .find(|&r| partner(r, n) == me)
-            .expect("a permutation") as u32;
+        let from = to.iter().position(|&t| t == me).expect("a permutation") as u32;
+        let to = to[me] as u32;
         let out = vec![0u8; bytes];
         let mut inbox = vec![0u8; bytes];
         let start = comm.wtime();
@@ -151,8 +173,9 @@ pub fn run(e: &Rendezvous, progress: &mut dyn FnMut(&str)) -> Result<Figure, Str
     Ok(Figure {
         name: "rendezvous".into(),
         title: format!(
-            "Permutation on a Dragonfly of {} ranks, {} KiB each, {} % slow receivers, {}",
+            "Random pairs on a Dragonfly of {} ranks ({:?} routing), {} KiB each, {} % slow receivers, {}",
             (a * h + 1) * a * p,
+            e.routing,
             e.bytes >> 10,
             e.slow_fraction * 100.0,
             match e.network {
@@ -166,4 +189,22 @@ pub fn run(e: &Rendezvous, progress: &mut dyn FnMut(&str)) -> Result<Figure, Str
         series,
         log_y: false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pairing;
+
+    #[test]
+    fn pairing_is_a_permutation_without_fixed_points() {
+        for n in [2, 3, 5, 72, 1056] {
+            let to = pairing(n);
+            let mut seen = vec![false; n];
+            for (r, &t) in to.iter().enumerate() {
+                assert_ne!(r, t, "{n} ranks");
+                assert!(!seen[t], "{n} ranks: {t} twice");
+                seen[t] = true;
+            }
+        }
+    }
 }

@@ -122,6 +122,10 @@ pub enum DragonflyRouting {
     /// Through a random intermediate group first (Valiant): twice the global hops, but no
     /// single global link carries a whole group's traffic to another.
     Valiant,
+    /// Each packet minimally unless the queue toward the minimal route, times its hops, is
+    /// longer than toward a Valiant one (UGAL with the source router's queues), on the
+    /// packet-level network; on the flow-level one, as Valiant.
+    Adaptive,
 }
 
 /// A WAN link of [`Topology::Clusters`] changes its bandwidth at a given virtual time.
@@ -311,6 +315,25 @@ impl SimConfig {
             global[first..].iter_mut().for_each(|g| *g = true);
         }
         global
+    }
+
+    /// The minimal route from `from` to `to` where packets choose between it and Valiant's
+    /// (adaptive Dragonfly routing), with the ranks' own links.
+    pub(crate) fn adaptive_minimal(&self, from: Rank, to: Rank) -> Option<Vec<u32>> {
+        let routing = match self.topology {
+            Topology::Dragonfly { routing, .. } => routing,
+            _ => return None,
+        };
+        let d = self.dragonfly()?;
+        if routing != DragonflyRouting::Adaptive || from == to {
+            return None;
+        }
+        let n = self.ranks;
+        let mut links = vec![from];
+        let (from, to) = (from as usize, to as usize);
+        links.extend(d.route(2 * n, from, to, DragonflyRouting::Minimal, 0));
+        links.push((n + to) as u32);
+        Some(links)
     }
 
     /// The index of a WAN link (`None` if the topology has no such link).

@@ -57,8 +57,10 @@ struct Transfer {
     /// The routes its packets take in turn, each hop a link and its channel; all start on the
     /// same link.
     routes: Vec<Vec<(u32, u8)>>,
-    /// The route of the next packet to leave.
+    /// The route of the next packet to leave (the next Valiant one, when adaptive).
     next_route: usize,
+    /// Whether each packet chooses between the first route (minimal) and the next other one.
+    adaptive: bool,
     /// Bytes not yet handed to the first link.
     to_inject: u64,
     /// Bytes not yet arrived at the end.
@@ -85,6 +87,8 @@ pub(crate) struct PacketNetwork {
     global: Vec<bool>,
     hop_latency: u64,
     mtu: u32,
+    /// Bytes of each buffer.
+    buffer: u64,
     /// Free bytes of each buffer (link `l`, channel `c` at `l * CHANNELS + c`).
     room: Vec<u64>,
     /// The packets in each buffer, oldest first.
@@ -119,6 +123,7 @@ impl PacketNetwork {
             global,
             hop_latency,
             mtu: u32::try_from(mtu).unwrap_or(u32::MAX),
+            buffer: buffer as u64,
             room: vec![buffer as u64; links * CHANNELS],
             queued: vec![VecDeque::new(); links * CHANNELS],
             busy: vec![false; links],
@@ -138,8 +143,16 @@ impl PacketNetwork {
 
     /// Starts a transfer of `bytes` at `now`, its packets taking `routes` in turn (at most 256
     /// routes, each of one to 256 links and at most two global ones, all from the same first
-    /// link).
-    pub(crate) fn start(&mut self, now: u64, key: FlowKey, routes: Vec<Vec<u32>>, bytes: u64) {
+    /// link); `adaptive`: each packet takes the first (minimal) route or the next other one,
+    /// whichever is less loaded.
+    pub(crate) fn start(
+        &mut self,
+        now: u64,
+        key: FlowKey,
+        routes: Vec<Vec<u32>>,
+        adaptive: bool,
+        bytes: u64,
+    ) {
         debug_assert!(!routes.is_empty() && routes.len() <= 256);
         debug_assert!(routes.iter().all(|r| !r.is_empty() && r.len() <= 256));
         debug_assert!(routes.iter().all(|r| r[0] == routes[0][0]));
@@ -164,6 +177,7 @@ impl PacketNetwork {
             Transfer {
                 routes,
                 next_route: 0,
+                adaptive,
                 to_inject: bytes,
                 to_arrive: bytes,
             },
@@ -277,7 +291,7 @@ impl PacketNetwork {
             Holder::Source(key) => {
                 let t = &self.transfers[&key];
                 let bytes = t.to_inject.min(u64::from(self.mtu)) as u32;
-                let route = (t.next_route % t.routes.len()) as u8;
+                let route = self.route_of_next(t) as u8;
                 let packet = Packet {
                     key,
                     bytes,
@@ -291,6 +305,37 @@ impl PacketNetwork {
                 (packet, usize::from(packet.hop) + 1)
             }
         }
+    }
+
+    /// The route a transfer's next packet takes: the next in turn or, adaptively, the minimal
+    /// one unless its first switch's queue toward it, times its hops, is longer than toward
+    /// the next Valiant route (UGAL).
+    fn route_of_next(&self, t: &Transfer) -> usize {
+        let routes = t.routes.len();
+        if !t.adaptive || routes == 1 {
+            return t.next_route % routes;
+        }
+        let valiant = 1 + t.next_route % (routes - 1);
+        let cost = |r: usize| {
+            let route = &t.routes[r];
+            let queued = route
+                .get(1)
+                .map_or(0, |&(link, _)| self.queued_toward(link));
+            (queued + u64::from(self.mtu)) * route.len() as u64
+        };
+        if cost(0) <= cost(valiant) {
+            0
+        } else {
+            valiant
+        }
+    }
+
+    /// Bytes waiting for, or sent over and still buffered behind, `link`.
+    fn queued_toward(&self, link: u32) -> u64 {
+        let base = link as usize * CHANNELS;
+        (base..base + CHANNELS)
+            .map(|b| self.buffer - self.room[b])
+            .sum()
     }
 
     /// `holder`'s head packet leaves (its last byte at `sent`): the holder's next packet, if

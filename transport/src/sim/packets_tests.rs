@@ -27,7 +27,7 @@ fn arrival(seen: &[(u64, Outcome)], key: FlowKey) -> u64 {
 #[test]
 fn a_lone_transfer_pipelines_its_packets_hop_by_hop() {
     let mut net = network(vec![1.0; 3], 100, 4000);
-    net.start(0, (0, 0), vec![vec![0, 1, 2]], 3000);
+    net.start(0, (0, 0), vec![vec![0, 1, 2]], false, 3000);
     let seen = drain(&mut net);
     let injected = seen
         .iter()
@@ -51,9 +51,9 @@ fn shared_buffer(a_bytes: u64) -> u64 {
     caps[3] = 0.1;
     let mut net = network(caps, 10, 4000);
     if a_bytes > 0 {
-        net.start(0, (0, 0), vec![vec![0, 2, 3]], a_bytes);
+        net.start(0, (0, 0), vec![vec![0, 2, 3]], false, a_bytes);
     }
-    net.start(0, (1, 0), vec![vec![1, 2, 4]], 10_000);
+    net.start(0, (1, 0), vec![vec![1, 2, 4]], false, 10_000);
     let seen = drain(&mut net);
     assert!(net.room.iter().all(|&r| r == 4000), "every credit is back");
     arrival(&seen, (1, 0))
@@ -78,8 +78,8 @@ fn a_slow_receiver_blocks_traffic_that_shares_its_buffers() {
 #[test]
 fn transfers_from_one_rank_share_its_link_in_turns() {
     let mut net = network(vec![1.0; 3], 0, 1 << 20);
-    net.start(0, (0, 0), vec![vec![0, 1]], 3000);
-    net.start(0, (0, 1), vec![vec![0, 2]], 3000);
+    net.start(0, (0, 0), vec![vec![0, 1]], false, 3000);
+    net.start(0, (0, 1), vec![vec![0, 2]], false, 3000);
     let seen = drain(&mut net);
     // The first is sending when the second comes, then they alternate: the first's packets
     // are sent by 1, 2 and 4 us, the second's by 3, 5 and 6 us; one more hop each.
@@ -93,7 +93,7 @@ fn transfers_from_one_rank_share_its_link_in_turns() {
 fn packets_take_their_transfers_routes_in_turn() {
     let time = |routes: Vec<Vec<u32>>| {
         let mut net = network(vec![1.0, 0.5, 0.5, 1.0], 0, 4000);
-        net.start(0, (0, 0), routes, 8000);
+        net.start(0, (0, 0), routes, false, 8000);
         arrival(&drain(&mut net), (0, 0))
     };
     let one = time(vec![vec![0, 1, 3]]);
@@ -113,8 +113,8 @@ fn channels_after_a_global_link_are_buffers_of_their_own() {
         let caps = vec![1.0, 1.0, 1.0, 0.1, 1.0, 1.0];
         let global = vec![false, global_link, false, false, false, false];
         let mut net = PacketNetwork::new(caps, global, 10, 1000, 4000);
-        net.start(0, (0, 0), vec![vec![0, 1, 2, 3]], 100_000);
-        net.start(0, (1, 0), vec![vec![4, 2, 5]], 10_000);
+        net.start(0, (0, 0), vec![vec![0, 1, 2, 3]], false, 100_000);
+        net.start(0, (1, 0), vec![vec![4, 2, 5]], false, 10_000);
         let seen = drain(&mut net);
         assert!(net.room.iter().all(|&r| r == 4000), "every credit is back");
         arrival(&seen, (1, 0))
@@ -124,4 +124,27 @@ fn channels_after_a_global_link_are_buffers_of_their_own() {
     // B's ten packets take turns with A's on link 2: about twice its time alone.
     assert!(apart < 25_000, "{apart}");
     assert!(shared > 2 * apart, "{shared} against {apart}");
+}
+
+/// Adaptive: a transfer's packets leave the minimal route (link 1, its buffer filled by X's
+/// packets for a receiver a hundred times slower than its link) for the longer one (links 2
+/// and 4) and arrive long before they would behind X.
+#[test]
+fn adaptive_packets_go_around_a_full_buffer() {
+    let time = |adaptive: bool| {
+        let mut caps = vec![1.0; 7];
+        caps[6] = 0.01;
+        let mut net = network(caps, 10, 4000);
+        net.start(0, (9, 0), vec![vec![5, 1, 6]], false, 100_000);
+        assert!(net.advance(20_000).is_empty());
+        let routes = vec![vec![0, 1, 3], vec![0, 2, 4, 3]];
+        net.start(20_000, (0, 0), routes, adaptive, 10_000);
+        arrival(&drain(&mut net), (0, 0)) - 20_000
+    };
+    let around = time(true);
+    let behind = time(false);
+    // Alternating with the minimal route while link 1's buffer is empty would be about 12 us;
+    // around: ten packets of 1 us, three hops.
+    assert!(around < 15_000, "{around}");
+    assert!(behind > 5 * around, "{behind} against {around}");
 }

@@ -24,7 +24,12 @@ impl World {
         // The packets pay each hop's latency on their way, and take the routes random
         // routing would give them one by one.
         t.latency = 0;
-        let mut routes = vec![links];
+        let minimal = self.cfg.adaptive_minimal(from, to);
+        let adaptive = minimal.is_some();
+        let mut routes: Vec<Vec<u32>> = minimal.into_iter().collect();
+        if !routes.contains(&links) {
+            routes.push(links);
+        }
         for i in 1..PACKET_ROUTES {
             let salt = salt ^ i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
             let (other, _) = self.cfg.route(from, to, salt);
@@ -33,7 +38,7 @@ impl World {
             }
         }
         let packets = core.packets.as_mut().expect("a packet network");
-        packets.start(now, key, routes, bytes);
+        packets.start(now, key, routes, adaptive, bytes);
         core.in_order
             .entry(t.channel())
             .or_default()
