@@ -20,7 +20,8 @@ pub struct Launch {
     /// `--rounds N`: times each column is run, interleaved; each size reports the median.
     pub rounds: usize,
     /// With `--transport sim`: the simulated network (`--sim-latency-us`, `--sim-bandwidth`
-    /// in MB/s, `--sim-overhead-us`; a 100 Gb/s switch by default).
+    /// in MB/s, `--sim-overhead-us`, `--sim-packets MTU,BUFFER` for the packet-level network;
+    /// a 100 Gb/s switch by default).
     pub sim: rdcoll::sim::SimConfig,
 }
 
@@ -78,6 +79,17 @@ impl Launch {
                     "--sim-overhead-us" => self.sim.overhead = us,
                     _ => self.sim.link_bandwidth = v.max(1e-3) * 1e6,
                 }
+            }
+            "--sim-packets" => {
+                let sizes: Vec<usize> = rest
+                    .next()
+                    .and_then(|v| v.split(',').map(|x| x.parse().ok()).collect())
+                    .filter(|v: &Vec<usize>| v.len() == 2 && v[0] > 0 && v[1] >= v[0])
+                    .ok_or(format!("{a} needs MTU,BUFFER in bytes (BUFFER >= MTU > 0)"))?;
+                self.sim.network = rdcoll::sim::NetworkModel::Packets {
+                    mtu: sizes[0],
+                    buffer: sizes[1],
+                };
             }
             _ => return Ok(false),
         }
