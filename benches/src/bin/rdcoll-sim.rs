@@ -4,15 +4,20 @@
 //! ```text
 //! rdcoll-sim rdmc  [--out DIR] [--ranks 4,8,...,512] [--bytes 256M] [--block 1M]
 //! rdcoll-sim scale [--out DIR] [--ranks 16,64,256,1024]
+//! rdcoll-sim my-network.scenario [--out DIR]   # see `rdcoll_bench::sim::scenario`
 //! ```
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use rdcoll_bench::sim::scenario::{self, size};
 use rdcoll_bench::sim::{rdmc, rendezvous, robber, scale, validate};
 
 const USAGE: &str =
-    "usage: rdcoll-sim EXPERIMENT [--out DIR] [--ranks N,N,...] [--bytes SIZE] [--block SIZE]
+    "usage: rdcoll-sim EXPERIMENT|SCENARIO_FILE [--out DIR] [--ranks N,N,...] [--bytes SIZE] [--block SIZE]
+a scenario file (lines of `key = value`: ranks, topology, network, link_bandwidth,
+  hop_latency_us, overhead_us, slow_receivers, payload_free_above, operations, repeat)
+  times its operations at each job size; docs/results/sim/example.scenario shows them all.
 experiments:
   rdmc   sequential, chain, binomial tree and binomial pipeline broadcasts (papers 000, 001)
   scale  broadcast and allreduce on up to 1,024 ranks, byte-accurate
@@ -32,22 +37,6 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// `256M`, `1K`, `4096`.
-fn size(s: &str) -> Result<usize, String> {
-    let (digits, unit) = match s.as_bytes().last() {
-        Some(b'K' | b'k') => (&s[..s.len() - 1], 1 << 10),
-        Some(b'M' | b'm') => (&s[..s.len() - 1], 1 << 20),
-        Some(b'G' | b'g') => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    digits
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(unit))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| format!("{s:?} is not a size"))
 }
 
 fn run(args: Vec<String>) -> Result<(), String> {
@@ -164,7 +153,10 @@ fn run(args: Vec<String>) -> Result<(), String> {
             e.max = bytes.unwrap_or(e.max);
             validate::run(&e, &mut say)?
         }
-        other => return Err(format!("no experiment {other:?}\n{USAGE}")),
+        file if std::path::Path::new(file).is_file() => {
+            scenario::run(&scenario::load(std::path::Path::new(file))?, &mut say)?
+        }
+        other => return Err(format!("no experiment or scenario file {other:?}\n{USAGE}")),
     };
     figure.write(&out)?;
     print!("{}", figure.csv());

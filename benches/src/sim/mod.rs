@@ -7,6 +7,7 @@ pub mod rdmc;
 pub mod rendezvous;
 pub mod robber;
 pub mod scale;
+pub mod scenario;
 pub mod validate;
 
 use std::path::Path;

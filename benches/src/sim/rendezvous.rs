@@ -57,7 +57,7 @@ impl Default for Rendezvous {
 
 /// The paper's pattern: ranks paired at random (a fixed seed), each sending to its partner;
 /// with an odd count the last three form a ring. Entry `r` is whom rank `r` sends to.
-fn pairing(n: usize) -> Vec<usize> {
+pub fn pairing(n: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..n).collect();
     let mut x: u64 = 0x2545_f491_4f6c_dd1d;
     for i in (1..n).rev() {
