@@ -67,12 +67,12 @@ pub fn pairing(n: usize) -> Vec<usize> {
         order.swap(i, (x % (i as u64 + 1)) as usize);
     }
     let mut to = vec![0; n];
-    let pairs = if n % 2 == 1 { n - 3 } else { n };
+    let pairs = if !n.is_multiple_of(2) { n - 3 } else { n };
     for p in order[..pairs].chunks(2) {
         to[p[0]] = p[1];
         to[p[1]] = p[0];
     }
-    if n % 2 == 1 {
+    if !n.is_multiple_of(2) {
         let ring = &order[n - 3..];
         for k in 0..3 {
             to[ring[k]] = ring[(k + 1) % 3];

@@ -48,7 +48,7 @@ pub enum Operation {
 impl Operation {
     fn label(&self) -> String {
         let kib = |b: &usize| {
-            if b % 1024 == 0 {
+            if b.is_multiple_of(1024) {
                 format!("{} KiB", b >> 10)
             } else {
                 format!("{b} B")

@@ -16,13 +16,16 @@ use std::time::Duration;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use super::config::{NetworkModel, SimConfig, Topology};
-use super::network::Network;
+use super::network::{FlowKey, Network};
 use super::packets::PacketNetwork;
 use super::transfer::{Happening, Scheduled, Transfer, What};
 use crate::error::{Result, TransportError};
 use crate::region::RegionTable;
 use crate::types::{Event, Rank};
 use crate::wait::EventQueue;
+
+/// An ordered channel: initiator, target, and whether its bytes flow back (a get's).
+type Channel = (Rank, Rank, bool);
 
 /// The whole simulated job.
 pub(crate) struct World {
@@ -60,7 +63,7 @@ pub(super) struct Core {
     /// Packet network: per channel, its transfers on the wire in the order they entered it,
     /// each with whether it has arrived (packets of later ones may take faster routes; a
     /// transfer lands only after those before it on its channel).
-    in_order: HashMap<(Rank, Rank, bool), VecDeque<((u32, u64), bool)>>,
+    in_order: HashMap<Channel, VecDeque<(FlowKey, bool)>>,
     /// Per channel: whether a transfer holds it, and those waiting for it in order.
     channels: HashMap<(Rank, Rank, bool), (bool, VecDeque<Transfer>)>,
     threads: Vec<Thread>,
