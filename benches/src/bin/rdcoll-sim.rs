@@ -25,7 +25,7 @@ experiments:
          [--scenarios fast,slow,fast-slow,slow-fast,mayhem,hetero] [--algorithms robber,...]
   rendezvous  push against receiver-driven gets, slow receivers, on a Dragonfly (paper 002)
          [--dragonfly P,A,H] [--bytes SIZE] [--block CHUNK] [--credits 1,2,4,...]
-         [--network packets|flows] [--routing adaptive|valiant|minimal] [--slowdowns 1,2,4,8]
+         [--network packets|flows] [--routing valiant|adaptive|minimal] [--slowdowns 1,2,4,8]
   validate  the OSU loops over tcp here and over the model fitted to them, side by side
          [--ranks N] [--bytes MAX]";
 

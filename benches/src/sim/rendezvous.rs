@@ -35,22 +35,22 @@ pub struct Rendezvous {
 }
 
 impl Default for Rendezvous {
-    /// 1,056 ranks (p = 4, a = 8, h = 4: 33 groups), 1 MiB each, 16 KiB chunks; packets of
-    /// 4 KiB in buffers of 64 KiB (16 packets, the paper's ratio of 256-flit buffers to
-    /// 16-flit packets).
+    /// 1,056 ranks (p = 4, a = 8, h = 4: 33 groups, Valiant routing), 1 MiB each, 16 KiB
+    /// chunks; packets of 4 KiB in buffers of 64 KiB (16 packets, the paper's ratio of
+    /// 256-flit buffers to 16-flit packets).
     fn default() -> Self {
         Rendezvous {
             shape: (4, 8, 4),
             bytes: 1 << 20,
             chunk: 16 << 10,
-            credits: vec![1, 2, 4, 8, 16],
+            credits: vec![2, 4, 8, 16],
             slowdowns: vec![1.0, 2.0, 4.0, 8.0],
             slow_fraction: 0.01,
             network: NetworkModel::Packets {
                 mtu: 4 << 10,
                 buffer: 64 << 10,
             },
-            routing: DragonflyRouting::Adaptive,
+            routing: DragonflyRouting::Valiant,
         }
     }
 }
