@@ -139,7 +139,9 @@ impl Exchange {
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
         unsafe { self.stage(data, acc, Kind::Allreduce) }?;
-        for r in (0..self.n).filter(|&r| r != me) {
+        // To the successor first, as the pair exchange does: in rank order every rank would
+        // write to rank 0 first, then all to rank 1, one rank's link taking everything at once.
+        for r in (1..self.n).map(|i| (me + i) % self.n) {
             puts.put(
                 w,
                 local,
@@ -227,7 +229,9 @@ impl Exchange {
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
         unsafe { self.stage(data, mine, kind) }?;
-        for r in (0..self.n).filter(|&r| r != me) {
+        // To the successor first, as the pair exchange does: in rank order every rank would
+        // write to rank 0 first, then all to rank 1, one rank's link taking everything at once.
+        for r in (1..self.n).map(|i| (me + i) % self.n) {
             puts.put(
                 w,
                 local,
