@@ -139,9 +139,7 @@ impl Exchange {
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
         unsafe { self.stage(data, acc, Kind::Allreduce) }?;
-        // To the successor first, as the pair exchange does: in rank order every rank would
-        // write to rank 0 first, then all to rank 1, one rank's link taking everything at once.
-        for r in (1..self.n).map(|i| (me + i) % self.n) {
+        for r in super::successors(me, self.n) {
             puts.put(
                 w,
                 local,
@@ -229,9 +227,7 @@ impl Exchange {
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
         unsafe { self.stage(data, mine, kind) }?;
-        // To the successor first, as the pair exchange does: in rank order every rank would
-        // write to rank 0 first, then all to rank 1, one rank's link taking everything at once.
-        for r in (1..self.n).map(|i| (me + i) % self.n) {
+        for r in super::successors(me, self.n) {
             puts.put(
                 w,
                 local,
