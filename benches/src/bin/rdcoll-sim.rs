@@ -39,6 +39,13 @@ fn main() -> ExitCode {
     }
 }
 
+/// `a,b,c`, each parsed and kept by `ok`; `None` if any is not.
+fn list<T: std::str::FromStr>(text: &str, ok: impl Fn(&T) -> bool) -> Option<Vec<T>> {
+    text.split(',')
+        .map(|x| x.trim().parse::<T>().ok().filter(&ok))
+        .collect()
+}
+
 fn run(args: Vec<String>) -> Result<(), String> {
     let mut it = args.into_iter();
     let experiment = it.next().ok_or(USAGE)?;
@@ -53,37 +60,25 @@ fn run(args: Vec<String>) -> Result<(), String> {
         match flag.as_str() {
             "--out" => out = PathBuf::from(value()?),
             "--ranks" => {
-                let list = value()?
-                    .split(',')
-                    .map(|n| n.parse::<usize>().ok().filter(|&n| n >= 2))
-                    .collect::<Option<Vec<_>>>()
+                let list = list(&value()?, |n: &usize| *n >= 2)
                     .ok_or("--ranks takes a list of job sizes of 2 or more")?;
                 ranks = Some(list);
             }
             "--bytes" => bytes = Some(size(&value()?)?),
             "--block" => block = Some(size(&value()?)?),
             "--dragonfly" => {
-                let v: Vec<usize> = value()?
-                    .split(',')
-                    .map(|x| x.parse().ok().filter(|&x: &usize| x > 0))
-                    .collect::<Option<_>>()
-                    .filter(|v: &Vec<usize>| v.len() == 3)
+                let v: Vec<usize> = list(&value()?, |x: &usize| *x > 0)
+                    .filter(|v| v.len() == 3)
                     .ok_or("--dragonfly takes P,A,H: ranks per router, routers per group, global links per router")?;
                 dragonfly = Some((v[0], v[1], v[2]));
             }
             "--credits" => {
-                let list = value()?
-                    .split(',')
-                    .map(|c| c.parse::<usize>().ok().filter(|&c| c > 0))
-                    .collect::<Option<Vec<_>>>()
+                let list = list(&value()?, |c: &usize| *c > 0)
                     .ok_or("--credits takes a list of positive counts")?;
                 credits = Some(list);
             }
             "--slowdowns" => {
-                let list = value()?
-                    .split(',')
-                    .map(|x| x.parse::<f64>().ok().filter(|&x| x >= 1.0))
-                    .collect::<Option<Vec<_>>>()
+                let list = list(&value()?, |x: &f64| *x >= 1.0)
                     .ok_or("--slowdowns takes a list of factors of 1 or more")?;
                 slowdowns = Some(list);
             }
