@@ -235,9 +235,9 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "RDCOLL_MULTICAST_GETS",
         kind: Kind::Number,
-        default: "`4`",
+        default: "`1`",
         level: Level::Tuning,
-        doc: "most gets of pieces a rank keeps outstanding to one peer (1-64)",
+        doc: "most gets of pieces a rank keeps outstanding to one peer (1-64); more only where few ranks share a wide-area link of long delay",
     },
     Setting {
         name: "RDCOLL_ALLREDUCE_SMALL_MAX",
