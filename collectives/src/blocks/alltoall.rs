@@ -138,7 +138,8 @@ impl<'b> Pairs<'_, 'b> {
         // While the peers' blocks are on their way.
         let copied = copy_own(own, outgoing[me as usize]);
         let mut mismatch = None;
-        for r in (0..n as Rank).filter(|&r| r != me) {
+        // In the order the peers write to this rank.
+        for r in crate::tree::predecessors(me as usize, n).map(|r| r as Rank) {
             let want = lens[r as usize];
             let sent = if want <= limit {
                 let block = &mut blocks[r as usize];

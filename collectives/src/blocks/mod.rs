@@ -17,10 +17,9 @@ pub(crate) mod scratch;
 
 use messages::{block, carve, one_per_rank, refuse, tag, Batch};
 
-/// Every rank but `me`, from its successor on, wrapping (`me + 1`, `me + 2`, ...): the order in
-/// which a rank sends its blocks, so that the ranks do not all send to the same one first.
+/// Every rank but `me`, from its successor on ([`crate::tree::successors`]), as ranks.
 fn others(me: rdcoll_transport::Rank, n: usize) -> impl Iterator<Item = rdcoll_transport::Rank> {
-    (1..n).map(move |i| ((me as usize + i) % n) as rdcoll_transport::Rank)
+    crate::tree::successors(me as usize, n).map(|r| r as rdcoll_transport::Rank)
 }
 
 /// Block `r` of `n` blocks of `len` bytes each: `r * len .. (r + 1) * len`.

@@ -139,7 +139,7 @@ impl Exchange {
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
         unsafe { self.stage(data, acc, Kind::Allreduce) }?;
-        for r in super::successors(me, self.n) {
+        for r in crate::tree::successors(me, self.n) {
             puts.put(
                 w,
                 local,
@@ -150,11 +150,13 @@ impl Exchange {
             )?;
         }
         self.issued[set] = puts.issued;
+        // Waited for in the order the peers write to this rank, then combined in rank order.
+        for r in crate::tree::predecessors(me, self.n) {
+            let (_, trailer) = self.place(set, r, m);
+            self.arrived_exact(w, r, trailer, counter, m)?;
+        }
         for r in 0..self.n {
             let (at, trailer) = self.place(set, r, m);
-            if r != me {
-                self.arrived_exact(w, r, trailer, counter, m)?;
-            }
             // SAFETY: slot `r` of this set is not written again before this rank has finished
             // this operation (see the module's comment), and this rank's own slot is written
             // only by this rank.
@@ -227,7 +229,7 @@ impl Exchange {
         // SAFETY: this rank's own slot: only this rank writes it, and no write out of it is
         // in flight (the last one of this set is complete, just above).
         unsafe { self.stage(data, mine, kind) }?;
-        for r in super::successors(me, self.n) {
+        for r in crate::tree::successors(me, self.n) {
             puts.put(
                 w,
                 local,
@@ -254,15 +256,17 @@ impl Exchange {
         let me = w.rank() as usize;
         let local = self.area.local();
         let mut mismatch = None;
+        // Waited for in the order the peers write to this rank, then handed on in rank order.
+        let mut got = vec![m; self.n];
+        for r in crate::tree::predecessors(me, self.n) {
+            let (_, trailer) = self.place(set, r, lens(r));
+            got[r] = self.arrived(w, r, trailer, counter, kind)?;
+        }
         for r in 0..self.n {
             let (at, trailer) = self.place(set, r, lens(r));
             // This rank's own data was published with its true length: the others see a
             // mismatch too.
-            let got = if r == me {
-                m
-            } else {
-                self.arrived(w, r, trailer, counter, kind)?
-            };
+            let got = got[r];
             if got == lens(r) {
                 // SAFETY: slot `r` of this set is not written again before this rank has
                 // finished this operation (see the module's comment), and this rank's own slot

@@ -241,10 +241,3 @@ impl Collectives {
         Ok(inner.reduction.as_mut().expect("set just above"))
     }
 }
-
-/// The other ranks of `n`, from `me`'s successor on: the order in which a rank writes to every
-/// other. In rank order every rank would write to rank 0 first, then all to rank 1, one
-/// rank's link taking everything at once while the others idle.
-pub(crate) fn successors(me: usize, n: usize) -> impl Iterator<Item = usize> {
-    (1..n).map(move |i| (me + i) % n)
-}

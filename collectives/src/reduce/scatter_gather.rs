@@ -248,7 +248,7 @@ impl ScatterGather {
             // 1. This rank's parts of the other owners' chunks, a round ahead: round `q + 1`'s
             // travel while round `q`'s reduced chunks do.
             let scatter = |sg: &mut Self, puts: &mut Puts, q: usize| -> Result<()> {
-                for o in super::successors(me, n) {
+                for o in crate::tree::successors(me, n) {
                     if let Some((at, len)) = piece(o, q) {
                         sg.give(w, puts, Phase::Scatter, o, q % WINDOWS, &mine, at, len)?;
                     }
@@ -264,7 +264,7 @@ impl ScatterGather {
                 if let Some((at, len)) = piece(me, q) {
                     self.combine(w, puts, &mine, at, len, window, reduce)?;
                     // 3. The reduced chunk to every rank that gathers it.
-                    for r in super::successors(me, n).filter(|&r| receives(r)) {
+                    for r in crate::tree::successors(me, n).filter(|&r| receives(r)) {
                         self.give(w, puts, Phase::Gather, r, window, &mine, at, len)?;
                     }
                 }
@@ -275,7 +275,8 @@ impl ScatterGather {
                 // writes out of those bytes: an owner's reduced chunk includes this rank's
                 // part, so that write was read before the owner could send it.
                 if receives(me) {
-                    for o in (0..n).filter(|&o| o != me) {
+                    // In the order the owners write to this rank.
+                    for o in crate::tree::predecessors(me, n) {
                         if let Some((at, len)) = piece(o, q) {
                             let slot = self.take(w, Phase::Gather, o, window, len)?;
                             mine.copy_from(at, self.area.local(), slot, len)?;

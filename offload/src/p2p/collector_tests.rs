@@ -43,14 +43,7 @@ fn a_match_the_busy_engine_could_not_take_is_taken_by_a_later_pass() {
     let send = unsafe { zero.isend(data.as_ptr(), data.len(), 1, 5, 0) }.unwrap();
 
     // Rank 1's pass matches the announcement while another thread is in rank 1's engine.
-    let busy = one.inner.lock();
-    let mut passes = 0;
-    while !one.ni().directs_left() {
-        one.ni().progress();
-        passes += 1;
-        assert!(passes < 1_000_000, "the announcement never arrived");
-    }
-    drop(busy);
+    match_while_busy(&one);
 
     // Only what a collective's wait does from now on: passes on fabric news or the mark.
     // The gets must go out, rank 0 serve them, and the data land, with no engine call on 1.
@@ -72,6 +65,19 @@ fn a_match_the_busy_engine_could_not_take_is_taken_by_a_later_pass() {
     assert_eq!(status.len, data.len());
     assert_eq!(sender.join().unwrap().unwrap(), data.len());
     assert_eq!(got, data);
+}
+
+/// Runs `engine`'s agent, holding the engine's lock as a busy thread would, until a pass has
+/// matched a rendezvous announcement that the engine's calls must now take up.
+fn match_while_busy(engine: &Engine) {
+    let busy = engine.inner.lock();
+    let mut passes = 0;
+    while !engine.ni().directs_left() {
+        engine.ni().progress();
+        passes += 1;
+        assert!(passes < 100_000_000, "the announcement never arrived");
+    }
+    drop(busy);
 }
 
 /// Whether all of `data` is at `into` (read while the receive is in flight).
@@ -105,14 +111,7 @@ fn a_blocking_receive_takes_a_match_the_busy_engine_could_not() {
         first
     });
     // The announcement of the first is matched while another thread is in rank 1's engine.
-    let busy = one.inner.lock();
-    let mut passes = 0;
-    while !one.ni().directs_left() {
-        one.ni().progress();
-        passes += 1;
-        assert!(passes < 100_000_000, "the announcement never arrived");
-    }
-    drop(busy);
+    match_while_busy(&one);
     // A blocking receive of the second: it must get the first's gets out meanwhile.
     let mut second = [0u8; 16];
     let status = one

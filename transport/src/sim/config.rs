@@ -324,15 +324,26 @@ impl SimConfig {
             Topology::Dragonfly { routing, .. } => routing,
             _ => return None,
         };
-        let d = self.dragonfly()?;
         if routing != DragonflyRouting::Adaptive || from == to {
             return None;
         }
+        self.dragonfly_route(from, to, DragonflyRouting::Minimal, 0)
+    }
+
+    /// A Dragonfly's route from `from` to `to` with the ranks' own links (`None` on another
+    /// topology).
+    fn dragonfly_route(
+        &self,
+        from: Rank,
+        to: Rank,
+        routing: DragonflyRouting,
+        salt: u64,
+    ) -> Option<Vec<u32>> {
+        let d = self.dragonfly()?;
         let n = self.ranks;
         let mut links = vec![from];
-        let (from, to) = (from as usize, to as usize);
-        links.extend(d.route(2 * n, from, to, DragonflyRouting::Minimal, 0));
-        links.push((n + to) as u32);
+        links.extend(d.route(2 * n, from as usize, to as usize, routing, salt));
+        links.push((n + to as usize) as u32);
         Some(links)
     }
 
@@ -359,14 +370,14 @@ impl SimConfig {
         }
         let n = self.ranks;
         let hop = self.hop_latency.as_nanos() as u64;
-        let (from, to) = (from as usize, to as usize);
-        if let (Some(d), Topology::Dragonfly { routing, .. }) = (self.dragonfly(), &self.topology) {
-            let mut links = vec![from as u32];
-            links.extend(d.route(2 * n, from, to, *routing, salt));
-            links.push((n + to) as u32);
+        if let Topology::Dragonfly { routing, .. } = self.topology {
+            let links = self
+                .dragonfly_route(from, to, routing, salt)
+                .expect("a Dragonfly");
             let latency = hop * links.len() as u64;
             return (links, latency);
         }
+        let (from, to) = (from as usize, to as usize);
         let (gf, gt) = (from / self.group_ranks(), to / self.group_ranks());
         if gf == gt || self.topology == Topology::Switch {
             return (vec![from as u32, (n + to) as u32], 2 * hop);

@@ -66,7 +66,7 @@ impl Exchange {
     ) -> Result<()> {
         let me = w.rank() as usize;
         let mut free = puts.issued == 0;
-        for r in crate::reduce::successors(me, self.n) {
+        for r in crate::tree::successors(me, self.n) {
             let Some(block) = out(r) else { continue };
             if !free {
                 // The outgoing slots' last writes are complete before any is written again
