@@ -71,6 +71,19 @@ pub(crate) fn absolute(rel: usize, root: usize, n: usize) -> usize {
     (rel + root) % n
 }
 
+/// The other ranks of `n`, from `me`'s successor on, wrapping: the order in which a rank
+/// writes or sends to every other. In rank order every rank would write to rank 0 first, then
+/// all to rank 1, one rank's link taking everything at once while the others idle.
+pub(crate) fn successors(me: usize, n: usize) -> impl Iterator<Item = usize> {
+    (1..n).map(move |i| (me + i) % n)
+}
+
+/// The other ranks of `n`, from `me`'s predecessor back, wrapping: the order in which their
+/// writes to `me` come when each writes in [`successors`] order, so the order to wait in.
+pub(crate) fn predecessors(me: usize, n: usize) -> impl Iterator<Item = usize> {
+    (1..n).map(move |i| (me + n - i) % n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,17 +131,4 @@ mod tests {
         assert_eq!(children(6, 8).collect::<Vec<_>>(), vec![7]);
         assert_eq!(children(7, 8).count(), 0);
     }
-}
-
-/// The other ranks of `n`, from `me`'s successor on, wrapping: the order in which a rank
-/// writes or sends to every other. In rank order every rank would write to rank 0 first, then
-/// all to rank 1, one rank's link taking everything at once while the others idle.
-pub(crate) fn successors(me: usize, n: usize) -> impl Iterator<Item = usize> {
-    (1..n).map(move |i| (me + i) % n)
-}
-
-/// The other ranks of `n`, from `me`'s predecessor back, wrapping: the order in which their
-/// writes to `me` come when each writes in [`successors`] order, so the order to wait in.
-pub(crate) fn predecessors(me: usize, n: usize) -> impl Iterator<Item = usize> {
-    (1..n).map(move |i| (me + n - i) % n)
 }
