@@ -1,5 +1,6 @@
-//! Inclusive and exclusive prefix reductions. Small vectors: every rank's to every rank
-//! through the exchange slots, folded in rank order (`x0 op x1 op ... op x(me)`). Larger ones
+//! Inclusive and exclusive prefix reductions. Small vectors: each rank's to every rank above
+//! it through the reduction slots, folded in rank order (`x0 op x1 op ... op x(me)`; see
+//! `reduce::degree_k::prefix`). Larger ones
 //! along the chain of ranks up to `CHAIN_MAX` ranks, beyond by recursive doubling (MPICH's
 //! algorithm): in
 //! step `s` each rank swaps the combination of its current window of `2^s` ranks with rank
@@ -14,7 +15,6 @@ use rdcoll_transport::Rank;
 use super::{refuse, tag, Batch};
 use crate::agreement::{Call, CallKind};
 use crate::error::{CollError, Result};
-use crate::reduce::exchange::Kind;
 use crate::reduce::op::Reducer;
 use crate::Collectives;
 
@@ -138,28 +138,17 @@ impl Collectives {
         let m = send.len();
         let valid = send.len() == recv.len() && elem > 0 && m.is_multiple_of(elem);
         if self.usable().is_ok() && self.exchange_fits(std::iter::once(m)) {
-            // Small vectors: every rank's to every rank (one RDMA write each), folded in rank
-            // order up to this rank. A rank with a wrong buffer takes part and then fails.
+            // Small vectors: each rank's to every rank above it (one RDMA write each), folded
+            // in rank order. A rank with a wrong buffer takes part and then fails.
             if !valid {
-                let _ = self.exchange_blocks(Kind::Scan, send, &|_| m, &mut |_, _| {});
+                let _ = self.slots_prefix(send, None, reduce, inclusive);
                 return Err(CollError::InvalidArgument(format!(
                     "send ({m} bytes) and receive ({} bytes) must be the same whole number \
                      of {elem}-byte elements",
                     recv.len()
                 )));
             }
-            let upto = if inclusive { me + 1 } else { me };
-            let mut first = true;
-            return self.exchange_blocks(Kind::Scan, send, &|_| m, &mut |r, b| {
-                if r < upto {
-                    if first {
-                        recv.copy_from_slice(b);
-                        first = false;
-                    } else {
-                        reduce(recv, b);
-                    }
-                }
-            });
+            return self.slots_prefix(send, Some(recv), reduce, inclusive);
         }
         let checked = self.usable().and_then(|()| {
             if send.len() != recv.len() || elem == 0 || !send.len().is_multiple_of(elem) {

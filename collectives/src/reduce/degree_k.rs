@@ -29,6 +29,8 @@ use crate::reduce::op::Reducer;
 use crate::tree;
 use crate::Puts;
 
+mod prefix;
+
 /// Bytes after a slot's data: its length (4), padding (3), the counter byte (1).
 const TRAILER: usize = 8;
 

@@ -37,7 +37,6 @@ pub(crate) enum Kind {
     Allgather,
     Alltoall,
     ReduceScatter,
-    Scan,
     /// The comparison of the ranks' calls (`RDCOLL_CHECK_COLLECTIVES`).
     Agreement,
     /// A pair exchange (`alltoallv`): each rank's own block for each other rank.

@@ -208,6 +208,22 @@ impl Collectives {
         self.with_reduction(|state, puts| state.slots.gather(&self.waiter, puts, mine, out, root))
     }
 
+    /// A small scan or exscan through the reduction slots (`recv`: `None` on a rank whose
+    /// arguments are wrong, which still takes part); see `DegreeKSlots::prefix`.
+    pub(crate) fn slots_prefix(
+        &self,
+        send: &[u8],
+        recv: Option<&mut [u8]>,
+        reduce: &Reducer<'_>,
+        inclusive: bool,
+    ) -> Result<()> {
+        self.with_reduction(|state, puts| {
+            state
+                .slots
+                .prefix(&self.waiter, puts, send, recv, reduce, inclusive)
+        })
+    }
+
     /// A scatter of small blocks through the reduction slots (`send`: the root's buffer,
     /// `None` elsewhere); see `DegreeKSlots::scatter`.
     pub(crate) fn slots_scatter(
