@@ -1,7 +1,7 @@
 //! Blocking point-to-point messaging on a [`Comm`]: send, receive, probe, sendrecv.
 
 use bytemuck::Pod;
-use rdcoll_offload::p2p::{Source, TagSel};
+use rdcoll_offload::p2p::{Fetch, Source, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -66,7 +66,8 @@ impl Comm {
     ) -> Result<Status> {
         let (source, recv_tag) = (source.into(), recv_tag.into());
         self.scope(|s| {
-            let r = s.irecv(buf, source, recv_tag)?;
+            // The sender is normally in a sendrecv too, its core busy with its own receive.
+            let r = s.irecv_fetching(buf, source, recv_tag, Fetch::Read)?;
             let w = s.isend(data, dest, send_tag);
             let got = r.wait();
             w?.wait()?;

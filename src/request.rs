@@ -31,7 +31,7 @@
 use std::marker::PhantomData;
 
 use bytemuck::Pod;
-use rdcoll_offload::p2p::{Group, ReqId, Source, Started, TagSel};
+use rdcoll_offload::p2p::{Fetch, Group, ReqId, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -156,6 +156,17 @@ impl<'scope, 'env> Scope<'scope, 'env> {
         source: impl Into<Source>,
         tag: impl Into<TagSel>,
     ) -> Result<Request<'scope>> {
+        self.irecv_fetching(buf, source, tag, Fetch::Fabric)
+    }
+
+    /// [`irecv`](Scope::irecv), fetching a rendezvous's rest as `fetch` says.
+    pub(crate) fn irecv_fetching<T: Pod>(
+        &'scope self,
+        buf: &'scope mut [T],
+        source: impl Into<Source>,
+        tag: impl Into<TagSel>,
+        fetch: Fetch,
+    ) -> Result<Request<'scope>> {
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(buf);
         let source = self.comm.source_to_fabric(source.into())?;
         let engine = self.comm.engine()?;
@@ -169,6 +180,7 @@ impl<'scope, 'env> Scope<'scope, 'env> {
                 source,
                 tag.into(),
                 self.comm.context(),
+                fetch,
             )?
         };
         Ok(Request {

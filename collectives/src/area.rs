@@ -5,7 +5,7 @@
 
 use std::sync::atomic::AtomicU8;
 
-use rdcoll_offload::p2p::{Context, Group, Source, TagSel};
+use rdcoll_offload::p2p::{Context, Fetch, Group, Source, TagSel};
 use rdcoll_offload::OffloadError;
 use rdcoll_transport::{Rank, Region, RemoteAddr, RemoteRegion, REMOTE_REGION_BYTES};
 
@@ -97,10 +97,11 @@ pub(crate) fn allgather(w: &Waiter, context: Context, mine: &[u8]) -> Result<Vec
             }
             let from = Source::Rank(w.fabric_rank(peer as Rank));
             let tag = TagSel::Value(SETUP_TAG);
+            // Every rank sends to every other meanwhile: its senders are busy.
+            let (ptr, len) = (buf.as_mut_ptr(), buf.len());
             // SAFETY: `buf` stays in `out`, untouched, until every request of `group` has
             // ended: waited for below, or by `wait_group` when anything fails.
-            let id =
-                unsafe { engine.irecv_in(group, buf.as_mut_ptr(), buf.len(), from, tag, context)? };
+            let id = unsafe { engine.irecv_in(group, ptr, len, from, tag, context, Fetch::Read)? };
             posted.push((peer as Rank, id));
         }
         for peer in (0..n).filter(|&p| p != me) {

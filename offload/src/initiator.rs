@@ -224,8 +224,11 @@ pub(crate) fn issue_get(st: &mut State, a: GetArgs) {
     let Some(md) = st.mds.get(a.md.0) else {
         return;
     };
-    // A direct get where the fabric reads as fast as the target would write.
-    let direct = a.published.filter(|_| a.len <= st.fabric.direct_get_max());
+    // A direct get where the fabric reads as fast as the target would write, or where the
+    // target is as busy as this rank (`read_all`).
+    let direct = a
+        .published
+        .filter(|_| a.read_all || a.len <= st.fabric.direct_get_max());
     if let Some(key) = direct {
         let g = DirectGet {
             op,

@@ -291,6 +291,11 @@ pub struct GetArgs {
     /// tells the target afterwards, which counts the entry as if it had served the get
     /// (SEMANTICS.md §12). `None`: the target serves the get.
     pub published: Option<u64>,
+    /// With `published`: read the whole of `len` directly even past the fabric's
+    /// [`direct_get_max`](rdcoll_transport::Fabric::direct_get_max), because the target's core
+    /// is busy (it receives from this rank at the same time, an exchange), so a get it served
+    /// by writing part of the data itself would wait for it.
+    pub read_all: bool,
 }
 
 /// How a search over the unexpected headers treats what it finds.

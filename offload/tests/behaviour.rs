@@ -513,6 +513,7 @@ fn large_puts_are_pulled_by_the_target_and_gets_are_served_on(backend: Backend) 
             remote_offset: 0,
             user_ptr: 4,
             published: None,
+            read_all: false,
         })
         .unwrap();
     j.settle();
@@ -669,6 +670,7 @@ fn a_get_landing_on_the_overflow_list_leaves_a_header_too() {
             remote_offset: 5,
             user_ptr: 0,
             published: None,
+            read_all: false,
         })
         .unwrap();
     j.settle();
@@ -734,6 +736,7 @@ fn direct_gets_read_the_published_region_and_count_at_the_target_on(backend: Bac
         remote_offset: 100,
         user_ptr,
         published: Some(published),
+        read_all: false,
     };
     j.ini.get(get(r.key().0, 4)).unwrap();
     j.settle();
@@ -759,4 +762,78 @@ fn direct_gets_read_the_published_region_and_count_at_the_target_on(backend: Bac
         .find(|e| e.kind == EventKind::Reply);
     assert_ne!(reply.expect("a REPLY event").fail, NiFail::Ok);
     assert_eq!(j.tgt.ct_get(tgt_ct).unwrap().failure, 1);
+}
+
+/// A get past shm's direct-get limit (from it, a long put is split between both processes, so
+/// the target serves such a get by writing half) is still read by the initiator alone when it
+/// says `read_all` (its target is busy, in an exchange): it completes with only the
+/// initiator's agent running, and the target counts it afterwards. Without `read_all` the
+/// same get waits for the target.
+#[test]
+fn a_get_that_reads_all_completes_without_the_target_over_shm() {
+    let j = job_on(Backend::Shm, NiConfig::default(), false);
+    let len = 256 << 10;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+    let r = j.tgt_region(len);
+    r.write(0, &data).unwrap();
+    let tgt_ct = j.tgt.ct_alloc().unwrap();
+    let entry = MeOptions {
+        op_put: false,
+        op_get: true,
+        counting: MeCounting {
+            ct: Some(tgt_ct),
+            comm: true,
+            ..MeCounting::default()
+        },
+        ..opts()
+    };
+    j.append(List::Priority, r.clone(), 9, 0, entry, 5);
+    j.tgt_events();
+    let ini_ct = j.ini.ct_alloc().unwrap();
+    let out = j.ini.fabric().alloc_region(len).unwrap();
+    let md_opts = MdOptions {
+        ct: Some(ini_ct),
+        ct_reply: true,
+        ..MdOptions::default()
+    };
+    let md = j.ini.md_bind(out.clone(), Some(j.ini_eq), md_opts).unwrap();
+    let get = |read_all: bool, user_ptr: u64| GetArgs {
+        md,
+        local_offset: 0,
+        len,
+        target: 1,
+        pt: j.pt,
+        match_bits: 9,
+        remote_offset: 0,
+        user_ptr,
+        published: Some(r.key().0),
+        read_all,
+    };
+    let initiator_alone = || {
+        for _ in 0..1000 {
+            j.ini.progress();
+        }
+        j.ini.ct_get(ini_ct).unwrap().success
+    };
+    j.ini.get(get(true, 4)).unwrap();
+    assert_eq!(
+        initiator_alone(),
+        1,
+        "a get that reads all waited for its target"
+    );
+    assert_eq!(read(&out, 0, len), &data[..]);
+    j.settle();
+    assert_eq!(j.tgt.ct_get(tgt_ct).unwrap().success, 1);
+    if j.ini.fabric().direct_get_max() < len {
+        out.write(0, &vec![0u8; len]).unwrap();
+        j.ini.get(get(false, 6)).unwrap();
+        assert_eq!(
+            initiator_alone(),
+            1,
+            "a served get completed without its target"
+        );
+        j.settle();
+        assert_eq!(j.ini.ct_get(ini_ct).unwrap().success, 2);
+        assert_eq!(read(&out, 0, len), &data[..]);
+    }
 }

@@ -131,6 +131,7 @@ fn rank_main(ni: &Ni) -> Result<(), String> {
             remote_offset: i * CHUNK,
             user_ptr: i as u64,
             published: None,
+            read_all: false,
         };
         let threshold = i.saturating_sub(CREDITS - 1) as u64;
         ni.triggered_get(get, ct, threshold).map_err(e)?;

@@ -76,6 +76,7 @@ fn chain_of_triggered_gets(backend: Backend) {
             remote_offset: i * CHUNK,
             user_ptr: i as u64,
             published: None,
+            read_all: false,
         };
         if i < CREDITS {
             j.ini.triggered_get(get, header_ct, 1).unwrap();

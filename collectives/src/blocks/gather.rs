@@ -118,7 +118,7 @@ impl Collectives {
                 ));
             }
         };
-        let mut batch = Batch::new(w, self.context);
+        let mut batch = Batch::from_idle_senders(w, self.context);
         let mut own = None;
         for (r, b) in blocks.into_iter().enumerate() {
             if r as Rank == me {

@@ -7,7 +7,7 @@
 
 use std::ops::Range;
 
-use rdcoll_offload::p2p::{Context, Group, ReqId, Source, Started, Status, TagSel};
+use rdcoll_offload::p2p::{Context, Fetch, Group, ReqId, Source, Started, Status, TagSel};
 use rdcoll_offload::OffloadError;
 use rdcoll_transport::Rank;
 
@@ -41,12 +41,16 @@ pub(crate) struct Batch<'b> {
     group: Group,
     recvs: Vec<Posted>,
     sends: Vec<(ReqId, Rank)>,
+    /// How its receives fetch a rendezvous's rest.
+    fetch: Fetch,
     /// The first error met (a receive that could not be posted, a send that failed to start).
     failed: Option<CollError>,
     _bufs: std::marker::PhantomData<&'b mut [u8]>,
 }
 
 impl<'b> Batch<'b> {
+    /// A batch whose peers send to this rank while it sends to them (or to others): its
+    /// receives read long messages themselves ([`Fetch::Read`]).
     pub(crate) fn new(w: &'b Waiter, context: Context) -> Batch<'b> {
         Batch {
             w,
@@ -54,9 +58,18 @@ impl<'b> Batch<'b> {
             group: Group::new(),
             recvs: Vec::new(),
             sends: Vec::new(),
+            fetch: Fetch::Read,
             failed: None,
             _bufs: std::marker::PhantomData,
         }
+    }
+
+    /// A batch whose senders have nothing else to do while this rank receives (a gather's
+    /// root): they help move long messages where the fabric can ([`Fetch::Fabric`]).
+    pub(crate) fn from_idle_senders(w: &'b Waiter, context: Context) -> Batch<'b> {
+        let mut batch = Batch::new(w, context);
+        batch.fetch = Fetch::Fabric;
+        batch
     }
 
     /// Receives exactly `buf.len()` bytes from communicator rank `from` into `buf`.
@@ -73,6 +86,7 @@ impl<'b> Batch<'b> {
                 source,
                 TagSel::Value(tag),
                 self.context,
+                self.fetch,
             )
         };
         match posted {
@@ -180,6 +194,10 @@ impl Drop for Batch<'_> {
     /// transfer into or out of its buffers: its receives are cancelled and everything it
     /// started is waited for.
     fn drop(&mut self) {
+        // Finished (or nothing started): every request it made has been waited for.
+        if self.recvs.is_empty() && self.sends.is_empty() {
+            return;
+        }
         let engine = self.w.engine();
         for p in &self.recvs {
             let _ = engine.cancel(p.id);

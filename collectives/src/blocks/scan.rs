@@ -57,7 +57,8 @@ impl Collectives {
                 scratch = self.scratch.take(send.len());
                 scratch.bytes_mut()
             };
-            let mut batch = Batch::new(w, self.context);
+            // Rank `me - 1` only waits for this rank to take its message.
+            let mut batch = Batch::from_idle_senders(w, self.context);
             batch.recv(into, (me - 1) as Rank, tag::SCAN);
             result = result.and(batch.finish());
         }

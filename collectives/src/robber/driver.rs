@@ -4,7 +4,7 @@
 //! the same place in this rank's, each counted on a counter of its own so that this rank
 //! knows which piece has landed. The holder does nothing to serve them.
 
-use rdcoll_offload::p2p::{Backoff, Context, Group, ReqId, Source, Started, TagSel};
+use rdcoll_offload::p2p::{Backoff, Context, Fetch, Group, ReqId, Source, Started, TagSel};
 use rdcoll_offload::CtHandle;
 use rdcoll_transport::{Rank, Region, RemoteRegion, TransportError};
 
@@ -214,6 +214,7 @@ impl Run<'_> {
                 from,
                 TagSel::Value(MULTICAST_TAG),
                 self.context,
+                Fetch::Fabric,
             )?
         };
         inbox.posted = Some(id);

@@ -291,11 +291,11 @@ impl Engine {
         unsafe {
             self.post_recv(
                 inner,
-                f.addr as *mut u8,
-                f.capacity,
+                (f.addr as *mut u8, f.capacity),
                 f.source,
                 f.tag,
                 f.context,
+                super::Fetch::Fabric,
             )
         }
     }

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdcoll_transport::Rank;
 
-use super::{Context, Engine, ReqId, Source, Status, TagSel};
+use super::{Context, Engine, Fetch, ReqId, Source, Status, TagSel};
 use crate::error::Result;
 
 /// A set of requests that [`Engine::wait_group`] can wait for together. Each
@@ -94,10 +94,11 @@ impl Engine {
     }
 
     /// Posts a receive (see [`Engine::irecv`]) recorded in `group` until its result is
-    /// collected.
+    /// collected; a rendezvous's rest is fetched as `fetch` says.
     ///
     /// # Safety
     /// As for [`Engine::irecv`].
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn irecv_in(
         &self,
         group: Group,
@@ -106,10 +107,11 @@ impl Engine {
         source: Source,
         tag: TagSel,
         context: Context,
+        fetch: Fetch,
     ) -> Result<ReqId> {
         let mut inner = self.inner.lock();
         // SAFETY: passed on from the caller.
-        let id = unsafe { self.irecv_locked(&mut inner, ptr, len, source, tag, context)? };
+        let id = unsafe { self.irecv_locked(&mut inner, (ptr, len), source, tag, context, fetch)? };
         inner.reqs.set_group(id.0, group.0);
         Ok(id)
     }

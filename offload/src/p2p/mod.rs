@@ -42,6 +42,7 @@ pub use config::DEFAULT_RNDV_CREDITS;
 pub use contexts::{CONTEXT_IDS, CONTEXT_MASK_WORDS, GROUP_MASK_WORDS};
 pub use group::{Group, Started};
 pub use members::Members;
+pub use recv::Fetch;
 pub use send::RNDV_FIRST_CHUNK;
 pub use status::{Source, Status, TagSel, NULL_TAG, PROC_NULL};
 /// Largest `RDCOLL_RNDV_CHUNK` (what the rendezvous header can describe).
