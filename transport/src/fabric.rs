@@ -219,6 +219,14 @@ pub trait Fabric: Send + Sync {
         false
     }
 
+    /// Told (by the offload engine) whether the ranks on this host outnumber the cores they
+    /// may run on: a backend with threads of its own may then keep them out of the way of the
+    /// host threads that wait (`tcp`'s I/O thread stops reading while they poll). Nothing by
+    /// default.
+    fn note_crowded(&self, crowded: bool) {
+        let _ = crowded;
+    }
+
     /// What this endpoint has in flight toward `peer`, where the backend counts it (`tcp`);
     /// `None` elsewhere.
     fn counters(&self, peer: Rank) -> Option<crate::types::PeerCounters> {

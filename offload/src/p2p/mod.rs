@@ -161,6 +161,7 @@ impl Engine {
         let mut engine = Engine::build(fabric, ni_cfg, cfg)?;
         engine.ranks_here = ranks_here.max(1);
         engine.crowded = engine.ranks_here > rdcoll_transport::cores::for_ranks_here(ranks_here);
+        engine.ni.fabric().note_crowded(engine.crowded);
         engine.home =
             (!engine.crowded && engine.ranks_here == engine.ni.fabric().size()).then(|| {
                 crate::core_share::Home {

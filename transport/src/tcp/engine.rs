@@ -39,6 +39,7 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
     let beat = (sh.peer_timeout / 5).max(Duration::from_millis(20));
     let mut last_beat = Instant::now();
     let mut unread: Vec<usize> = Vec::new();
+    let mut aside = super::aside::Aside::new();
     loop {
         if sh.stop.load(Ordering::Acquire) {
             close(&sh, &mut poll);
@@ -49,7 +50,7 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
         let timeout = if unread.is_empty() {
             // Until the next beat is due: beats go out every `beat`, not every one to two
             // (peers allow five before they give up, and a busy host delays the wake-up).
-            beat.saturating_sub(last_beat.elapsed())
+            aside.timeout(beat.saturating_sub(last_beat.elapsed()))
         } else {
             Duration::ZERO
         };
@@ -88,6 +89,14 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
         for (r, left) in sh.host_left.iter().enumerate() {
             if left.swap(false, Ordering::AcqRel) && !unread.contains(&r) {
                 unread.push(r);
+            }
+        }
+        if aside.update(&sh, poll.registry()) {
+            // Reading again: what came while it stood aside raised no readiness event.
+            for r in (0..sh.size).filter(|&r| r != sh.rank as usize) {
+                if !unread.contains(&r) {
+                    unread.push(r);
+                }
             }
         }
         for r in std::mem::take(&mut unread) {

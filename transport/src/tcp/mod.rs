@@ -9,6 +9,7 @@
 //! closes, errors, sends garbage, or stays silent for the peer timeout is failed, and every
 //! pending operation that involves it completes with `PeerFailed`.
 
+mod aside;
 mod connect;
 mod engine;
 mod landing;
@@ -23,7 +24,7 @@ pub(crate) use pending::{Pending, PendingKind};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -78,6 +79,15 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     waker: mio::Waker,
     peer_timeout: Duration,
+    /// The ranks of this host outnumber its cores (`Fabric::note_crowded`): the I/O thread
+    /// stands aside from reading while host threads poll ([`aside`]).
+    crowded: AtomicBool,
+    /// Host threads' polls of the sockets, counted while `crowded`.
+    host_polls: AtomicU64,
+    /// The I/O thread stands aside from reading.
+    aside: AtomicBool,
+    /// Host threads asleep in `block` (while crowded).
+    asleep: AtomicUsize,
 }
 
 /// One rank's tcp endpoint.
@@ -148,6 +158,10 @@ impl TcpFabric {
             stop: AtomicBool::new(false),
             waker,
             peer_timeout: cfg.peer_timeout,
+            crowded: AtomicBool::new(false),
+            host_polls: AtomicU64::new(0),
+            aside: AtomicBool::new(false),
+            asleep: AtomicUsize::new(0),
         });
         let s2 = shared.clone();
         let io_thread = std::thread::Builder::new()
@@ -174,6 +188,7 @@ impl Shared {
     /// [`read_now`](Shared::read_now), handing messages to `lend` (when given) in place in the
     /// read buffer, while no event waits before them (they would overtake it).
     fn read_now_lending(&self, lend: &mut Option<&mut dyn FnMut(EventRef<'_>)>) {
+        self.host_polled();
         if self.sink.is_some() {
             // `RDCOLL_SINK_RATE` paces deposits by sleeping: not on a host thread, which may
             // hold the offload NI's lock while it polls.
@@ -536,11 +551,17 @@ impl Fabric for TcpFabric {
     }
 
     fn block(&self, timeout: Duration) {
-        self.shared.events.block(timeout)
+        let sh = &self.shared;
+        sh.sleeping(|| sh.events.block(timeout))
     }
 
     fn block_unless(&self, timeout: Duration, ready: &dyn Fn() -> bool) {
-        self.shared.events.block_unless(timeout, ready)
+        let sh = &self.shared;
+        sh.sleeping(|| sh.events.block_unless(timeout, ready))
+    }
+
+    fn note_crowded(&self, crowded: bool) {
+        self.shared.crowded.store(crowded, Ordering::Relaxed);
     }
 
     fn now(&self) -> Duration {
