@@ -12,6 +12,7 @@
 mod aside;
 mod connect;
 mod engine;
+mod host_poll;
 mod landing;
 mod out;
 mod pending;
@@ -24,6 +25,7 @@ pub(crate) use pending::{Pending, PendingKind};
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -88,6 +90,8 @@ pub(crate) struct Shared {
     aside: AtomicBool,
     /// Host threads asleep in `block` (while crowded).
     asleep: AtomicUsize,
+    /// Which peers' sockets a host thread's poll reads (`None`: every peer's, one peer).
+    host_poll: Option<host_poll::HostPoll>,
 }
 
 /// One rank's tcp endpoint.
@@ -137,6 +141,12 @@ impl TcpFabric {
                 failed: AtomicBool::new(false),
             });
         }
+        let sockets: Vec<(usize, std::os::fd::RawFd)> = peers
+            .iter()
+            .enumerate()
+            .filter_map(|(r, p)| Some((r, p.stream.as_ref()?.as_raw_fd())))
+            .collect();
+        let host_poll = host_poll::HostPoll::new(&sockets)?;
         let shared = Arc::new(Shared {
             rank,
             size,
@@ -162,6 +172,7 @@ impl TcpFabric {
             host_polls: AtomicU64::new(0),
             aside: AtomicBool::new(false),
             asleep: AtomicUsize::new(0),
+            host_poll,
         });
         let s2 = shared.clone();
         let io_thread = std::thread::Builder::new()
@@ -176,46 +187,6 @@ impl TcpFabric {
 }
 
 impl Shared {
-    /// Reads, on the polling host thread, what the peers' sockets hold and handles it: a
-    /// message is then ready as soon as it arrives instead of once the I/O thread has woken
-    /// up (10-20 us on a busy host). A peer whose reader is busy (the I/O thread reading it)
-    /// is skipped. At most `engine::READ_BUDGET` bytes per peer: a peer that floods this rank
-    /// must not keep the host thread from what it polls for (the rest is the I/O thread's).
-    fn read_now(&self) {
-        self.read_now_lending(&mut None);
-    }
-
-    /// [`read_now`](Shared::read_now), handing messages to `lend` (when given) in place in the
-    /// read buffer, while no event waits before them (they would overtake it).
-    fn read_now_lending(&self, lend: &mut Option<&mut dyn FnMut(EventRef<'_>)>) {
-        self.host_polled();
-        if self.sink.is_some() {
-            // `RDCOLL_SINK_RATE` paces deposits by sleeping: not on a host thread, which may
-            // hold the offload NI's lock while it polls.
-            return;
-        }
-        for r in 0..self.size {
-            if r == self.rank as usize || self.peers[r].failed.load(Ordering::Acquire) {
-                continue;
-            }
-            self.write_now(r as Rank);
-            let Some(mut rb) = self.readers[r].try_lock() else {
-                continue;
-            };
-            match engine::read_peer(self, r as Rank, &mut rb, engine::READ_BUDGET, lend) {
-                Ok(false) => {}
-                Ok(true) => {
-                    self.host_left[r].store(true, Ordering::Release);
-                    let _ = self.waker.wake();
-                }
-                Err(why) => {
-                    drop(rb);
-                    self.fail_peer(r as Rank, &why);
-                }
-            }
-        }
-    }
-
     /// Notes that peer `r` was heard from now.
     pub(super) fn heard_now(&self, r: usize) {
         let now = self.start.elapsed().as_nanos() as u64;
@@ -269,6 +240,9 @@ impl Shared {
         // complete: their callers may then reuse or free the memory.
         if let Some(s) = peer.stream.as_ref() {
             let _ = s.shutdown(std::net::Shutdown::Both);
+            if let Some(hp) = &self.host_poll {
+                hp.forget(s.as_raw_fd());
+            }
         }
         peer.out.lock().clear();
         for op in drained {
