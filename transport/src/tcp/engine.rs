@@ -241,6 +241,9 @@ pub(super) fn read_peer(
     };
     let mut s: &mio::net::TcpStream = stream;
     let mut read = 0usize;
+    // A read that returned less than it asked for emptied the socket (epoll(7): for stream
+    // sockets a short read says so as surely as `EAGAIN`): no further read to hear that.
+    let mut drained = false;
     loop {
         if let Some(landing) = rb.landing.as_mut() {
             let went = super::landing::go_on(sh, from, landing, stream, &mut rb.buf);
@@ -248,6 +251,8 @@ pub(super) fn read_peer(
             if n > 0 {
                 read += n;
                 sh.heard_now(from as usize);
+                // It read on: whether the socket is empty now is not known.
+                drained = false;
             }
             if !done {
                 return Ok(false);
@@ -255,6 +260,9 @@ pub(super) fn read_peer(
             if let Some(landed) = rb.landing.take() {
                 super::landing::finish(sh, from, landed);
             }
+        }
+        if drained {
+            return Ok(false);
         }
         if read >= budget {
             // More may be there: the caller comes back (the socket's readiness is
@@ -267,6 +275,7 @@ pub(super) fn read_peer(
         match s.read(&mut rb.buf[rb.filled..rb.filled + room]) {
             Ok(0) => return Err("connection closed".into()),
             Ok(n) => {
+                drained = n < room;
                 rb.filled += n;
                 read += n;
                 // Heard, whoever reads (a host thread's read consumes bytes the I/O thread's
