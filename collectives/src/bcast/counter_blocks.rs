@@ -176,7 +176,7 @@ fn flat_for_one_block(w: &Waiter, context: Context) -> Result<bool> {
     if placement::one_host(w.engine()) {
         return Ok(n <= FLAT_MAX || w.crowded());
     }
-    if n > FLAT_MAX || n < 3 || w.fabric().clock_is_virtual() {
+    if !(3..=FLAT_MAX).contains(&n) || w.fabric().clock_is_virtual() {
         return Ok(false);
     }
     let crowded = crate::area::allgather(w, context, &[w.crowded() as u8])?;
