@@ -41,9 +41,9 @@ impl HostPoll {
                 events: libc::EPOLLIN as u32,
                 u64: peer as u64,
             };
+            let set_fd = set.as_raw_fd();
             // SAFETY: `ev` is a valid event for the call's duration; the descriptors are open.
-            let rc =
-                unsafe { libc::epoll_ctl(set.as_raw_fd(), libc::EPOLL_CTL_ADD, socket, &mut ev) };
+            let rc = unsafe { libc::epoll_ctl(set_fd, libc::EPOLL_CTL_ADD, socket, &mut ev) };
             if rc < 0 {
                 let e = std::io::Error::last_os_error();
                 return Err(TransportError::io("watching a peer's socket", e));
@@ -55,9 +55,9 @@ impl HostPoll {
     /// Calls `f(peer)` for every peer whose socket has bytes, an end or an error to read.
     pub(super) fn ready(&self, mut f: impl FnMut(usize)) {
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; BATCH];
+        let set = self.set.as_raw_fd();
         // SAFETY: `events` has room for `BATCH` entries; a zero timeout never blocks.
-        let n =
-            unsafe { libc::epoll_wait(self.set.as_raw_fd(), events.as_mut_ptr(), BATCH as i32, 0) };
+        let n = unsafe { libc::epoll_wait(set, events.as_mut_ptr(), BATCH as i32, 0) };
         // An interrupted or failed look finds nothing this time; the next poll looks again.
         for ev in events.iter().take(usize::try_from(n).unwrap_or(0)) {
             f(ev.u64 as usize);
