@@ -6,6 +6,7 @@ mod common;
 
 use common::*;
 use rdcoll_offload::*;
+use rdcoll_transport::Region;
 
 const ALL: u64 = !0;
 
@@ -685,6 +686,49 @@ fn a_get_landing_on_the_overflow_list_leaves_a_header_too() {
     assert_eq!(read(&s.region, s.offset, 4), b"the ");
 }
 
+/// A target region holding a get's data behind a counting get entry (match bits 9, user
+/// pointer 5), and the initiator's counting descriptor over a region as long.
+struct PublishedGet {
+    r: Region,
+    tgt_ct: CtHandle,
+    ini_ct: CtHandle,
+    out: Region,
+    md: MdHandle,
+}
+
+fn published_get(j: &Job, data: &[u8]) -> PublishedGet {
+    let r = j.tgt_region(data.len());
+    r.write(0, data).unwrap();
+    let tgt_ct = j.tgt.ct_alloc().unwrap();
+    let entry = MeOptions {
+        op_put: false,
+        op_get: true,
+        counting: MeCounting {
+            ct: Some(tgt_ct),
+            comm: true,
+            ..MeCounting::default()
+        },
+        ..opts()
+    };
+    j.append(List::Priority, r.clone(), 9, 0, entry, 5);
+    j.tgt_events();
+    let ini_ct = j.ini.ct_alloc().unwrap();
+    let out = j.ini.fabric().alloc_region(data.len()).unwrap();
+    let md_opts = MdOptions {
+        ct: Some(ini_ct),
+        ct_reply: true,
+        ..MdOptions::default()
+    };
+    let md = j.ini.md_bind(out.clone(), Some(j.ini_eq), md_opts).unwrap();
+    PublishedGet {
+        r,
+        tgt_ct,
+        ini_ct,
+        out,
+        md,
+    }
+}
+
 #[test]
 fn direct_gets_read_the_published_region_and_count_at_the_target() {
     direct_gets_read_the_published_region_and_count_at_the_target_on(Backend::Local);
@@ -703,29 +747,13 @@ fn direct_gets_read_the_published_region_and_count_at_the_target_on(backend: Bac
     let j = job_on(backend, NiConfig::default(), false);
     let len = 20_000;
     let data: Vec<u8> = (0..len).map(|i| (i * 13 % 251) as u8).collect();
-    let r = j.tgt_region(len);
-    r.write(0, &data).unwrap();
-    let tgt_ct = j.tgt.ct_alloc().unwrap();
-    let entry = MeOptions {
-        op_put: false,
-        op_get: true,
-        counting: MeCounting {
-            ct: Some(tgt_ct),
-            comm: true,
-            ..MeCounting::default()
-        },
-        ..opts()
-    };
-    j.append(List::Priority, r.clone(), 9, 0, entry, 5);
-    j.tgt_events();
-    let ini_ct = j.ini.ct_alloc().unwrap();
-    let out = j.ini.fabric().alloc_region(len).unwrap();
-    let md_opts = MdOptions {
-        ct: Some(ini_ct),
-        ct_reply: true,
-        ..MdOptions::default()
-    };
-    let md = j.ini.md_bind(out.clone(), Some(j.ini_eq), md_opts).unwrap();
+    let PublishedGet {
+        r,
+        tgt_ct,
+        ini_ct,
+        out,
+        md,
+    } = published_get(&j, &data);
     let get = |published: u64, user_ptr: u64| GetArgs {
         md,
         local_offset: 0,
@@ -774,29 +802,13 @@ fn a_get_that_reads_all_completes_without_the_target_over_shm() {
     let j = job_on(Backend::Shm, NiConfig::default(), false);
     let len = 256 << 10;
     let data: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
-    let r = j.tgt_region(len);
-    r.write(0, &data).unwrap();
-    let tgt_ct = j.tgt.ct_alloc().unwrap();
-    let entry = MeOptions {
-        op_put: false,
-        op_get: true,
-        counting: MeCounting {
-            ct: Some(tgt_ct),
-            comm: true,
-            ..MeCounting::default()
-        },
-        ..opts()
-    };
-    j.append(List::Priority, r.clone(), 9, 0, entry, 5);
-    j.tgt_events();
-    let ini_ct = j.ini.ct_alloc().unwrap();
-    let out = j.ini.fabric().alloc_region(len).unwrap();
-    let md_opts = MdOptions {
-        ct: Some(ini_ct),
-        ct_reply: true,
-        ..MdOptions::default()
-    };
-    let md = j.ini.md_bind(out.clone(), Some(j.ini_eq), md_opts).unwrap();
+    let PublishedGet {
+        r,
+        tgt_ct,
+        ini_ct,
+        out,
+        md,
+    } = published_get(&j, &data);
     let get = |read_all: bool, user_ptr: u64| GetArgs {
         md,
         local_offset: 0,
