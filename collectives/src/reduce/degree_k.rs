@@ -115,6 +115,10 @@ pub(crate) struct DegreeKSlots {
     /// Writes this rank made to each rank, and their consumptions it acknowledged for each.
     written: Vec<u8>,
     consumed: Vec<u8>,
+    /// The ranks this rank's own slot was last written out to: it is staged again only once
+    /// they have consumed those writes (so the writes have landed; on a fabric whose writes
+    /// complete later they may read the slot until then).
+    own_out: Vec<Rank>,
     /// Operations so far (the counter byte is derived from it).
     count: u64,
 }
@@ -132,6 +136,7 @@ impl DegreeKSlots {
             acks,
             written: vec![0; n],
             consumed: vec![0; n],
+            own_out: Vec::new(),
             count: 0,
         })
     }
@@ -389,6 +394,9 @@ impl DegreeKSlots {
         // At most one write is ever unacknowledged, so the byte comparison is exact.
         w.until(to, &|| ack.load(Ordering::Acquire) == before)?;
         let me = w.rank();
+        if stage == me {
+            self.await_own_slot(w)?;
+        }
         // Laid out as the target's slot for this rank.
         let (source, trailer) = self.place(stage, acc.len());
         let (data, _) = self.place(me, acc.len());
@@ -405,6 +413,20 @@ impl DegreeKSlots {
             Some(counter),
         )?;
         self.written[to as usize] = before.wrapping_add(1);
+        if stage == me {
+            self.own_out = vec![to];
+        }
+        Ok(())
+    }
+
+    /// Waits until every rank this rank's own slot was last written out to has consumed
+    /// what this rank wrote it (before the slot is staged again).
+    fn await_own_slot(&self, w: &Waiter) -> Result<()> {
+        for &to in &self.own_out {
+            let written = self.written[to as usize];
+            let ack = self.area.flag(self.acks + to as usize);
+            w.until(to, &|| ack.load(Ordering::Acquire) == written)?;
+        }
         Ok(())
     }
 }

@@ -10,9 +10,10 @@
 //! (its linear scan waits for the rank below only).
 //!
 //! Flow control is the slots': a rank writes to a peer again only once the peer acknowledged
-//! its previous write there. Here a rank waits for every acknowledgement it is owed before it
-//! stages its vector (once, in its own slot, which only it writes) and writes it out, so no
-//! write of the previous operation still reads the staging.
+//! its previous write there. Here a rank waits for every acknowledgement it is owed, from the
+//! ranks above it and from those its own slot was last written out to, before it stages its
+//! vector (once, in its own slot, which only it writes) and writes it out, so no earlier write
+//! still reads the staging.
 
 use rdcoll_transport::Rank;
 
@@ -50,6 +51,7 @@ impl DegreeKSlots {
             })?;
         }
         if !above.is_empty() {
+            self.await_own_slot(w)?;
             let (source, trailer) = self.place(me, m);
             let local = self.area.local();
             local.write(source, send)?;
@@ -66,6 +68,7 @@ impl DegreeKSlots {
                 let c = &mut self.written[to as usize];
                 *c = c.wrapping_add(1);
             }
+            self.own_out = (me + 1..n).collect();
         }
         let mut result = Ok(());
         let mut have = false;
