@@ -5,7 +5,7 @@
 
 use std::os::fd::AsRawFd;
 
-use super::engine::{self, PutEnd, PutTarget};
+use super::frames::{self, PutEnd, PutTarget};
 use super::wire::Frame;
 use super::Shared;
 use crate::types::Rank;
@@ -83,11 +83,11 @@ pub(super) fn start(sh: &Shared, from: Rank, buf: &[u8]) -> Result<Option<Landin
             let Some(end) = chunk_off.checked_add(len as u64).filter(|&e| e <= total) else {
                 return Ok(None);
             };
-            let Ok(target) = engine::put_target(sh, key, base, total, flag.is_some()) else {
+            let Ok(target) = frames::put_target(sh, key, base, total, flag.is_some()) else {
                 return Ok(None);
             };
             let at = target.base + chunk_off as usize;
-            engine::sink_pace(sh, len);
+            frames::sink_pace(sh, len);
             if target.region.write(at, read).is_err() {
                 return Ok(None);
             }
@@ -163,7 +163,7 @@ pub(super) fn go_on(
                         // Deregistered meanwhile: the initiator hears why; the rest is dropped.
                         if let To::Put { end, .. } = std::mem::replace(&mut landing.to, To::Discard)
                         {
-                            engine::put_done(sh, from, end, Err(e));
+                            frames::put_done(sh, from, end, Err(e));
                         }
                         continue;
                     }
@@ -210,7 +210,7 @@ pub(super) fn finish(sh: &Shared, from: Rank, landing: Landing) {
                 _ => Ok(()),
             }
             .map(|()| target.region.len());
-            engine::put_done(sh, from, end, result);
+            frames::put_done(sh, from, end, result);
         }
         To::Discard => {}
     }

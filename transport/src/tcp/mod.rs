@@ -12,6 +12,7 @@
 mod aside;
 mod connect;
 mod engine;
+mod frames;
 mod host_poll;
 mod landing;
 mod out;
