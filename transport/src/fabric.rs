@@ -111,6 +111,15 @@ pub trait Fabric: Send + Sync {
         Ok(false)
     }
 
+    /// Whether [`get`](Fabric::get) may land in a region this rank never registered
+    /// ([`Region::private`]): true where the backend's own code writes the bytes (shm, tcp,
+    /// local); false where a network card writes them and wants the memory registered with it
+    /// (libfabric), or where the destination is looked up by its key (the simulated fabric). Spares a
+    /// reader the registration of a buffer that no peer ever touches.
+    fn gets_into_private(&self) -> bool {
+        false
+    }
+
     /// RDMA read: `len` bytes from `src` into `dst` at `dst_offset`.
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId>;
 

@@ -231,9 +231,7 @@ fn fetch(
 ) -> Result<Phase> {
     let ni = &engine.ni;
     let gets = bits::gets_for(status.len, first, chunk);
-    // SAFETY: the receive's buffer, valid and reserved for it until it completes; completion
-    // deregisters this region before the buffer is handed back.
-    let registered = unsafe { ni.fabric().register_memory(r.addr as *mut u8, r.capacity)? };
+    let registered = receive_region(engine, r, d)?;
     let ct = ni.ct_alloc()?;
     let opts = MdOptions {
         ct: Some(ct),
@@ -280,6 +278,23 @@ fn fetch(
         gets,
         status,
     })
+}
+
+/// The region the gets of receive `r` land in. A receive that reads the whole message itself
+/// (`Fetch::Read`) from a published buffer, on a fabric whose gets write local memory
+/// themselves, needs no registration: no peer ever touches it (`Region::private`), which
+/// spares the registration and, on shm, its retraction (that looks for peers' copies).
+fn receive_region(engine: &Engine, r: &Receive, d: &DirectDone) -> Result<Region> {
+    let fabric = engine.ni.fabric();
+    let reads_all_itself = r.fetch == Fetch::Read && d.published.is_some();
+    if reads_all_itself && fabric.gets_into_private() {
+        // SAFETY: the receive's buffer, valid and reserved for it until it completes (its
+        // region is dropped then), written only by this receive's gets.
+        return Ok(unsafe { Region::private(engine.ni.rank(), r.addr as *mut u8, r.capacity) });
+    }
+    // SAFETY: the receive's buffer, valid and reserved for it until it completes; completion
+    // deregisters this region before the buffer is handed back.
+    Ok(unsafe { fabric.register_memory(r.addr as *mut u8, r.capacity)? })
 }
 
 fn complete(status: Status, capacity: usize) -> Result<Status> {

@@ -197,6 +197,10 @@ impl Fabric for LocalFabric {
         self.blame_death(src.rank, read).map(|()| true)
     }
 
+    fn gets_into_private(&self) -> bool {
+        true
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;

@@ -439,6 +439,10 @@ impl Fabric for ShmFabric {
         rma::get(&self.inner, dst, dst_offset, len, src)
     }
 
+    fn gets_into_private(&self) -> bool {
+        true
+    }
+
     fn direct_get_max(&self) -> usize {
         self.inner.direct_get_max()
     }

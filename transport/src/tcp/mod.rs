@@ -441,6 +441,10 @@ impl Fabric for TcpFabric {
         self.put_frames(src, src_offset, len, dst, None, Some(flag))
     }
 
+    fn gets_into_private(&self) -> bool {
+        true
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         let sh = &self.shared;
         dst.check_range(dst_offset, len)?;
