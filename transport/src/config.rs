@@ -11,7 +11,7 @@ pub const MAX_RING_BYTES: usize = 1 << 30;
 /// Incoming ring bytes per rank when rings are sized by job size.
 const RING_BUDGET: usize = 4 << 20;
 /// Largest ring chosen by job size.
-const MAX_AUTO_RING_BYTES: usize = 1 << 20;
+const MAX_AUTO_RING_BYTES: usize = 2 << 20;
 /// Largest shm heap per rank.
 pub const MAX_HEAP_BYTES: usize = 1 << 40;
 /// Largest region table.
@@ -97,9 +97,11 @@ impl FabricConfig {
     }
 
     /// Bytes of each shm ring in a job of `size` ranks: the setting, or by default 4 MiB of
-    /// incoming rings per rank, each from `MIN_RING_BYTES` to 1 MiB (1 MiB up to 4 ranks,
-    /// 512 KiB at 8, the minimum from 16). Large rings let `osu_bw`'s window of 32 KiB eager
-    /// messages (2 MiB) flow without backlog: 13.0 against 5.5 GB/s with 256 KiB rings.
+    /// incoming rings per rank, each from `MIN_RING_BYTES` to 2 MiB (2 MiB at 2 ranks, 1 MiB
+    /// at 3-4, 512 KiB at 8, the minimum from 16). Large rings let `osu_bw`'s window of 32 KiB
+    /// eager messages (2 MiB) flow without backlog: 13.0 against 5.5 GB/s with 256 KiB rings;
+    /// and `osu_bibw`'s, whose two windows overflowed 1 MiB rings (both ranks then copy into
+    /// and out of their backlogs while the other waits): 25-30 against 4.5-5.3 GB/s at 32 KiB.
     pub fn shm_ring_bytes_for(&self, size: usize) -> usize {
         self.shm_ring_bytes.unwrap_or_else(|| {
             let share = (RING_BUDGET / size.max(1)).clamp(MIN_RING_BYTES, MAX_AUTO_RING_BYTES);
@@ -195,8 +197,8 @@ mod tests {
         let sizes = [1, 2, 4, 8, 16, 64, 1 << 20];
         let rings = sizes.map(|n| auto.shm_ring_bytes_for(n));
         let expected = [
-            1 << 20,
-            1 << 20,
+            2 << 20,
+            2 << 20,
             1 << 20,
             512 << 10,
             256 << 10,

@@ -86,7 +86,7 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Size,
         default: "by job size",
         level: Level::Tuning,
-        doc: "bytes of each shm message ring (one per ordered pair; a power of two, at least 256 KiB: four of the largest active messages). By default 4 MiB of incoming rings per rank, each 256 KiB to 1 MiB: 1 MiB up to 4 ranks, 512 KiB at 8, 256 KiB from 16",
+        doc: "bytes of each shm message ring (one per ordered pair; a power of two, at least 256 KiB: four of the largest active messages). By default 4 MiB of incoming rings per rank, each 256 KiB to 2 MiB: 2 MiB at 2 ranks, 1 MiB at 3-4, 512 KiB at 8, 256 KiB from 16",
     },
     Setting {
         name: "RDCOLL_SHM_HEAP_BYTES",
