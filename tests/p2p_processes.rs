@@ -53,6 +53,13 @@ fn rank_entry() {
             }
             "read_through_flood" => limits_cases::read_through_a_flood(&world, 3.0),
             "intruder" => limits_cases::intruder_learns_nothing(&world),
+            "wait_for_room" => limits_cases::blocking_sends_wait_for_room(
+                &world,
+                4096,
+                16 << 10,
+                std::time::Duration::from_millis(300),
+                32 << 20,
+            ),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
             "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
@@ -135,6 +142,15 @@ fn many_sends_in_flight_to_one_peer() {
     for transport in ["shm", "tcp"] {
         job_with(2, transport, "many_sends,past_nonces", &small_eager);
     }
+}
+
+/// Blocking sends of 64 MiB in 16 KiB messages to a peer that receives nothing for the first
+/// 300 ms: once its ring is full the sender waits for room, so its memory grows by less than
+/// 32 MiB (queueing them, as a nonblocking send must, took all 64 MiB). shm only: the ring
+/// is the shm backend's channel.
+#[test]
+fn blocking_sends_to_a_full_ring_wait_for_room() {
+    job(2, "shm", "wait_for_room");
 }
 
 /// A rank that floods its peer and waits, while the peer computes for three peer timeouts

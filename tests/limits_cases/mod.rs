@@ -342,3 +342,49 @@ pub fn intruder_learns_nothing(world: &Comm) -> Outcome {
     }
     Ok(())
 }
+
+/// Rank 1 sends `count` messages of `len` bytes (far more than a shm ring holds) with blocking
+/// sends to rank 0, which does not call the library for the first `pause` and then receives
+/// them all in order. Once the ring to rank 0 is full, rank 1's sends wait for room (making
+/// progress) instead of copying each message into a queue of their own: rank 1's peak memory
+/// grows by less than `bound` bytes, where queueing them would take `count * len`.
+pub fn blocking_sends_wait_for_room(
+    world: &Comm,
+    count: usize,
+    len: usize,
+    pause: std::time::Duration,
+    bound: u64,
+) -> Outcome {
+    const TAG: u32 = 0x5106;
+    match world.rank() {
+        0 => {
+            std::thread::sleep(pause);
+            let mut buf = vec![0u8; len];
+            for i in 0..count {
+                world.recv(&mut buf, 1, TAG).map_err(e)?;
+                if buf.iter().any(|&b| b != i as u8) {
+                    return Err(format!("message {i} came with another message's bytes"));
+                }
+            }
+            Ok(())
+        }
+        1 => {
+            let before = peak_resident()?;
+            let mut buf = vec![0u8; len];
+            for i in 0..count {
+                buf.fill(i as u8);
+                world.send(&buf, 0, TAG).map_err(e)?;
+            }
+            let grown = peak_resident()?.saturating_sub(before);
+            if grown > bound {
+                return Err(format!(
+                    "peak memory grew by {grown} bytes sending {} bytes to a peer that was \
+                     not receiving",
+                    count * len
+                ));
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}

@@ -242,6 +242,16 @@ pub trait Fabric: Send + Sync {
         let _ = peer;
         None
     }
+    /// Whether messages to `dest` wait in this endpoint's own queue because the channel to it
+    /// is full (shm: its ring; they were copied there and go on as `dest` makes room). A
+    /// blocking sender may wait, making progress, until they have gone on, rather than copy
+    /// another message behind them: a stream that outruns its receiver then costs one copy
+    /// per message instead of an allocation and two copies. `false` by default.
+    fn backlogged(&self, dest: Rank) -> bool {
+        let _ = dest;
+        false
+    }
+
     /// Whether `rank` is known to have failed.
     fn is_failed(&self, rank: Rank) -> bool;
 }

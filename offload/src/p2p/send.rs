@@ -229,10 +229,36 @@ impl Engine {
         tag: u32,
         context: Context,
     ) -> Result<()> {
+        if self.ni.fabric().backlogged(dest) {
+            self.wait_for_room(dest)?;
+        }
         if self.send_credited(data, dest, tag, context)? {
             return Ok(());
         }
         self.send_uncredited(data, dest, tag, context)
+    }
+
+    /// A blocking send to `dest`, whose channel is full and holds earlier messages in this
+    /// rank's own queue (`Fabric::backlogged`): makes progress (which moves them on as `dest`
+    /// makes room, and takes what arrives meanwhile, so two ranks that send to each other
+    /// both go on) until they have gone. The message is then copied once, into the channel,
+    /// rather than into the queue too. `PeerFailed` if `dest` fails meanwhile.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_room(&self, dest: Rank) -> Result<()> {
+        let fabric = self.ni.fabric();
+        let mut backoff = super::Backoff::default();
+        while fabric.backlogged(dest) {
+            if fabric.is_failed(dest) {
+                return Err(TransportError::PeerFailed(dest).into());
+            }
+            self.progress()?;
+            if !fabric.backlogged(dest) {
+                break;
+            }
+            self.idle(&mut backoff);
+        }
+        Ok(())
     }
 
     /// Sends a message of at most the eager limit eagerly if `dest` has credit for it (see

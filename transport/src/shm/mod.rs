@@ -520,6 +520,15 @@ impl Fabric for ShmFabric {
         self.inner.start.elapsed()
     }
 
+    fn backlogged(&self, dest: Rank) -> bool {
+        let inner = &self.inner;
+        inner.any_backlog.load(Ordering::Acquire)
+            && inner
+                .producers
+                .get(dest as usize)
+                .is_some_and(|p| !p.lock().backlog.is_empty())
+    }
+
     fn is_failed(&self, rank: Rank) -> bool {
         let r = rank as usize;
         r < self.inner.size
