@@ -53,6 +53,9 @@ fn rank_entry() {
             }
             "read_through_flood" => limits_cases::read_through_a_flood(&world, 3.0),
             "intruder" => limits_cases::intruder_learns_nothing(&world),
+            "credit_back" => {
+                limits_cases::credit_comes_back_to_a_sender_that_only_sends(&world, 12, 400)
+            }
             "wait_for_room" => limits_cases::blocking_sends_wait_for_room(
                 &world,
                 4096,
@@ -141,6 +144,17 @@ fn many_sends_in_flight_to_one_peer() {
     let small_eager = [("RDCOLL_EAGER_LIMIT", "1024".to_string())];
     for transport in ["shm", "tcp"] {
         job_with(2, transport, "many_sends,past_nonces", &small_eager);
+    }
+}
+
+/// A rank that only sends (blocking) and receives by blocking calls gets its eager credit
+/// back: 12 rounds of 400 KiB of unexpected messages against a 1 MiB `RDCOLL_UNEXPECTED_MAX`
+/// (so rounds 3 and later need what rank 1 returned), over shm and tcp.
+#[test]
+fn credit_comes_back_to_a_sender_that_only_sends() {
+    let limit = [("RDCOLL_UNEXPECTED_MAX", (1 << 20).to_string())];
+    for transport in ["shm", "tcp"] {
+        job_with(2, transport, "credit_back", &limit);
     }
 }
 

@@ -388,3 +388,54 @@ pub fn blocking_sends_wait_for_room(
         _ => Ok(()),
     }
 }
+
+/// `rounds` rounds in which rank 0 sends `per_round` 1 KiB messages (blocking sends in even
+/// rounds, `isend` and `wait` in odd ones) and then a marker, and rank 1 receives the marker
+/// first (so the messages wait as unexpected ones), then the messages in order, and replies.
+/// Run with an `RDCOLL_UNEXPECTED_MAX` that a couple of rounds exceed: rank 0, which only
+/// sends and receives by blocking calls, must
+/// still take the credit rank 1 returns, or its sends run out of credit, wait for their
+/// receives, and rank 1's receive of the marker fails with `SenderBlocked`.
+pub fn credit_comes_back_to_a_sender_that_only_sends(
+    world: &Comm,
+    rounds: usize,
+    per_round: usize,
+) -> Outcome {
+    const MSG: u32 = 0x5107;
+    const MARK: u32 = 0x5108;
+    const DONE: u32 = 0x5109;
+    let mut buf = vec![0u8; 1024];
+    for round in 0..rounds {
+        match world.rank() {
+            0 => {
+                for i in 0..per_round {
+                    buf.fill((round + i) as u8);
+                    if round % 2 == 0 {
+                        world.send(&buf, 1, MSG).map_err(e)?;
+                    } else {
+                        // Odd rounds by `isend`, which takes credit on its own path.
+                        world
+                            .scope(|s| s.isend(&buf, 1, MSG)?.wait().map(drop))
+                            .map_err(e)?;
+                    }
+                }
+                world.send(&[1u8], 1, MARK).map_err(e)?;
+                world.recv(&mut [0u8], 1, DONE).map_err(e)?;
+            }
+            1 => {
+                world
+                    .recv(&mut [0u8], 0, MARK)
+                    .map_err(|err| format!("round {round}: the marker: {err}"))?;
+                for i in 0..per_round {
+                    world.recv(&mut buf, 0, MSG).map_err(e)?;
+                    if buf.iter().any(|&b| b != (round + i) as u8) {
+                        return Err(format!("round {round}: message {i} has other bytes"));
+                    }
+                }
+                world.send(&[1u8], 0, DONE).map_err(e)?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}

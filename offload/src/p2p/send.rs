@@ -181,7 +181,10 @@ impl Engine {
         let announce = match announce {
             Some(a) => a,
             None if len > self.cfg.eager_limit => self.announce_rendezvous(),
-            None if self.credits.take(dest, len) => {
+            // Credit returns may wait unread in the engine's events: taken before giving up.
+            None if self.credits.take(dest, len)
+                || (self.progress_locked(&mut inner).is_ok() && self.credits.take(dest, len)) =>
+            {
                 let bits = bits::message_bits(context, tag, 0);
                 self.put_first(dest, bits, Header::eager(len), data)?;
                 let id = inner.reqs.insert(Req::Done(Ok(self.sent_status(tag, len))));
@@ -232,6 +235,26 @@ impl Engine {
         if self.ni.fabric().backlogged(dest) {
             self.wait_for_room(dest)?;
         }
+        if self.send_credited(data, dest, tag, context)? {
+            return Ok(());
+        }
+        self.send_short_of_credit(data, dest, tag, context)
+    }
+
+    /// A short send that found no eager credit toward `dest`. The returns that would give it
+    /// some may have arrived and wait, unread, in the engine's events (a rank that only sends
+    /// and receives by the blocking fast paths takes them nowhere else): they are taken first,
+    /// and the message goes eagerly if they sufficed.
+    #[cold]
+    #[inline(never)]
+    fn send_short_of_credit(
+        &self,
+        data: &[u8],
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<()> {
+        self.progress()?;
         if self.send_credited(data, dest, tag, context)? {
             return Ok(());
         }
