@@ -414,7 +414,9 @@ impl DegreeKSlots {
         )?;
         self.written[to as usize] = before.wrapping_add(1);
         if stage == me {
-            self.own_out = vec![to];
+            // Reusing the list's room: this is every small reduction's path.
+            self.own_out.clear();
+            self.own_out.push(to);
         }
         Ok(())
     }

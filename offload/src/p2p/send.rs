@@ -238,26 +238,6 @@ impl Engine {
         if self.send_credited(data, dest, tag, context)? {
             return Ok(());
         }
-        self.send_short_of_credit(data, dest, tag, context)
-    }
-
-    /// A short send that found no eager credit toward `dest`. The returns that would give it
-    /// some may have arrived and wait, unread, in the engine's events (a rank that only sends
-    /// and receives by the blocking fast paths takes them nowhere else): they are taken first,
-    /// and the message goes eagerly if they sufficed.
-    #[cold]
-    #[inline(never)]
-    fn send_short_of_credit(
-        &self,
-        data: &[u8],
-        dest: Rank,
-        tag: u32,
-        context: Context,
-    ) -> Result<()> {
-        self.progress()?;
-        if self.send_credited(data, dest, tag, context)? {
-            return Ok(());
-        }
         self.send_uncredited(data, dest, tag, context)
     }
 
@@ -312,12 +292,19 @@ impl Engine {
         Ok(true)
     }
 
-    /// A short send that found no eager credit (its receiver has not caught up): by
+    /// A short send that found no eager credit (its receiver has not caught up). The returns
+    /// that would give it some may have arrived and wait, unread, in the engine's events (a
+    /// rank that only sends and receives by the blocking fast paths takes them nowhere else):
+    /// they are taken first, and the message goes eagerly if they sufficed. Otherwise by
     /// rendezvous with nothing in the header, waited for, and marked as waited for so that a
     /// receiver blocked on a later message of this rank can tell (`Engine::wait`).
     #[cold]
     #[inline(never)]
     fn send_uncredited(&self, data: &[u8], dest: Rank, tag: u32, context: Context) -> Result<()> {
+        self.progress()?;
+        if self.send_credited(data, dest, tag, context)? {
+            return Ok(());
+        }
         let announce = Announce {
             sender_waits: !data.is_empty(),
             ..Announce::UNCREDITED

@@ -68,7 +68,8 @@ impl DegreeKSlots {
                 let c = &mut self.written[to as usize];
                 *c = c.wrapping_add(1);
             }
-            self.own_out = (me + 1..n).collect();
+            self.own_out.clear();
+            self.own_out.extend(me + 1..n);
         }
         let mut result = Ok(());
         let mut have = false;
