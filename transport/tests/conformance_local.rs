@@ -2,15 +2,14 @@
 
 mod common;
 
-use common::cases::{CASES, CROWDED_CASES};
+use common::cases::{rank_counts, CASES};
 use common::threads::run_threads;
 use rdcoll_transport::local::LocalFabric;
 
 #[test]
 fn every_case_on_local_ranks() {
     for &(case, min) in CASES {
-        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
-        for n in [min.max(1), 4, crowded] {
+        for n in rank_counts(case, min, 1, true) {
             let fabrics = rdcoll_transport::local::create(n).expect("create local job");
             run_threads(case, fabrics, LocalFabric::fail, "local");
         }

@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::cases::{CASES, CROWDED_CASES};
+use common::cases::{rank_counts, CASES};
 use common::procs::{run_procs, worker_entry};
 
 #[test]
@@ -26,15 +26,7 @@ fn every_case_on(provider: &str, crowded: bool) {
         if only.as_deref().is_some_and(|o| o != case) {
             continue;
         }
-        let most = if crowded && CROWDED_CASES.contains(&case) {
-            8
-        } else {
-            4
-        };
-        let mut sizes = vec![min.max(2), 4, most];
-        // Each size once (a case that needs 4 ranks, or one not crowded, ran 4 ranks twice).
-        sizes.dedup();
-        for n in sizes {
+        for n in rank_counts(case, min, 2, crowded) {
             if let Err(e) = run_procs("ofi", n, case, &env) {
                 failures.push(e);
             }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::cases::{CASES, CROWDED_CASES};
+use common::cases::{rank_counts, CASES};
 use common::procs::{run_procs, worker_entry};
 
 #[test]
@@ -16,8 +16,7 @@ fn worker_process_entry() {
 fn all_cases(env: &[(&str, &str)]) {
     let mut failures = Vec::new();
     for &(case, min) in CASES {
-        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
-        for n in [min.max(2), 4, crowded] {
+        for n in rank_counts(case, min, 2, true) {
             if let Err(e) = run_procs("shm", n, case, env) {
                 failures.push(e);
             }

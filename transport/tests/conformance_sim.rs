@@ -3,15 +3,14 @@
 
 mod common;
 
-use common::cases::{CASES, CROWDED_CASES};
+use common::cases::{rank_counts, CASES};
 use common::threads::run_threads;
 use rdcoll_transport::sim::{NetworkModel, SimConfig, SimFabric};
 
 #[test]
 fn every_case_on_simulated_ranks() {
     for &(case, min) in CASES {
-        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
-        for n in [min.max(1), 4, crowded] {
+        for n in rank_counts(case, min, 1, true) {
             let fabrics = rdcoll_transport::sim::create(SimConfig::switch(n)).expect("sim job");
             run_threads(case, fabrics, SimFabric::fail, "simulated");
         }
@@ -23,8 +22,7 @@ fn every_case_on_simulated_ranks() {
 #[test]
 fn every_case_on_simulated_ranks_over_packets() {
     for &(case, min) in CASES {
-        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
-        for n in [min.max(1), 4, crowded] {
+        for n in rank_counts(case, min, 1, true) {
             let cfg = SimConfig {
                 network: NetworkModel::Packets {
                     mtu: 1024,

@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::cases::{CASES, CROWDED_CASES};
+use common::cases::{rank_counts, CASES};
 use common::procs::{run_procs, worker_entry, CROWDED_VAR};
 
 #[test]
@@ -14,8 +14,7 @@ fn worker_process_entry() {
 fn every_case_over_tcp_processes() {
     let mut failures = Vec::new();
     for &(case, min) in CASES {
-        let crowded = if CROWDED_CASES.contains(&case) { 8 } else { 4 };
-        for n in [min.max(2), 4, crowded] {
+        for n in rank_counts(case, min, 2, true) {
             if let Err(e) = run_procs("tcp", n, case, &[]) {
                 failures.push(e);
             }

@@ -14,6 +14,19 @@ use super::harness::Harness;
 /// Cases also run with 8 ranks (more ranks than this machine's cores: the blocking wait path).
 pub const CROWDED_CASES: &[&str] = &["messages_fifo_all_pairs", "put_many_peers", "flagged_puts"];
 
+/// The job sizes a case runs at, each once: its smallest job (at least `floor` ranks), 4, and
+/// 8 for a crowded case when `crowded` (more ranks than this machine's cores).
+pub fn rank_counts(case: &str, min: usize, floor: usize, crowded: bool) -> Vec<usize> {
+    let most = if crowded && CROWDED_CASES.contains(&case) {
+        8
+    } else {
+        4
+    };
+    let mut sizes = vec![min.max(floor), 4, most];
+    sizes.dedup();
+    sizes
+}
+
 /// Every case, by name, with the smallest job it needs.
 pub const CASES: &[(&str, usize)] = &[
     ("messages_fifo_all_pairs", 1),
