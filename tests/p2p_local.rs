@@ -23,6 +23,20 @@ fn posted_receives_take_messages_in_order() {
 }
 
 #[test]
+fn lone_posted_receives_in_order() {
+    run(2, |w| {
+        p2p_cases::lone_waits::lone_posted_receives_in_order(w, 2_000)
+    });
+}
+
+#[test]
+fn lone_waits_beside_another_thread() {
+    run(2, |w| {
+        p2p_cases::lone_waits::lone_waits_beside_another_thread(w, 4_000)
+    });
+}
+
+#[test]
 fn rendezvous_then_eager_into_blocking_receives() {
     run(2, p2p_cases::rendezvous_then_eager_into_blocking_receives);
 }

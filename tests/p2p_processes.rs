@@ -65,6 +65,10 @@ fn rank_entry() {
             ),
             "threads" => p2p_cases::receive_beside_a_progressing_thread(&world),
             "posted_in_order" => p2p_cases::posted_receives_take_messages_in_order(&world),
+            "lone_in_order" => p2p_cases::lone_waits::lone_posted_receives_in_order(&world, 5_000),
+            "lone_threads" => {
+                p2p_cases::lone_waits::lone_waits_beside_another_thread(&world, 10_000)
+            }
             "differential" => p2p_cases::differential::against_reference(&world, 1_000_000),
             "rendezvous_then_eager" => {
                 p2p_cases::rendezvous_then_eager_into_blocking_receives(&world)
@@ -233,7 +237,7 @@ fn a_process_without_the_secret_learns_nothing() {
 }
 
 const PAIR_CASES: &str =
-    "table_one,identical_envelopes,truncation,self_send,rendezvous_then_eager,posted_in_order";
+    "table_one,identical_envelopes,truncation,self_send,rendezvous_then_eager,posted_in_order,lone_in_order";
 
 #[test]
 fn pair_cases_over_shm() {
@@ -245,6 +249,22 @@ fn pair_cases_over_shm() {
 #[test]
 fn matches_like_the_reference_model_over_shm() {
     job(2, "shm", "differential");
+}
+
+/// Waits for lone posted receives (taken by the fast path) while another thread of the rank
+/// posts receives too, over shm and tcp, inline and thread mode.
+#[test]
+fn lone_waits_beside_another_thread() {
+    for transport in ["shm", "tcp"] {
+        for mode in ["inline", "thread"] {
+            job_with(
+                2,
+                transport,
+                "lone_threads",
+                &[("RDCOLL_OFFLOAD", mode.into())],
+            );
+        }
+    }
 }
 
 /// Inline mode (the host's calls run the agent) is where a blocking receive polls the fabric

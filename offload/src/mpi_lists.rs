@@ -178,6 +178,11 @@ impl MpiLists {
         self.matcher.posted_len() == 0
     }
 
+    /// Whether exactly one receive is posted.
+    pub(crate) fn one_posted(&self) -> bool {
+        self.matcher.posted_len() == 1
+    }
+
     /// Queues an unexpected header behind every earlier one.
     pub(crate) fn queue_header(&mut self, u: Unexpected) -> UnexpectedHandle {
         let envelope = envelope_of(u.initiator, u.match_bits);

@@ -177,6 +177,19 @@ impl Ni {
         Ok(mpi.cancel_direct(handle).is_some())
     }
 
+    /// Withdraws direct receive `handle` if it is the only receive posted on MPI portal `pt`
+    /// (so that a wait may take its message by the fast path instead, see
+    /// `Engine::wait`): `true` if withdrawn, `false` if it has matched already (its
+    /// `DirectDone` comes) or others are posted (it stays).
+    pub(crate) fn cancel_direct_if_alone(&self, pt: PtIndex, handle: DirectHandle) -> Result<bool> {
+        let mut st = self.lock_state();
+        let mpi = mpi_lists(&mut st, pt)?;
+        if !mpi.one_posted() {
+            return Ok(false);
+        }
+        Ok(mpi.cancel_direct(handle).is_some())
+    }
+
     /// Has MPI portal `pt` count, per sender, the queued unexpected headers whose header data
     /// has any bit of `bits` set ([`Ni::sender_waits_behind`]). Returns a counter of all of
     /// them, to read without the state lock.

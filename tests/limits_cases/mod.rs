@@ -217,7 +217,8 @@ fn peak_resident() -> Result<u64, String> {
 /// [`flood_received_at_the_end`] run with a small `RDCOLL_UNEXPECTED_MAX` (`limit` bytes,
 /// set by the caller) far below what `count` queued messages need: rank 1's sends past its
 /// share go by rendezvous and the first of them waits, so rank 0's probe (from any source: in
-/// a job of two, rank 1 is blocked) and then its receive of the later message fail at once
+/// a job of two, rank 1 is blocked), its receive of the later message and its wait for a
+/// receive of it posted alone fail at once
 /// with `SenderBlocked` naming rank 1 (not a hang, not an unbounded queue); rank 0 then receives everything in order, the later message last, and neither
 /// rank's peak memory grows by more than `limit` plus 64 MiB.
 pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
@@ -234,6 +235,9 @@ pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
             // From any source too: rank 1 is the only other rank, and it is blocked.
             blocked(world.probe(rdcoll::Source::Any, LAST), "probe")?;
             blocked(world.recv(&mut buf, 1, LAST), "receive")?;
+            // A lone posted receive's wait too (it polls as a blocking receive would).
+            let waited = world.scope(|s| s.irecv(&mut buf, 1, LAST)?.wait());
+            blocked(waited, "wait for a posted receive")?;
             receive_flood_in_order(world, count)?;
             world.recv(&mut buf, 1, LAST).map_err(e)?;
             world.send(&[1u8], 1, REPLY).map_err(e)?;

@@ -681,6 +681,7 @@ pub fn posted_receives_take_messages_in_order(world: &Comm) -> Outcome {
 }
 
 pub mod differential;
+pub mod lone_waits;
 pub mod windows;
 pub use windows::{
     a_long_probe_sleeps, a_long_rendezvous_wait_sleeps, random_windows,

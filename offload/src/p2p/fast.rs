@@ -24,7 +24,7 @@ use std::sync::atomic::Ordering;
 use rdcoll_transport::{Rank, TransportError};
 
 use super::bits::{self, Header};
-use super::{Backoff, Context, Engine, Inner, ReqId, Source, Status, TagSel};
+use super::{Backoff, Context, Engine, Inner, Req, ReqId, Source, Status, TagSel};
 use crate::error::Result;
 use crate::ni_mpi::{FastOpen, FastPass, Queued};
 use crate::wire::QuietPut;
@@ -69,47 +69,145 @@ impl Engine {
             }
         }
         let spec = bits::receive_spec(context, tag, source);
+        if let Some(done) = self.take_queued(buf, &spec) {
+            return Some(done);
+        }
+        let seen = {
+            let mut inner = self.inner.lock();
+            match self.open_fast(&mut inner, buf, &spec, source, tag, context) {
+                Opened::Open(seen) => seen,
+                Opened::Done(done) => return Some(done),
+                Opened::Closed => return None,
+            }
+        };
+        self.poll_fast(buf, source, &spec, seen)
+    }
+
+    /// [`Engine::wait`] for request `id` (`inner`: the engine lock, held since the look that
+    /// found it in flight) if it is a receive that is the only one posted and has not
+    /// matched: it is withdrawn and waits as a fast receive, which is what it would be had it
+    /// been a blocking receive. `None` if that does not apply (the lock is let go and the
+    /// caller waits as usual).
+    ///
+    /// Matching is unchanged: nothing queued matches it (it would have taken that when
+    /// posted), every arrival since found it posted, and no receive can be posted between
+    /// the withdrawal and the opening (both under the engine lock), so the fast receive takes
+    /// what it would have taken. The request is gone from the engine from then on; this wait
+    /// holds its buffer until the message is in.
+    pub(super) fn wait_alone(
+        &self,
+        mut inner: rdcoll_transport::SpinGuard<'_, Inner>,
+        id: ReqId,
+    ) -> Option<Result<Status>> {
+        let Some(Req::Recv(r)) = inner.reqs.get_mut(id.0) else {
+            return None;
+        };
+        let lone = r.lone()?;
+        if self.fast_state.load(Ordering::Relaxed) != FAST_NONE
+            || !self
+                .ni
+                .cancel_direct_if_alone(self.pt_msg, lone.handle)
+                .unwrap_or(false)
+        {
+            return None;
+        }
+        inner.reqs.remove(id.0);
+        // SAFETY: the buffer (`capacity` > 0 bytes at `addr`) was lent to request `id` until
+        // it completes, and the caller waits for that request: it stays lent to this wait,
+        // which returns only once the message is in it (or the receive failed), and nothing
+        // else writes it now that the posted receive is withdrawn.
+        let buf = unsafe { std::slice::from_raw_parts_mut(lone.addr as *mut u8, lone.capacity) };
+        let (source, tag, context) = (lone.source, lone.tag, lone.context);
+        let spec = bits::receive_spec(context, tag, source);
+        let done = match self.open_fast(&mut inner, buf, &spec, source, tag, context) {
+            Opened::Open(seen) => {
+                drop(inner);
+                self.poll_fast(buf, source, &spec, seen)
+            }
+            Opened::Done(done) => Some(done),
+            Opened::Closed => {
+                // Posted again before the engine lock is let go: still older than any
+                // receive posted after it.
+                // SAFETY: as above.
+                let posted = unsafe {
+                    self.post_recv(
+                        &mut inner,
+                        (lone.addr as *mut u8, lone.capacity),
+                        source,
+                        tag,
+                        context,
+                        super::Fetch::Fabric,
+                    )
+                };
+                drop(inner);
+                Some(posted.and_then(|id| self.wait_posted(id)))
+            }
+        };
+        let done = done.unwrap_or_else(|| {
+            // SAFETY: as above.
+            let id = unsafe { self.irecv(buf.as_mut_ptr(), buf.len(), source, tag, context)? };
+            self.wait_posted(id)
+        });
+        self.return_credits();
+        Some(done)
+    }
+
+    /// Opens a fast receive into `buf` with `spec` (from `source`, `tag`, `context`), under
+    /// the engine lock `inner`: a queued eager message it matches is taken at once (the
+    /// engine lock keeps every other receive of this rank out meanwhile); else, with nothing
+    /// else posted and nothing queued for it, it opens under the state lock, which
+    /// serialises it with claims.
+    fn open_fast(
+        &self,
+        inner: &mut Inner,
+        buf: &mut [u8],
+        spec: &ReceiveSpec,
+        source: Source,
+        tag: TagSel,
+        context: Context,
+    ) -> Opened {
+        if self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
+            return Opened::Closed;
+        }
+        if let Err(e) = self.take_delivery_failure(inner) {
+            return Opened::Done(Err(e));
+        }
+        let open = || self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
+        let eager = |src, hdr_data| self.takes_eager(src, hdr_data);
+        // Unexpected headers queued so far (see `poll_fast`).
+        let seen = match self
+            .ni
+            .fast_receive_open(self.pt_msg, spec, buf, eager, open)
+        {
+            FastOpen::Open(seen) => seen,
+            FastOpen::Took(d) => return Opened::Done(super::recv::queued_eager(d, buf.len())),
+            FastOpen::Closed => return Opened::Closed,
+        };
+        inner.fast = Some(FastRecv {
+            addr: buf.as_mut_ptr() as usize,
+            capacity: buf.len(),
+            source,
+            tag,
+            context,
+            materialized: None,
+        });
+        Opened::Open(seen)
+    }
+
+    /// The fast receive opened by `open_fast` (`seen`: the unexpected headers queued then),
+    /// polling the fabric until it takes its message or becomes an ordinary receive.
+    fn poll_fast(
+        &self,
+        buf: &mut [u8],
+        source: Source,
+        spec: &ReceiveSpec,
+        mut seen: u64,
+    ) -> Option<Result<Status>> {
         let rule = spec.match_bits();
         let from = match source {
             Source::Any => None,
             Source::Rank(r) => Some(r),
         };
-        if let Some(done) = self.take_queued(buf, &spec) {
-            return Some(done);
-        }
-        // Unexpected headers queued when this receive last looked (see the loop).
-        let mut seen;
-        {
-            let mut inner = self.inner.lock();
-            if self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
-                return None;
-            }
-            if let Err(e) = self.take_delivery_failure(&mut inner) {
-                return Some(Err(e));
-            }
-            // A queued eager message it matches is taken at once (the engine lock keeps every
-            // other receive of this rank out meanwhile); else, with nothing else posted and
-            // nothing queued for it, it opens under the state lock, which serialises it with
-            // claims.
-            let open = || self.fast_state.store(FAST_OPEN, Ordering::Relaxed);
-            let eager = |src, hdr_data| self.takes_eager(src, hdr_data);
-            seen = match self
-                .ni
-                .fast_receive_open(self.pt_msg, &spec, buf, eager, open)
-            {
-                FastOpen::Open(seen) => seen,
-                FastOpen::Took(d) => return Some(super::recv::queued_eager(d, buf.len())),
-                FastOpen::Closed => return None,
-            };
-            inner.fast = Some(FastRecv {
-                addr: buf.as_mut_ptr() as usize,
-                capacity: buf.len(),
-                source,
-                tag,
-                context,
-                materialized: None,
-            });
-        }
         let fabric = self.ni.fabric();
         let mut backoff = Backoff::default();
         let mut idle_polls = 0u32;
@@ -157,7 +255,7 @@ impl Engine {
             };
             let pass = self.ni.fast_receive_pass(
                 self.pt_msg,
-                &spec,
+                spec,
                 rule,
                 from,
                 &mut seen,
@@ -248,7 +346,9 @@ impl Engine {
         let posted = inner.fast.take().and_then(|f| f.materialized);
         self.fast_state.store(FAST_NONE, Ordering::Relaxed);
         drop(inner);
-        Some(posted?.and_then(|id| self.wait(id)))
+        // Not by the fast path again: that gave it back (a blocked sender would be seen
+        // there over and over).
+        Some(posted?.and_then(|id| self.wait_posted(id)))
     }
 
     /// Marks progress for waiters' back-off (a hint: a plain load and store, no atomic
@@ -313,6 +413,16 @@ impl FastRecv {
             materialized: None,
         }
     }
+}
+
+/// How opening a fast receive went (`Engine::open_fast`).
+enum Opened {
+    /// Open: the unexpected headers queued so far.
+    Open(u64),
+    /// Done at once (a queued eager message taken, or an earlier failure): its result.
+    Done(Result<Status>),
+    /// The fast path does not apply: post an ordinary receive.
+    Closed,
 }
 
 /// What the fast receive took.

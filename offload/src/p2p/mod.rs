@@ -31,6 +31,7 @@ mod recv;
 mod requests;
 mod send;
 mod status;
+mod wait;
 
 use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
@@ -491,49 +492,6 @@ impl Engine {
         }
     }
 
-    /// Waits for request `id` and returns its result: spins on progress briefly, then yields,
-    /// then sleeps on the fabric, so that more ranks than cores stay usable. It returns only
-    /// once the request is no longer the engine's (its result, or an error that ended it), so
-    /// a buffer lent to it is free again whatever it returns. A receive whose one possible
-    /// sender waits behind its own unreceived messages is withdrawn with
-    /// [`OffloadError::SenderBlocked`].
-    pub fn wait(&self, id: ReqId) -> Result<Status> {
-        self.wait_unless(id, &|| false)?
-            .ok_or_else(|| invalid(format!("the wait for {id:?} ended without it")))
-    }
-
-    /// [`wait`](Engine::wait), unless `instead()` turns true first (it is asked at every look,
-    /// so it must be cheap): then `None`, the request still in flight. A wake-up of the
-    /// fabric (a peer's flagged write, for one) makes it look again.
-    pub fn wait_unless(&self, id: ReqId, instead: &dyn Fn() -> bool) -> Result<Option<Status>> {
-        // Often done already (a window of requests waited for one by one): no progress
-        // pass for it, which would poll the fabric and drain events once per request.
-        if let Some(s) = self.test_locked(&mut self.inner.lock(), id)? {
-            return Ok(Some(s));
-        }
-        let mut backoff = Backoff::default();
-        let mut looks = 0u32;
-        loop {
-            match self.test(id) {
-                Ok(Some(s)) => return Ok(Some(s)),
-                Ok(None) if instead() => return Ok(None),
-                Ok(None) => {}
-                // A failed progress pass leaves the request in flight, its buffer still lent
-                // to the NI: the wait goes on (the request ends with its message or with its
-                // peer's failure). Callers rely on this for their buffers' safety.
-                Err(e) if self.is_pending(id) => log_progress_failure(&e),
-                Err(e) => return Err(e),
-            }
-            looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(64) {
-                if let Some(e) = self.withdraw_if_sender_blocked(id) {
-                    return Err(e);
-                }
-            }
-            self.idle(&mut backoff);
-        }
-    }
-
     /// Tries to cancel a posted receive. Returns whether it was cancelled (its result is then
     /// a status with `cancelled` set); a receive that already matched, and any send, completes
     /// normally.
@@ -571,14 +529,6 @@ impl std::fmt::Debug for Engine {
             .field("config", &self.config())
             .finish_non_exhaustive()
     }
-}
-
-/// Cores this process may run on.
-/// Logs a progress pass that failed while a wait goes on (out of line: cold).
-#[cold]
-#[inline(never)]
-fn log_progress_failure(e: &OffloadError) {
-    tracing::error!("progress failed while waiting for a request in flight: {e}");
 }
 
 /// A truncated receive: the message was longer than the buffer.

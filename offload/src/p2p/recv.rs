@@ -31,8 +31,44 @@ pub(super) struct Receive {
     addr: usize,
     capacity: usize,
     source: Source,
+    /// Its tag and context, for a wait that takes it by the fast path instead
+    /// (`Engine::wait_alone`); `None` for one that never was posted.
+    selects: Option<(TagSel, Context)>,
     fetch: Fetch,
     phase: Phase,
+}
+
+/// A posted receive that has not matched, as a fast receive would take its message.
+pub(super) struct Lone {
+    pub(super) handle: DirectHandle,
+    pub(super) addr: usize,
+    pub(super) capacity: usize,
+    pub(super) source: Source,
+    pub(super) tag: TagSel,
+    pub(super) context: Context,
+}
+
+impl Receive {
+    /// The receive as the fast path would take it: posted and not matched, fetching as the
+    /// fabric does, into a buffer of at least one byte (an empty one may be no address at
+    /// all, through C).
+    pub(super) fn lone(&self) -> Option<Lone> {
+        let Phase::Matching {
+            posted: Some(handle),
+        } = self.phase
+        else {
+            return None;
+        };
+        let (tag, context) = self.selects?;
+        (self.fetch == Fetch::Fabric && self.capacity > 0).then_some(Lone {
+            handle,
+            addr: self.addr,
+            capacity: self.capacity,
+            source: self.source,
+            tag,
+            context,
+        })
+    }
 }
 
 enum Phase {
@@ -149,6 +185,7 @@ impl Engine {
             addr: ptr as usize,
             capacity: len,
             source,
+            selects: Some((tag, context)),
             fetch,
             phase: Phase::Matching { posted },
         };
@@ -428,6 +465,7 @@ impl Engine {
                 addr: buf.as_mut_ptr() as usize,
                 capacity: buf.len(),
                 source,
+                selects: None,
                 fetch: Fetch::Fabric,
                 phase: Phase::Matching { posted: None },
             };
@@ -454,7 +492,8 @@ impl Engine {
         // before it returns (`Engine::wait` returns only once the request is no longer the
         // engine's, whatever it returns).
         let id = unsafe { self.irecv(buf.as_mut_ptr(), buf.len(), source, tag, context)? };
-        self.wait(id)
+        // The fast path declined it: waited for as posted.
+        self.wait_posted(id)
     }
 
     /// Sends `data`, blocking until its buffer may be reused.
