@@ -51,6 +51,9 @@ fn rank_entry() {
             "flood_past_the_limit" => {
                 limits_cases::flood_past_the_limit(&world, 1_000_000, FLOOD_LIMIT)
             }
+            "isend_flood_past_the_limit" => {
+                limits_cases::isend_flood_past_the_limit(&world, 20_000)
+            }
             "read_through_flood" => limits_cases::read_through_a_flood(&world, 3.0),
             "intruder" => limits_cases::intruder_learns_nothing(&world),
             "credit_back" => {
@@ -201,6 +204,16 @@ fn a_flood_past_the_memory_limit_is_paced_and_told() {
     let limit = [("RDCOLL_UNEXPECTED_MAX", FLOOD_LIMIT.to_string())];
     for transport in ["shm", "tcp"] {
         job_with(2, transport, "flood_past_the_limit", &limit);
+    }
+}
+
+/// The same with the flood sent by `isend` and waited for together: the waiting sender tells
+/// its receiver (shm and tcp).
+#[test]
+fn an_isend_flood_past_the_memory_limit_is_told() {
+    let limit = [("RDCOLL_UNEXPECTED_MAX", FLOOD_LIMIT.to_string())];
+    for transport in ["shm", "tcp"] {
+        job_with(2, transport, "isend_flood_past_the_limit", &limit);
     }
 }
 

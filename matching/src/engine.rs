@@ -121,6 +121,12 @@ impl<R, M> Matcher<R, M> {
         })
     }
 
+    /// The earliest arrived queued unexpected message whose envelope is `envelope`, its nonce
+    /// included (which no receive looks at), to update in place.
+    pub fn unexpected_exact_mut(&mut self, envelope: &Envelope) -> Option<&mut M> {
+        self.unexpected.exact_mut(envelope)
+    }
+
     /// Removes a queued unexpected message that must not be matched after all (its data never
     /// arrived); `None` once taken.
     pub fn withdraw_unexpected(&mut self, handle: UnexpectedHandle) -> Option<(Envelope, M)> {

@@ -116,6 +116,15 @@ impl<N: Copy, V> Slab<N, V> {
         &mut slot.node
     }
 
+    /// The value at `index`, to update; an internal link to a vacant slot is a bug, so it
+    /// panics.
+    pub(crate) fn value_mut_at(&mut self, index: u32) -> &mut V {
+        match &mut self.slots[index as usize].value {
+            Some(value) => value,
+            None => unreachable!("link to a vacant slot"),
+        }
+    }
+
     /// The value at `index`; an internal link to a vacant slot is a bug, so it panics.
     #[inline]
     pub(crate) fn value(&self, index: u32) -> &V {

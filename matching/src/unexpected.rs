@@ -169,6 +169,27 @@ impl<M> UnexpectedQueue<M> {
         })
     }
 
+    /// The earliest arrived message whose envelope is `envelope`, nonce included, to update
+    /// in place (a receive ignores the nonce; this tells apart messages whose other fields
+    /// are equal). It walks the exact `(context, source, tag)` FIFO, or the short form.
+    pub(crate) fn exact_mut(&mut self, envelope: &Envelope) -> Option<&mut M> {
+        let index = match self.form {
+            QueueForm::Short => self.short.iter().find(|e| e.envelope == *envelope)?.index,
+            QueueForm::Indexed => {
+                let key = exact_key(envelope.context.field(), envelope.source, envelope.tag);
+                let mut at = self.exact.head(&key)?;
+                while self.nodes.node(at).envelope != *envelope {
+                    at = self.nodes.node(at).lanes[EXACT].next;
+                    if at == NIL {
+                        return None;
+                    }
+                }
+                at
+            }
+        };
+        Some(self.nodes.value_mut_at(index))
+    }
+
     /// The queued message `found` names.
     pub(crate) fn get(&self, found: Found) -> (&Envelope, &M) {
         (
@@ -314,6 +335,39 @@ mod tests {
     fn take_value(queue: &mut UnexpectedQueue<u32>, selector: Selector) -> Option<u32> {
         let found = queue.find(selector)?;
         Some(queue.take(found).1)
+    }
+
+    /// `exact_mut` finds the message with the nonce asked for among equal envelopes, in both
+    /// forms, and nothing once it is taken.
+    #[test]
+    fn exact_lookup_tells_nonces_apart() {
+        for n in [3u16, 100] {
+            let mut queue = UnexpectedQueue::new();
+            for nonce in 0..n {
+                let envelope = Envelope {
+                    nonce,
+                    ..Envelope::new(ctx(), 1, 5)
+                };
+                queue.push(envelope, u32::from(nonce));
+            }
+            queue.push(Envelope::new(ctx(), 2, 5), 999);
+            let want = Envelope {
+                nonce: n - 2,
+                ..Envelope::new(ctx(), 1, 5)
+            };
+            *queue.exact_mut(&want).expect("queued") += 1000;
+            let missing = Envelope {
+                nonce: n,
+                ..Envelope::new(ctx(), 1, 5)
+            };
+            assert!(queue.exact_mut(&missing).is_none());
+            let any = sel(Source::Rank(1), TagPattern::Exact(5));
+            let taken: Vec<u32> = std::iter::from_fn(|| take_value(&mut queue, any)).collect();
+            let mut expect: Vec<u32> = (0..u32::from(n)).collect();
+            expect[usize::from(n) - 2] += 1000;
+            assert_eq!(taken, expect);
+            assert!(queue.exact_mut(&want).is_none());
+        }
     }
 
     /// Messages (source, tag): (1,5) (2,5) (1,6) (2,6) repeated; each receive shape must take

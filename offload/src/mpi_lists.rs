@@ -204,6 +204,25 @@ impl MpiLists {
         self.waiting_total.clone()
     }
 
+    /// Marks the queued header from `initiator` with match bits `bits` (nonce included) with
+    /// the tracked bits (`track_waiting`), as if it had come with them: its sender now waits
+    /// for it. `false` if it is not queued (taken already) or no bits are tracked.
+    pub(crate) fn mark_waiting(&mut self, initiator: Rank, bits: u64) -> bool {
+        let waits_bits = self.waits_bits;
+        let envelope = envelope_of(initiator, bits);
+        let Some(u) = self.matcher.unexpected_exact_mut(&envelope) else {
+            return false;
+        };
+        if waits_bits == 0 || u.hdr_data & waits_bits != 0 {
+            return waits_bits != 0;
+        }
+        u.hdr_data |= waits_bits;
+        *self.waiting.entry(initiator).or_default() += 1;
+        self.waiting_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        true
+    }
+
     /// Whether a queued header from `sender` has the tracked bits.
     pub(crate) fn waiting_from(&self, sender: Rank) -> bool {
         self.waiting.contains_key(&sender)

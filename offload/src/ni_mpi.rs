@@ -203,6 +203,16 @@ impl Ni {
         Ok(mpi.track_waiting(bits))
     }
 
+    /// Marks the header from `sender` with match bits `bits` (its nonce included) queued
+    /// unexpected on MPI portal `pt` with the bits [`Ni::track_waiting_senders`] counts: its
+    /// sender, which sent it without them, now waits for it. `false` if it is no longer
+    /// queued (a receive took it).
+    pub fn mark_sender_waits(&self, pt: PtIndex, sender: Rank, bits: u64) -> Result<bool> {
+        let mut st = self.lock_state();
+        let mpi = mpi_lists(&mut st, pt)?;
+        Ok(mpi.mark_waiting(sender, bits))
+    }
+
     /// Whether a header from `sender` that [`Ni::track_waiting_senders`] counts is queued
     /// unexpected on MPI portal `pt` (no receive posted so far matches it).
     pub fn sender_waits_behind(&self, pt: PtIndex, sender: Rank) -> bool {
@@ -211,6 +221,11 @@ impl Ni {
             .ok()
             .and_then(|p| p.mpi.as_ref())
             .is_some_and(|mpi| mpi.waiting_from(sender))
+    }
+
+    /// Moves every queued event of `eq` to `events` (without a progress pass).
+    pub(crate) fn drain_events(&self, eq: EqHandle, events: &mut Vec<Event>) -> Result<()> {
+        crate::ni::drain_eq(&mut self.lock_state(), eq, events)
     }
 
     /// Moves every matched direct receive to `directs` (without a progress pass).

@@ -226,18 +226,7 @@ pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
     match world.rank() {
         0 => {
             let mut buf = [0u64; 8];
-            let blocked = |r: Result<rdcoll::Status, Error>, what: &str| match r {
-                Err(Error::Offload(rdcoll::OffloadError::SenderBlocked { sender: 1, .. })) => {
-                    Ok(())
-                }
-                other => Err(format!("{what} of the later message first: {other:?}")),
-            };
-            // From any source too: rank 1 is the only other rank, and it is blocked.
-            blocked(world.probe(rdcoll::Source::Any, LAST), "probe")?;
-            blocked(world.recv(&mut buf, 1, LAST), "receive")?;
-            // A lone posted receive's wait too (it polls as a blocking receive would).
-            let waited = world.scope(|s| s.irecv(&mut buf, 1, LAST)?.wait());
-            blocked(waited, "wait for a posted receive")?;
+            later_message_is_blocked(world)?;
             receive_flood_in_order(world, count)?;
             world.recv(&mut buf, 1, LAST).map_err(e)?;
             world.send(&[1u8], 1, REPLY).map_err(e)?;
@@ -255,6 +244,53 @@ pub fn flood_past_the_limit(world: &Comm, count: u64, limit: u64) -> Outcome {
         ));
     }
     Ok(())
+}
+
+/// Rank 0's probe (from any source: in a job of two, rank 1 is blocked), receive, and wait
+/// for a receive posted alone of rank 1's `LAST` message, which rank 1 sends after messages
+/// it is blocked on: each fails at once with `SenderBlocked` naming rank 1.
+fn later_message_is_blocked(world: &Comm) -> Outcome {
+    let mut buf = [0u64; 8];
+    let blocked = |r: Result<rdcoll::Status, Error>, what: &str| match r {
+        Err(Error::Offload(rdcoll::OffloadError::SenderBlocked { sender: 1, .. })) => Ok(()),
+        other => Err(format!("{what} of the later message first: {other:?}")),
+    };
+    blocked(world.probe(rdcoll::Source::Any, LAST), "probe")?;
+    blocked(world.recv(&mut buf, 1, LAST), "receive")?;
+    // A lone posted receive's wait too (it polls as a blocking receive would).
+    let waited = world.scope(|s| s.irecv(&mut buf, 1, LAST)?.wait());
+    blocked(waited, "wait for a posted receive")
+}
+
+/// [`flood_past_the_limit`] with rank 1's messages sent by `isend` and then waited for
+/// together (`wait_all`): the sends past its share go by rendezvous with nothing in their
+/// headers, and the first that rank 1 waits for tells rank 0 so (a notice), so rank 0's
+/// receives of the later message fail with `SenderBlocked` instead of waiting for ever; then
+/// everything arrives in order.
+pub fn isend_flood_past_the_limit(world: &Comm, count: u64) -> Outcome {
+    match world.rank() {
+        0 => {
+            later_message_is_blocked(world)?;
+            receive_flood_in_order(world, count)?;
+            world.recv(&mut [0u64; 8], 1, LAST).map_err(e)?;
+            world.send(&[1u8], 1, REPLY).map_err(e)
+        }
+        1 => {
+            let msgs: Vec<[u64; 8]> = (0..count).map(|i| [i, 0, 0, 0, 0, 0, 0, !i]).collect();
+            world
+                .scope(|s| {
+                    let reqs = msgs
+                        .iter()
+                        .map(|m| s.isend(&m[..], 0, FLOOD))
+                        .collect::<Result<Vec<_>, _>>()?;
+                    rdcoll::wait_all(reqs)
+                })
+                .map_err(e)?;
+            world.send(&[0u64; 8], 0, LAST).map_err(e)?;
+            world.recv(&mut [0u8], 0, REPLY).map(drop).map_err(e)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Rank 1 floods rank 0 with 16 KiB messages for `secs` seconds, which rank 0 receives as

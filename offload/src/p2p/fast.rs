@@ -222,8 +222,12 @@ impl Engine {
             // A sender blocked behind its own unreceived messages: the ordinary wait
             // withdraws the receive with the error (`Engine::wait`).
             looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(64) && self.blocked_sender(source).is_some() {
-                return self.finish_as_ordinary(true);
+            if looks.is_multiple_of(64) {
+                // Notices that a sender now waits come as the engine's events.
+                self.take_queued_events();
+                if self.blocked_sender(source).is_some() {
+                    return self.finish_as_ordinary(true);
+                }
             }
             // A matched receive another thread's pass could not hand to the engine (it was
             // busy): taken now, since its sender may send what this receive waits for only

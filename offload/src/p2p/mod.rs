@@ -421,9 +421,7 @@ impl Engine {
             EventKind::Search => {
                 inner.searches.insert(ev.user_ptr, ev);
             }
-            EventKind::Put if ev.user_ptr == CREDIT => {
-                self.credits.returned_by(ev.peer, ev.hdr_data);
-            }
+            EventKind::Put if ev.user_ptr == CREDIT => self.on_credit_put(&ev),
             EventKind::Ack if ev.user_ptr == EAGER && ev.fail != crate::NiFail::Ok => {
                 tracing::error!(
                     "an eager message to rank {} was not delivered: {:?}",

@@ -101,6 +101,8 @@ pub(super) struct Announce {
     first: usize,
     /// The header says that the sender waits for the receive (`bits::SENDER_WAITS`).
     sender_waits: bool,
+    /// A short message that found no eager credit.
+    uncredited: bool,
 }
 
 impl Announce {
@@ -108,6 +110,7 @@ impl Announce {
     const UNCREDITED: Announce = Announce {
         first: 0,
         sender_waits: false,
+        uncredited: true,
     };
 }
 
@@ -125,6 +128,17 @@ pub(super) struct Rendezvous {
     /// The buffer's registration (`SendBooks::registrations`), until the last get is served.
     _region: Region,
     buffer: (usize, usize),
+    /// The match bits to name in a notice that its sender now waits for it
+    /// (`Engine::notice_sender_waits`): a short `isend` that found no eager credit, until
+    /// the notice is sent.
+    notice: Option<u64>,
+}
+
+impl Rendezvous {
+    /// Its receiver and the match bits for the notice that its sender now waits, once.
+    pub(super) fn take_notice(&mut self) -> Option<(Rank, u64)> {
+        self.notice.take().map(|bits| (self.dest, bits))
+    }
 }
 
 impl Engine {
@@ -329,6 +343,7 @@ impl Engine {
         Announce {
             first: self.cfg.eager_limit.min(RNDV_FIRST_CHUNK),
             sender_waits: false,
+            uncredited: false,
         }
     }
 
@@ -367,6 +382,8 @@ impl Engine {
                 },
                 _region: region,
                 buffer,
+                notice: (announce.uncredited && !announce.sender_waits && !data.is_empty())
+                    .then(|| bits::message_bits(context, tag, nonce)),
             }),
             Err(e) => {
                 drop(region);

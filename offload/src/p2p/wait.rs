@@ -23,6 +23,7 @@ impl Engine {
             if let Some(s) = self.test_locked(&mut inner, id)? {
                 return Ok(s);
             }
+            self.notice_sender_waits(&mut inner, id);
             if let Some(done) = self.wait_alone(inner, id) {
                 return done;
             }
