@@ -1,7 +1,7 @@
 //! Blocking point-to-point messaging on a [`Comm`]: send, receive, probe, sendrecv.
 
 use bytemuck::Pod;
-use rdcoll_offload::p2p::{Fetch, Source, TagSel};
+use rdcoll_offload::p2p::{Fetch, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -54,6 +54,10 @@ impl Comm {
 
     /// Sends `data` to `dest` and receives into `buf` from `source`, both at once (so a ring
     /// exchange cannot deadlock).
+    ///
+    /// A short message with eager credit is sent first (it is on its way when the call
+    /// returns) and the receive is then a blocking one, which polls for its message itself; a
+    /// long one is started, the receive posted, and both waited for.
     #[allow(clippy::too_many_arguments)]
     pub fn sendrecv<T: Pod, U: Pod>(
         &self,
@@ -65,14 +69,25 @@ impl Comm {
         recv_tag: impl Into<TagSel>,
     ) -> Result<Status> {
         let (source, recv_tag) = (source.into(), recv_tag.into());
-        self.scope(|s| {
-            // The sender is normally in a sendrecv too, its core busy with its own receive.
-            let r = s.irecv_fetching(buf, source, recv_tag, Fetch::Read)?;
-            let w = s.isend(data, dest, send_tag);
-            let got = r.wait();
-            w?.wait()?;
-            got
-        })
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let engine = self.engine()?;
+        let to = self.to_fabric(dest)?;
+        // SAFETY: `data` is borrowed for the whole call: a short send has copied it out when
+        // this returns, a long one is waited for below before this call returns.
+        let started = unsafe {
+            engine.isend_started(bytes.as_ptr(), bytes.len(), to, send_tag, self.context())
+        };
+        let id = match started.map_err(|e| self.error_from_fabric(e))? {
+            Started::Done(_) => return self.recv(buf, source, recv_tag),
+            Started::Pending(id) => id,
+        };
+        // The sender is normally in a sendrecv too, its core busy with its own receive.
+        let got = self.scope(|s| s.irecv_fetching(buf, source, recv_tag, Fetch::Read)?.wait());
+        // Waited for whatever the receive did: the send's buffer is lent until then.
+        let sent = engine.wait(id).map_err(|e| self.error_from_fabric(e));
+        let got = got?;
+        sent?;
+        Ok(got)
     }
 
     /// Waits for a message from `source` with `tag` and returns its envelope; the message

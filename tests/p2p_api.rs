@@ -108,6 +108,42 @@ fn sendrecv_shifts_a_ring_without_deadlock_for_every_protocol() {
     }
 }
 
+/// Short and long messages in one ring (a short send goes first and its receive blocks; a
+/// long one is started and its receive posted), and a rank's exchange with itself at both
+/// lengths: every rank gets its left neighbour's bytes and lengths.
+#[test]
+fn sendrecv_mixes_short_and_long_messages() {
+    let len_of = |r: u32| if r % 2 == 0 { 8 } else { 100_000 };
+    let got = rdcoll::local::run(4, |world| {
+        let (rank, size) = (world.rank(), world.size());
+        let left = (rank + size - 1) % size;
+        let out = vec![rank as u16 + 1; len_of(rank)];
+        let mut inbox = vec![0u16; 100_000];
+        let st = world
+            .sendrecv(&out, (rank + 1) % size, 3, &mut inbox, left, 3)
+            .unwrap();
+        let ring = st.source == left
+            && st.len == 2 * len_of(left)
+            && inbox[..len_of(left)]
+                .iter()
+                .all(|&v| u32::from(v) == left + 1);
+        let mut own = vec![0u16; 100_000];
+        let mut itself = true;
+        for len in [8, 100_000] {
+            let st = world
+                .sendrecv(&out[..len.min(out.len())], rank, 4, &mut own, rank, 4)
+                .unwrap();
+            itself &= st.len == 2 * len.min(out.len()) && own[0] == rank as u16 + 1;
+        }
+        (ring, itself)
+    })
+    .unwrap();
+    for (rank, (ring, itself)) in got.into_iter().enumerate() {
+        assert!(ring, "rank {rank}: wrong message from the ring");
+        assert!(itself, "rank {rank}: wrong message from itself");
+    }
+}
+
 #[test]
 fn bad_ranks_are_argument_errors_not_panics() {
     rdcoll::local::run(2, |world| {
