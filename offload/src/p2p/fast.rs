@@ -103,7 +103,11 @@ impl Engine {
             return None;
         };
         let lone = r.lone()?;
+        // A failed eager send waits to be reported by the next call that starts something
+        // (the fast receive's opening would report it, on a receive that had been posted
+        // before); the engine lock held here keeps it from being recorded meanwhile.
         if self.fast_state.load(Ordering::Relaxed) != FAST_NONE
+            || self.delivery_failed.load(Ordering::Relaxed)
             || !self
                 .ni
                 .cancel_direct_if_alone(self.pt_msg, lone.handle)
