@@ -17,7 +17,7 @@ mod transport;
 mod wan;
 
 fn usage() -> ! {
-    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|soak|stability|suite|wan> [options]");
+    eprintln!("usage: rdcoll-bench <info|latency|bw|bibw|sendrecv|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan|transport|match|offload|faults|soak|stability|suite|wan> [options]");
     std::process::exit(2);
 }
 

@@ -1,5 +1,6 @@
 //! The OSU point-to-point loops (osu_latency, osu_bw, osu_bibw 6.x), written once for any
-//! messaging layer, with OSU's options and output layout.
+//! messaging layer, with OSU's options and output layout, and one of rdcoll's own in the same
+//! layout: `sendrecv`, both ranks exchanging a message with each other (OSU has no such test).
 
 use std::fmt::Write as _;
 
@@ -15,6 +16,8 @@ pub trait Messenger {
     fn send_window(&self, buf: &[u8], window: usize, peer: u32, tag: u32) -> Result<(), String>;
     /// Posts a receive into each buffer of `bufs` from `peer`, then waits for all.
     fn recv_window(&self, bufs: &mut [Vec<u8>], peer: u32, tag: u32) -> Result<(), String>;
+    /// Sends `buf` to `peer` and receives into `into` from `peer`, at once (`MPI_Sendrecv`).
+    fn sendrecv(&self, buf: &[u8], into: &mut [u8], peer: u32, tag: u32) -> Result<(), String>;
     /// Both at once: receives into `bufs` and sends `buf` once per receive buffer.
     fn exchange_window(
         &self,
@@ -36,6 +39,9 @@ pub enum Kind {
     Bandwidth,
     /// osu_bibw: windows both ways at once.
     BiBandwidth,
+    /// Both ranks exchange a message with each other (sendrecv), time per exchange: a halo
+    /// exchange's or a ring step's cost.
+    SendRecv,
 }
 
 impl Kind {
@@ -45,6 +51,7 @@ impl Kind {
             "latency" => Kind::Latency,
             "bw" => Kind::Bandwidth,
             "bibw" => Kind::BiBandwidth,
+            "sendrecv" => Kind::SendRecv,
             _ => return None,
         })
     }
@@ -55,6 +62,7 @@ impl Kind {
             Kind::Latency => "latency",
             Kind::Bandwidth => "bw",
             Kind::BiBandwidth => "bibw",
+            Kind::SendRecv => "sendrecv",
         }
     }
 
@@ -64,20 +72,21 @@ impl Kind {
             Kind::Latency => "Latency Test",
             Kind::Bandwidth => "Bandwidth Test",
             Kind::BiBandwidth => "Bi-Directional Bandwidth Test",
+            Kind::SendRecv => "Sendrecv Latency Test",
         }
     }
 
     /// The value column's heading.
     pub fn unit(self) -> &'static str {
         match self {
-            Kind::Latency => "Latency (us)",
+            Kind::Latency | Kind::SendRecv => "Latency (us)",
             _ => "Bandwidth (MB/s)",
         }
     }
 
     /// Whether a larger value is better.
     pub fn higher_is_better(self) -> bool {
-        self != Kind::Latency
+        !matches!(self, Kind::Latency | Kind::SendRecv)
     }
 }
 
@@ -223,8 +232,8 @@ impl Options {
     fn counts(&self, kind: Kind, size: usize) -> (usize, usize) {
         let large = size > LARGE;
         let (iters, skip) = match (kind, large) {
-            (Kind::Latency, false) => (10_000, 100),
-            (Kind::Latency, true) => (1_000, 10),
+            (Kind::Latency | Kind::SendRecv, false) => (10_000, 100),
+            (Kind::Latency | Kind::SendRecv, true) => (1_000, 10),
             (_, false) => (100, 10),
             (_, true) => (20, 2),
         };
@@ -326,11 +335,22 @@ pub fn run(m: &dyn Messenger, kind: Kind, o: &Options) -> Result<Vec<Row>, Strin
                 }
                 m.wtime() - t0
             }
+            Kind::SendRecv => {
+                for i in 0..iters + skip {
+                    if i == skip {
+                        o.timed_loop_starts();
+                        t0 = m.wtime();
+                    }
+                    m.sendrecv(&sbuf[..size], &mut rbuf[..size], peer, 1)?;
+                }
+                m.wtime() - t0
+            }
         };
         let value = match kind {
             Kind::Latency => elapsed * 1e6 / (2.0 * iters as f64),
             Kind::Bandwidth => (size * iters * window) as f64 / 1e6 / elapsed,
             Kind::BiBandwidth => (size * iters * window * 2) as f64 / 1e6 / elapsed,
+            Kind::SendRecv => elapsed * 1e6 / iters as f64,
         };
         rows.push((size, value));
     }

@@ -1,4 +1,4 @@
-//! `rdcoll-bench latency|bw|bibw`: the OSU point-to-point benchmarks on rdcoll, in OSU's output
+//! `rdcoll-bench latency|bw|bibw|sendrecv`: the OSU point-to-point benchmarks on rdcoll, in OSU's output
 //! layout and with OSU's options (`-m [MIN:]MAX`, `-i`, `-x`, `-W`).
 //!
 //! - Under `rdcoll-run` (or `srun`, `mpirun`, `mpiexec`) each process is a rank.
@@ -53,6 +53,12 @@ impl Messenger for RdcollMessenger {
                 .map_err(s)?;
             rdcoll::wait_all(reqs).map(drop).map_err(s)
         })
+    }
+    fn sendrecv(&self, buf: &[u8], into: &mut [u8], peer: u32, tag: u32) -> Result<(), String> {
+        self.0
+            .sendrecv(buf, peer, tag, into, peer, tag)
+            .map(drop)
+            .map_err(s)
     }
     fn exchange_window(
         &self,

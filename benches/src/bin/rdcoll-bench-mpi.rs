@@ -1,4 +1,4 @@
-//! `rdcoll-bench-mpi latency|bw|bibw [OSU options]`: the same OSU loops as `rdcoll-bench`, on
+//! `rdcoll-bench-mpi latency|bw|bibw|sendrecv [OSU options]`: the same OSU loops as `rdcoll-bench`, on
 //! MPI through the `mpi` crate, for side-by-side runs (`rdcoll-bench ... --vs-mpi`). Build it
 //! against each installed MPI with `scripts/build-mpi-bench`; start it with `mpirun -n 2`.
 
@@ -53,6 +53,11 @@ impl Messenger for MpiMessenger {
                 r.wait();
             }
         });
+        Ok(())
+    }
+    fn sendrecv(&self, buf: &[u8], into: &mut [u8], peer: u32, tag: u32) -> Result<(), String> {
+        let p = self.world.process_at_rank(peer as i32);
+        mpi::point_to_point::send_receive_into_with_tags(buf, &p, tag as i32, into, &p, tag as i32);
         Ok(())
     }
     fn exchange_window(
@@ -376,7 +381,7 @@ fn main() {
     }
     let Some(kind) = args.first().and_then(|a| Kind::from_name(a)) else {
         eprintln!(
-            "usage: rdcoll-bench-mpi <latency|bw|bibw|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan> [-m [MIN:]MAX] [-i N] [-x N] [-W N] [-f]"
+            "usage: rdcoll-bench-mpi <latency|bw|bibw|sendrecv|bcast|allreduce|reduce|barrier|allgather|allgatherv|gather|scatter|alltoall|alltoallv|reduce_scatter|scan> [-m [MIN:]MAX] [-i N] [-x N] [-W N] [-f]"
         );
         std::process::exit(2);
     };
