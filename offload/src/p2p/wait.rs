@@ -14,7 +14,8 @@ impl Engine {
     ///
     /// A receive that is the only one posted and has not matched waits as a blocking
     /// receive with nothing posted does (`fast`): a lone `irecv` then `wait` costs what a
-    /// `recv` does.
+    /// `recv` does. A short send that found no eager credit tells its receiver, the first
+    /// time it is waited for, that its sender now waits (`notice_sender_waits`).
     pub fn wait(&self, id: ReqId) -> Result<Status> {
         {
             let mut inner = self.inner.lock();
