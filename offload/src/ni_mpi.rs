@@ -203,14 +203,19 @@ impl Ni {
         Ok(mpi.track_waiting(bits))
     }
 
-    /// Marks the header from `sender` with match bits `bits` (its nonce included) queued
-    /// unexpected on MPI portal `pt` with the bits [`Ni::track_waiting_senders`] counts: its
-    /// sender, which sent it without them, now waits for it. `false` if it is no longer
-    /// queued (a receive took it).
-    pub fn mark_sender_waits(&self, pt: PtIndex, sender: Rank, bits: u64) -> Result<bool> {
-        let mut st = self.lock_state();
-        let mpi = mpi_lists(&mut st, pt)?;
-        Ok(mpi.mark_waiting(sender, bits))
+    /// Has puts on portal `notice_pt` whose header data has `flag` mark, as they arrive, the
+    /// header from their initiator with their match bits (nonce included) queued unexpected
+    /// on MPI portal `msg_pt` with the bits [`Ni::track_waiting_senders`] counts: its sender,
+    /// which sent it without them, now waits for it. Applied at arrival, in order with the
+    /// sender's messages, so a notice never marks a later message that reuses the nonce; a
+    /// notice for a header a receive took already marks nothing. The put itself is handled
+    /// as any other on `notice_pt`.
+    pub fn take_waits_notices(&self, notice_pt: PtIndex, msg_pt: PtIndex, flag: u64) {
+        self.lock_state().waits_notices = Some(crate::state::WaitsNotices {
+            notice_pt,
+            msg_pt,
+            flag,
+        });
     }
 
     /// Whether a header from `sender` that [`Ni::track_waiting_senders`] counts is queued
@@ -221,11 +226,6 @@ impl Ni {
             .ok()
             .and_then(|p| p.mpi.as_ref())
             .is_some_and(|mpi| mpi.waiting_from(sender))
-    }
-
-    /// Moves every queued event of `eq` to `events` (without a progress pass).
-    pub(crate) fn drain_events(&self, eq: EqHandle, events: &mut Vec<Event>) -> Result<()> {
-        crate::ni::drain_eq(&mut self.lock_state(), eq, events)
     }
 
     /// Moves every matched direct receive to `directs` (without a progress pass).

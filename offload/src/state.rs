@@ -125,6 +125,18 @@ pub(crate) struct State {
     poller: Option<Box<dyn Poller>>,
     /// Direct receives that matched, not yet collected (`Ni::progress_and_drain`).
     pub(crate) direct_done: Vec<DirectDone>,
+    /// Where senders' "now waiting" notices arrive and what they mark
+    /// (`Ni::take_waits_notices`).
+    pub(crate) waits_notices: Option<WaitsNotices>,
+}
+
+/// Puts on `notice_pt` whose header data has `flag` mark, as they arrive, the header their
+/// initiator and match bits name queued on MPI portal `msg_pt` (`MpiLists::mark_waiting`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WaitsNotices {
+    pub(crate) notice_pt: PtIndex,
+    pub(crate) msg_pt: PtIndex,
+    pub(crate) flag: u64,
 }
 
 impl State {
@@ -151,6 +163,7 @@ impl State {
             queued_unexpected: Arc::new(AtomicU64::new(0)),
             poller: None,
             direct_done: Vec::new(),
+            waits_notices: None,
         }
     }
 

@@ -349,6 +349,20 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
 }
 
 /// An incoming put or get.
+/// A sender's notice that it now waits for its message with `bits` (`State::waits_notices`),
+/// applied as it arrives: in order with that sender's messages, so it marks that message if
+/// it is still queued and never a later one that reuses its nonce.
+#[cold]
+fn mark_waiting(st: &mut State, msg_pt: PtIndex, from: Rank, bits: u64) {
+    if let Some(mpi) = st
+        .portals
+        .get_mut(msg_pt.0)
+        .and_then(|p| p.mpi.as_deref_mut())
+    {
+        mpi.mark_waiting(from, bits);
+    }
+}
+
 pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
     match msg {
         Msg::Put {
@@ -361,6 +375,11 @@ pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
             rlength,
             data,
         } => {
+            if let Some(w) = st.waits_notices {
+                if w.notice_pt == pt && hdr_data & w.flag != 0 {
+                    mark_waiting(st, w.msg_pt, from, bits);
+                }
+            }
             let a = Arrival {
                 from,
                 pt,

@@ -11,7 +11,7 @@ use crate::{Event, Ni};
 
 /// Header data of a notice on the credit portal that the sender now waits for the message
 /// its match bits name (a credit return's header data is a running total, far below).
-const WAITS_NOTICE: u64 = 1 << 63;
+pub(super) const WAITS_NOTICE: u64 = 1 << 63;
 
 /// The portal where receivers return eager credit, its events going to `eq`: one entry that
 /// takes zero-byte puts from anyone (nothing is deposited in `empty`, the PUT event tells
@@ -74,8 +74,8 @@ impl Engine {
     /// Tells the receiver of send `id` that its sender now waits for it, if it is a short
     /// `isend` that found no eager credit (its header did not say so, as a blocking send's
     /// does): a zero-byte put to the receiver's credit portal naming the message (its match
-    /// bits, nonce included), once. The receiver marks the queued header as a blocking send's
-    /// (`Ni::mark_sender_waits`), so that a receive there that waits for a later message of
+    /// bits, nonce included), once. The receiver's NI marks the queued header as a blocking
+    /// send's as the notice arrives (`Ni::take_waits_notices`), so that a receive there that waits for a later message of
     /// this rank fails with `SenderBlocked` instead of waiting for ever.
     pub(super) fn notice_sender_waits(&self, inner: &mut Inner, id: ReqId) {
         let Some(Req::Send(s)) = inner.reqs.get_mut(id.0) else {
@@ -102,33 +102,12 @@ impl Engine {
         }
     }
 
-    /// A put on the credit portal: returned credit, or a sender's notice that it waits.
+    /// A put on the credit portal: returned credit (a sender's notice that it waits was
+    /// applied by the NI as it arrived, `Ni::take_waits_notices`).
     pub(super) fn on_credit_put(&self, ev: &Event) {
         if ev.hdr_data & WAITS_NOTICE == 0 {
             self.credits.returned_by(ev.peer, ev.hdr_data);
-        } else if let Err(e) = self
-            .ni
-            .mark_sender_waits(self.pt_msg, ev.peer, ev.match_bits)
-        {
-            tracing::debug!("a notice from rank {} not taken: {e}", ev.peer);
         }
-    }
-
-    /// Dispatches the events queued for the engine (credit returns, notices) without a
-    /// progress pass, for a wait that polls the fabric itself (the fast receive), unless
-    /// another thread is in the engine (it, or the next pass, takes them).
-    pub(super) fn take_queued_events(&self) {
-        let Some(mut inner) = self.inner.try_lock() else {
-            return;
-        };
-        let mut events = std::mem::take(&mut inner.scratch);
-        if let Err(e) = self.ni.drain_events(self.eq, &mut events) {
-            tracing::debug!("the engine's events not taken: {e}");
-        }
-        for ev in events.drain(..) {
-            self.dispatch(&mut inner, ev);
-        }
-        inner.scratch = events;
     }
 
     /// The sender that keeps a receive (or probe) from `source`, which matches none of the

@@ -37,6 +37,8 @@ pub(super) const FAST_NONE: u8 = 0;
 const FAST_OPEN: u8 = 1;
 /// Another thread is posting the fast receive as an ordinary one.
 const FAST_CLAIMED: u8 = 2;
+/// A wait is turning its posted receive into a fast one (`Engine::wait_alone`).
+const FAST_WITHDRAWING: u8 = 3;
 
 /// A fast receive in progress, for another thread that has to post it as an ordinary receive.
 /// Whether one is in progress is `Engine::fast_state`, changed only under the network
@@ -74,7 +76,7 @@ impl Engine {
         }
         let seen = {
             let mut inner = self.inner.lock();
-            match self.open_fast(&mut inner, buf, &spec, source, tag, context) {
+            match self.open_fast(&mut inner, buf, &spec, (source, tag, context), false) {
                 Opened::Open(seen) => seen,
                 Opened::Done(done) => return Some(done),
                 Opened::Closed => return None,
@@ -90,9 +92,11 @@ impl Engine {
     /// caller waits as usual).
     ///
     /// Matching is unchanged: nothing queued matches it (it would have taken that when
-    /// posted), every arrival since found it posted, and no receive can be posted between
-    /// the withdrawal and the opening (both under the engine lock), so the fast receive takes
-    /// what it would have taken. The request is gone from the engine from then on; this wait
+    /// posted), every arrival since found it posted, no receive can be posted between the
+    /// withdrawal and the opening (both under the engine lock), and no other thread's
+    /// blocking receive takes a message queued in between (the fast state says
+    /// `FAST_WITHDRAWING`, which `take_queued` leaves to it), so the fast receive takes what
+    /// it would have taken. The request is gone from the engine from then on; this wait
     /// holds its buffer until the message is in.
     pub(super) fn wait_alone(
         &self,
@@ -108,11 +112,20 @@ impl Engine {
         // before); the engine lock held here keeps it from being recorded meanwhile.
         if self.fast_state.load(Ordering::Relaxed) != FAST_NONE
             || self.delivery_failed.load(Ordering::Relaxed)
-            || !self
-                .ni
-                .cancel_direct_if_alone(self.pt_msg, lone.handle)
-                .unwrap_or(false)
         {
+            return None;
+        }
+        // From the withdrawal to the opening the receive counts as an open fast receive, so
+        // that another thread's blocking receive does not take a message queued meanwhile
+        // (`take_queued` leaves it to the older fast receive); its other receives wait for
+        // the engine lock, held here throughout.
+        self.fast_state.store(FAST_WITHDRAWING, Ordering::Relaxed);
+        let withdrawn = self
+            .ni
+            .cancel_direct_if_alone(self.pt_msg, lone.handle)
+            .unwrap_or(false);
+        if !withdrawn {
+            self.fast_state.store(FAST_NONE, Ordering::Relaxed);
             return None;
         }
         inner.reqs.remove(id.0);
@@ -123,7 +136,8 @@ impl Engine {
         let buf = unsafe { std::slice::from_raw_parts_mut(lone.addr as *mut u8, lone.capacity) };
         let (source, tag, context) = (lone.source, lone.tag, lone.context);
         let spec = bits::receive_spec(context, tag, source);
-        let done = match self.open_fast(&mut inner, buf, &spec, source, tag, context) {
+        let opened = self.open_fast(&mut inner, buf, &spec, (source, tag, context), true);
+        let done = match opened {
             Opened::Open(seen) => {
                 drop(inner);
                 self.poll_fast(buf, source, &spec, seen)
@@ -161,16 +175,33 @@ impl Engine {
     /// engine lock keeps every other receive of this rank out meanwhile); else, with nothing
     /// else posted and nothing queued for it, it opens under the state lock, which
     /// serialises it with claims.
+    ///
+    /// `withdrawing`: the fast state is `FAST_WITHDRAWING` (a wait replacing its posted
+    /// receive), and is `FAST_NONE` again unless the receive opens.
     fn open_fast(
         &self,
         inner: &mut Inner,
         buf: &mut [u8],
         spec: &ReceiveSpec,
-        source: Source,
-        tag: TagSel,
-        context: Context,
+        (source, tag, context): (Source, TagSel, Context),
+        withdrawing: bool,
     ) -> Opened {
-        if self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
+        let opened = self.try_open_fast(inner, buf, spec, (source, tag, context), withdrawing);
+        if withdrawing && !matches!(opened, Opened::Open(_)) {
+            self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+        }
+        opened
+    }
+
+    fn try_open_fast(
+        &self,
+        inner: &mut Inner,
+        buf: &mut [u8],
+        spec: &ReceiveSpec,
+        (source, tag, context): (Source, TagSel, Context),
+        withdrawing: bool,
+    ) -> Opened {
+        if !withdrawing && self.fast_state.load(Ordering::Relaxed) != FAST_NONE {
             return Opened::Closed;
         }
         if let Err(e) = self.take_delivery_failure(inner) {
@@ -226,12 +257,8 @@ impl Engine {
             // A sender blocked behind its own unreceived messages: the ordinary wait
             // withdraws the receive with the error (`Engine::wait`).
             looks = looks.wrapping_add(1);
-            if looks.is_multiple_of(64) {
-                // Notices that a sender now waits come as the engine's events.
-                self.take_queued_events();
-                if self.blocked_sender(source).is_some() {
-                    return self.finish_as_ordinary(true);
-                }
+            if looks.is_multiple_of(64) && self.blocked_sender(source).is_some() {
+                return self.finish_as_ordinary(true);
             }
             // A matched receive another thread's pass could not hand to the engine (it was
             // busy): taken now, since its sender may send what this receive waits for only

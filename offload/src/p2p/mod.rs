@@ -201,6 +201,7 @@ impl Engine {
         let probe_region = fabric.alloc_region(0)?;
         let pt_credit = credit_flow::credit_portal(&ni, eq, &probe_region)?;
         let waiting_headers = ni.track_waiting_senders(pt_msg, bits::SENDER_WAITS)?;
+        ni.take_waits_notices(pt_credit, pt_msg, credit_flow::WAITS_NOTICE);
         let eager_opts = MdOptions {
             event_send_disable: true,
             // Every put on it is an eager message, a rendezvous header or a credit return:
