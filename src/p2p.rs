@@ -1,7 +1,7 @@
 //! Blocking point-to-point messaging on a [`Comm`]: send, receive, probe, sendrecv.
 
 use bytemuck::Pod;
-use rdcoll_offload::p2p::{Fetch, Source, Started, TagSel};
+use rdcoll_offload::p2p::{Engine, Fetch, ReqId, Source, Started, TagSel};
 
 use crate::{Comm, Rank, Result, Status};
 
@@ -55,9 +55,10 @@ impl Comm {
     /// Sends `data` to `dest` and receives into `buf` from `source`, both at once (so a ring
     /// exchange cannot deadlock).
     ///
-    /// A short message with eager credit is sent first (it is on its way when the call
-    /// returns) and the receive is then a blocking one, which polls for its message itself; a
-    /// long one is started, the receive posted, and both waited for.
+    /// The send starts first. A short message with eager credit has then been copied out (it
+    /// is on its way), and the receive is a blocking one, which polls for its message
+    /// itself; otherwise (a long message, or a short one without credit, read from `data` in
+    /// place) the receive is posted and both are waited for.
     #[allow(clippy::too_many_arguments)]
     pub fn sendrecv<T: Pod, U: Pod>(
         &self,
@@ -72,19 +73,22 @@ impl Comm {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let engine = self.engine()?;
         let to = self.to_fabric(dest)?;
-        // SAFETY: `data` is borrowed for the whole call: a short send has copied it out when
-        // this returns, a long one is waited for below before this call returns.
+        // SAFETY: `data` is borrowed for the whole call. A send that completes at once has
+        // copied it out; one that does not (it reads `data` in place) is waited for before
+        // this call returns, also if it unwinds (`PendingSend`).
         let started = unsafe {
             engine.isend_started(bytes.as_ptr(), bytes.len(), to, send_tag, self.context())
         };
-        let id = match started.map_err(|e| self.error_from_fabric(e))? {
+        let pending = match started.map_err(|e| self.error_from_fabric(e))? {
             Started::Done(_) => return self.recv(buf, source, recv_tag),
-            Started::Pending(id) => id,
+            Started::Pending(id) => PendingSend {
+                engine,
+                id: Some(id),
+            },
         };
         // The sender is normally in a sendrecv too, its core busy with its own receive.
         let got = self.scope(|s| s.irecv_fetching(buf, source, recv_tag, Fetch::Read)?.wait());
-        // Waited for whatever the receive did: the send's buffer is lent until then.
-        let sent = engine.wait(id).map_err(|e| self.error_from_fabric(e));
+        let sent = pending.wait().map_err(|e| self.error_from_fabric(e));
         let got = got?;
         sent?;
         Ok(got)
@@ -122,5 +126,27 @@ impl Comm {
     pub fn rendezvous(&self) -> Result<(usize, usize)> {
         let c = self.engine()?.config();
         Ok((c.rndv_chunk, c.rndv_credits))
+    }
+}
+
+/// A send in flight that [`Comm::sendrecv`] waits for: its buffer is lent to it until then,
+/// also when the call unwinds (then waited for on drop, its result dropped).
+struct PendingSend<'a> {
+    engine: &'a Engine,
+    id: Option<ReqId>,
+}
+
+impl PendingSend<'_> {
+    fn wait(mut self) -> rdcoll_offload::Result<rdcoll_offload::p2p::Status> {
+        let id = self.id.take().expect("waited for once");
+        self.engine.wait(id)
+    }
+}
+
+impl Drop for PendingSend<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id.take() {
+            let _ = self.engine.wait(id);
+        }
     }
 }

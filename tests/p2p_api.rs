@@ -127,13 +127,12 @@ fn sendrecv_mixes_short_and_long_messages() {
             && inbox[..len_of(left)]
                 .iter()
                 .all(|&v| u32::from(v) == left + 1);
-        let mut own = vec![0u16; 100_000];
         let mut itself = true;
         for len in [8, 100_000] {
-            let st = world
-                .sendrecv(&out[..len.min(out.len())], rank, 4, &mut own, rank, 4)
-                .unwrap();
-            itself &= st.len == 2 * len.min(out.len()) && own[0] == rank as u16 + 1;
+            let mine: Vec<u16> = (0..len).map(|i| (i as u16) ^ (rank as u16 + 1)).collect();
+            let mut own = vec![0u16; 100_000];
+            let st = world.sendrecv(&mine, rank, 4, &mut own, rank, 4).unwrap();
+            itself &= st.len == 2 * len && own[..len] == mine[..];
         }
         (ring, itself)
     })
