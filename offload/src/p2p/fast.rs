@@ -137,6 +137,9 @@ impl Engine {
         let (source, tag, context) = (lone.source, lone.tag, lone.context);
         let spec = bits::receive_spec(context, tag, source);
         let opened = self.open_fast(&mut inner, buf, &spec, (source, tag, context), true);
+        if !matches!(opened, Opened::Open(_)) {
+            self.fast_state.store(FAST_NONE, Ordering::Relaxed);
+        }
         let done = match opened {
             Opened::Open(seen) => {
                 drop(inner);
@@ -177,23 +180,8 @@ impl Engine {
     /// serialises it with claims.
     ///
     /// `withdrawing`: the fast state is `FAST_WITHDRAWING` (a wait replacing its posted
-    /// receive), and is `FAST_NONE` again unless the receive opens.
+    /// receive), which the caller clears unless the receive opens.
     fn open_fast(
-        &self,
-        inner: &mut Inner,
-        buf: &mut [u8],
-        spec: &ReceiveSpec,
-        (source, tag, context): (Source, TagSel, Context),
-        withdrawing: bool,
-    ) -> Opened {
-        let opened = self.try_open_fast(inner, buf, spec, (source, tag, context), withdrawing);
-        if withdrawing && !matches!(opened, Opened::Open(_)) {
-            self.fast_state.store(FAST_NONE, Ordering::Relaxed);
-        }
-        opened
-    }
-
-    fn try_open_fast(
         &self,
         inner: &mut Inner,
         buf: &mut [u8],
