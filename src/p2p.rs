@@ -73,9 +73,9 @@ impl Comm {
         let bytes: &[u8] = bytemuck::cast_slice(data);
         let engine = self.engine()?;
         let to = self.to_fabric(dest)?;
-        // SAFETY: `data` is borrowed for the whole call. A send that completes at once has
-        // copied it out; one that does not (it reads `data` in place) is waited for before
-        // this call returns, also if it unwinds (`PendingSend`).
+        // A send that completes at once has copied `data` out; one that does not reads it in
+        // place and is waited for before this call returns, also if it unwinds (`PendingSend`).
+        // SAFETY: `data` is borrowed for the whole call, which outlasts the send as said.
         let started = unsafe {
             engine.isend_started(bytes.as_ptr(), bytes.len(), to, send_tag, self.context())
         };

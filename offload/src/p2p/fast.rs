@@ -129,10 +129,9 @@ impl Engine {
             return None;
         }
         inner.reqs.remove(id.0);
-        // SAFETY: the buffer (`capacity` > 0 bytes at `addr`) was lent to request `id` until
-        // it completes, and the caller waits for that request: it stays lent to this wait,
-        // which returns only once the message is in it (or the receive failed), and nothing
-        // else writes it now that the posted receive is withdrawn.
+        // The buffer (`capacity` > 0 bytes at `addr`) was lent to request `id`, which the
+        // caller waits for: it stays lent to this wait until the message is in it.
+        // SAFETY: lent as said; the posted receive is withdrawn, so only this wait writes it.
         let buf = unsafe { std::slice::from_raw_parts_mut(lone.addr as *mut u8, lone.capacity) };
         let (source, tag, context) = (lone.source, lone.tag, lone.context);
         let spec = bits::receive_spec(context, tag, source);
