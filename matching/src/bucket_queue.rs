@@ -6,11 +6,14 @@
 //! and leave all of them in O(1). A bucket's ends live in a small vector addressed by bucket id;
 //! the hash map only finds a bucket by key. A bucket that empties stays in the map, idle, so a
 //! key that is used again soon (the same tag every iteration) costs one lookup instead of a
-//! removal and an insertion; while [`IDLE_FLOOR`] buckets are idle already, a bucket that empties
-//! is removed at once instead (one hash removal of a key just looked up, so its slot is in
-//! cache). The table's size follows what is queued now plus at most the floor, not every tag
-//! ever seen, and no release costs more than O(1) (an earlier design swept all idle buckets at
-//! once: O(1) amortized, but a fifth of a receive's time when draining 10,000 queued tags).
+//! removal and an insertion, and a queue that drains (received tag by tag) pays no hash
+//! removal at all: its map is cleared when the queue is short again. Idle buckets are dropped
+//! together, in one pass over the map, when a bucket is created while more than [`IDLE_FLOOR`]
+//! buckets, and at least as many as are live, are idle: the map holds at most twice the live
+//! buckets or the floor, and each pass, O(map size), is paid for by the buckets that emptied
+//! since the last one. (Removing each emptied bucket at once cost a draining receive a second
+//! hash lookup of the key it had just found, a tenth of a receive at depth 10,000; sweeping
+//! every [`IDLE_FLOOR`] emptyings, an earlier design, a fifth.)
 
 use std::hash::Hash;
 
@@ -112,15 +115,13 @@ pub(crate) fn next_on<N: Linked + Copy, V>(slab: &Slab<N, V>, index: u32, lane: 
 /// form, so a burst does not pin its memory.
 const KEEP_CAPACITY: usize = 256;
 
-/// Most idle buckets kept for keys that come back.
+/// Idle buckets kept for keys that come back, however few buckets are live.
 const IDLE_FLOOR: usize = 64;
 
 /// FIFO lists keyed by `K`, created on first use and dropped some time after they empty.
 pub(crate) struct BucketTable<K> {
     index: FastMap<K, u32>,
     buckets: Vec<ListEnds>,
-    /// The key of each bucket id in use (stale for free ids), to remove an emptied bucket.
-    keys: Vec<K>,
     free: Vec<u32>,
     idle: usize,
 }
@@ -131,7 +132,6 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         BucketTable {
             index: FastMap::default(),
             buckets: Vec::new(),
-            keys: Vec::new(),
             free: Vec::new(),
             idle: 0,
         }
@@ -167,7 +167,10 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
     /// into it right away.
     #[inline]
     pub(crate) fn get_or_create(&mut self, key: K) -> u32 {
-        let (buckets, keys, free) = (&mut self.buckets, &mut self.keys, &mut self.free);
+        if self.idle > IDLE_FLOOR && self.idle >= self.live() {
+            self.drop_idle();
+        }
+        let (buckets, free) = (&mut self.buckets, &mut self.free);
         let mut revived = false;
         let id = *self
             .index
@@ -176,12 +179,10 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
             .or_insert_with(|| match free.pop() {
                 Some(id) => {
                     buckets[id as usize] = ListEnds::EMPTY;
-                    keys[id as usize] = key;
                     id
                 }
                 None => {
                     buckets.push(ListEnds::EMPTY);
-                    keys.push(key);
                     (buckets.len() - 1) as u32
                 }
             });
@@ -191,18 +192,36 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         id
     }
 
-    /// Notes that a node left bucket `id`; an emptied bucket turns idle, or is removed if
-    /// [`IDLE_FLOOR`] buckets are idle already.
+    /// Notes that a node left bucket `id`; an emptied bucket turns idle (see the module doc
+    /// for when idle buckets are dropped).
     #[inline]
     pub(crate) fn release_if_empty(&mut self, id: u32) {
-        if !self.buckets[id as usize].is_empty() {
-            return;
-        }
-        if self.idle < IDLE_FLOOR {
+        if self.buckets[id as usize].is_empty() {
             self.idle += 1;
-        } else {
-            self.index.remove(&self.keys[id as usize]);
-            self.free.push(id);
+        }
+    }
+
+    /// Makes room for `additional` more keys at once (before linking a whole queue).
+    pub(crate) fn reserve(&mut self, additional: usize) {
+        self.index.reserve(additional);
+    }
+
+    /// Removes every idle bucket from the map (their ids become free), and gives back room
+    /// the map no longer needs.
+    #[cold]
+    fn drop_idle(&mut self) {
+        let (buckets, free) = (&self.buckets, &mut self.free);
+        self.index.retain(|_, &mut id| {
+            let live = !buckets[id as usize].is_empty();
+            if !live {
+                free.push(id);
+            }
+            live
+        });
+        self.idle = 0;
+        let wanted = 2 * (self.index.len() + IDLE_FLOOR);
+        if self.index.capacity() > 2 * wanted {
+            self.index.shrink_to(wanted);
         }
     }
 
@@ -213,7 +232,6 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         } else {
             self.index.clear();
             self.buckets.clear();
-            self.keys.clear();
             self.free.clear();
             self.idle = 0;
         }
@@ -320,10 +338,20 @@ mod tests {
         let (mut slab, mut table) = (Slab::new(), BucketTable::new());
         for key in 0..100_000u64 {
             touch(&mut slab, &mut table, key);
-            assert!(table.index.len() <= IDLE_FLOOR + 1);
+            assert!(
+                table.index.len() <= 2 * IDLE_FLOOR + 2,
+                "len {} cap {} idle {}",
+                table.index.len(),
+                table.index.capacity(),
+                table.idle
+            );
         }
         assert_eq!(table.live(), 0);
-        assert!(table.slots() <= IDLE_FLOOR + 1, "slots {}", table.slots());
+        assert!(
+            table.slots() <= 2 * IDLE_FLOOR + 2,
+            "slots {}",
+            table.slots()
+        );
         assert!(table.map_capacity() <= 4 * IDLE_FLOOR);
     }
 
@@ -345,6 +373,43 @@ mod tests {
             assert_eq!(table.head(&key), Some(node));
         }
         assert_eq!(table.live(), 10);
+        assert!(table.index.len() <= 2 * (10 + IDLE_FLOOR) + 2);
+    }
+
+    /// Draining many live buckets (a deep queue received key by key) removes nothing from
+    /// the map; new keys afterwards drop the idle buckets instead of growing it.
+    #[test]
+    fn draining_then_refilling_reuses_the_room() {
+        let (mut slab, mut table) = (Slab::new(), BucketTable::new());
+        let queued: Vec<(u32, u32)> = (0..10_000u64)
+            .map(|key| {
+                let id = table.get_or_create(key);
+                let node = slab.insert(NODE, key as u32).index;
+                push_back(&mut slab, table.ends_mut(id), node, 0);
+                (id, node)
+            })
+            .collect();
+        let capacity = table.map_capacity();
+        for (id, node) in queued.into_iter().rev() {
+            unlink(&mut slab, table.ends_mut(id), node, 0);
+            table.release_if_empty(id);
+            slab.remove(node);
+        }
+        assert_eq!((table.live(), table.index.len()), (0, 10_000));
+        for round in 1..4u64 {
+            for key in 0..10_000u64 {
+                let key = round * 1_000_000 + key;
+                let id = table.get_or_create(key);
+                let node = slab.insert(NODE, key as u32).index;
+                push_back(&mut slab, table.ends_mut(id), node, 0);
+                unlink(&mut slab, table.ends_mut(id), node, 0);
+                table.release_if_empty(id);
+                slab.remove(node);
+            }
+        }
+        assert!(table.map_capacity() <= capacity);
+        assert!(table.index.len() <= 2 * IDLE_FLOOR + 2);
+        assert!(table.slots() <= capacity + 1);
     }
 
     #[test]

@@ -154,7 +154,7 @@ impl<R, M> Matcher<R, M> {
     }
 
     /// The earliest arrived unexpected message `spec` matches, left in place.
-    pub fn probe(&self, spec: &ReceiveSpec) -> Option<(Envelope, &M)> {
+    pub fn probe(&mut self, spec: &ReceiveSpec) -> Option<(Envelope, &M)> {
         let found = self.unexpected.find(Selector::compile(spec))?;
         let (envelope, message) = self.unexpected.get(found);
         Some((*envelope, message))
@@ -269,7 +269,7 @@ impl<R, M> Matching<R, M> for Matcher<R, M> {
         Matcher::arrive_sequenced(self, seq, envelope, message, outcomes)
     }
 
-    fn probe(&self, spec: &ReceiveSpec) -> Option<(Envelope, &M)> {
+    fn probe(&mut self, spec: &ReceiveSpec) -> Option<(Envelope, &M)> {
         Matcher::probe(self, spec)
     }
 

@@ -80,8 +80,9 @@ pub trait Matching<R, M> {
         outcomes: &mut Vec<ArrivalOutcome<R, M>>,
     ) -> Result<(), Rejected<M>>;
 
-    /// The earliest arrived unexpected message `spec` matches, left in place (MPI_Iprobe).
-    fn probe(&self, spec: &ReceiveSpec) -> Option<(Envelope, &M)>;
+    /// The earliest arrived unexpected message `spec` matches, left in place (MPI_Iprobe). It
+    /// takes `&mut self` because an implementation may update its indexes for `spec`'s shape.
+    fn probe(&mut self, spec: &ReceiveSpec) -> Option<(Envelope, &M)>;
 
     /// Removes and returns the earliest arrived unexpected message `spec` matches, without a
     /// receive (MPI_Improbe); the returned value plays the role of the MPI message handle.

@@ -137,7 +137,7 @@ impl<R, M> Matching<R, M> for ReferenceMatcher<R, M> {
             })
     }
 
-    fn probe(&self, spec: &ReceiveSpec) -> Option<(Envelope, &M)> {
+    fn probe(&mut self, spec: &ReceiveSpec) -> Option<(Envelope, &M)> {
         let (envelope, message) = &self.unexpected[self.first_unexpected(spec)?];
         Some((*envelope, message))
     }

@@ -266,7 +266,7 @@ impl MpiLists {
     }
 
     /// The oldest unexpected header `spec` matches, left in place.
-    pub(crate) fn probe(&self, spec: &ReceiveSpec) -> Option<&Unexpected> {
+    pub(crate) fn probe(&mut self, spec: &ReceiveSpec) -> Option<&Unexpected> {
         self.matcher.probe(spec).map(|(_, u)| u)
     }
 

@@ -377,7 +377,7 @@ impl Ni {
             let queued = st.queued_unexpected.load(Ordering::Relaxed);
             if queued != *seen {
                 *seen = queued;
-                let probe = st.portals.get(pt.0).and_then(|p| p.mpi.as_ref());
+                let probe = st.portals.get_mut(pt.0).and_then(|p| p.mpi.as_deref_mut());
                 if probe.is_some_and(|m| m.probe(spec).is_some()) {
                     queued_match = true;
                     break;

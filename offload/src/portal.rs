@@ -185,8 +185,8 @@ impl Portal {
     }
 
     /// The first unexpected header `me` would take, left in place (a search).
-    pub(crate) fn first_header(&self, me: &Me) -> Option<Unexpected> {
-        if let Some(mpi) = &self.mpi {
+    pub(crate) fn first_header(&mut self, me: &Me) -> Option<Unexpected> {
+        if let Some(mpi) = &mut self.mpi {
             let spec = spec_of(me.match_bits, me.ignore_bits, me.match_id)?;
             return mpi.probe(&spec).cloned();
         }
