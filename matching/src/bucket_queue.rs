@@ -124,6 +124,11 @@ pub(crate) struct BucketTable<K> {
     buckets: Vec<ListEnds>,
     free: Vec<u32>,
     idle: usize,
+    /// The key last created or found by [`BucketTable::get_or_create`] and its bucket id: a
+    /// run of receives (or messages) with one envelope, the common case, finds its bucket
+    /// without hashing. Valid until buckets are dropped ([`BucketTable::drop_idle`],
+    /// [`BucketTable::clear`]), which forget it.
+    last: Option<(K, u32)>,
 }
 
 impl<K: Hash + Eq + Copy> BucketTable<K> {
@@ -134,12 +139,18 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
             buckets: Vec::new(),
             free: Vec::new(),
             idle: 0,
+            last: None,
         }
     }
 
     /// The bucket id for `key`, if that bucket exists (it may be idle, i.e. empty).
     #[inline]
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
+        if let Some((last, id)) = self.last {
+            if last == *key {
+                return Some(id);
+            }
+        }
         self.index.get(key).copied()
     }
 
@@ -170,6 +181,14 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         if self.idle > IDLE_FLOOR && self.idle >= self.live() {
             self.drop_idle();
         }
+        if let Some((last, id)) = self.last {
+            if last == key {
+                if self.buckets[id as usize].is_empty() {
+                    self.idle -= 1;
+                }
+                return id;
+            }
+        }
         let (buckets, free) = (&mut self.buckets, &mut self.free);
         let mut revived = false;
         let id = *self
@@ -189,6 +208,7 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         if revived {
             self.idle -= 1;
         }
+        self.last = Some((key, id));
         id
     }
 
@@ -219,6 +239,7 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
             live
         });
         self.idle = 0;
+        self.last = None;
         let wanted = 2 * (self.index.len() + IDLE_FLOOR);
         if self.index.capacity() > 2 * wanted {
             self.index.shrink_to(wanted);
@@ -231,6 +252,7 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
             *self = Self::new();
         } else {
             self.index.clear();
+            self.last = None;
             self.buckets.clear();
             self.free.clear();
             self.idle = 0;
