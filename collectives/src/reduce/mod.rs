@@ -102,16 +102,8 @@ impl Collectives {
             let small = acc.len() <= self.cfg.allreduce_small_max;
             let model = self.reduce_state(inner)?.model;
             if !small {
-                let Inner {
-                    reduction, puts, ..
-                } = inner;
-                let state = reduction.as_mut().expect("set up by reduce_state");
-                if state.large.is_none() {
-                    let large = scatter_gather::ScatterGather::new(&self.waiter, self.context)?;
-                    state.large = Some(large);
-                }
-                let large = state.large.as_mut().expect("set just above");
-                large.reduce(&self.waiter, puts, acc, elem, reduce, root)?;
+                let contribution = scatter_gather::Contribution::InOut(acc);
+                self.large_reduction(inner, contribution, elem, reduce, root)?;
                 return Ok(Ok(()));
             }
             let k = self.degree(n, &model, acc.len());
@@ -146,6 +138,69 @@ impl Collectives {
                 self.small(inner, acc, 0)?;
             }
             Ok(Ok(()))
+        })
+    }
+
+    /// The reduce-scatter path of [`reduction`](Collectives::reduction) (vectors above the
+    /// small limit), inside its guarded step.
+    fn large_reduction(
+        &self,
+        inner: &mut Inner,
+        contribution: scatter_gather::Contribution<'_>,
+        elem: usize,
+        reduce: &Reducer<'_>,
+        root: Option<Rank>,
+    ) -> Result<()> {
+        self.reduce_state(inner)?;
+        let Inner {
+            reduction, puts, ..
+        } = inner;
+        let state = reduction.as_mut().expect("set up by reduce_state");
+        if state.large.is_none() {
+            let large = scatter_gather::ScatterGather::new(&self.waiter, self.context)?;
+            state.large = Some(large);
+        }
+        let large = state.large.as_mut().expect("set just above");
+        large.reduce(&self.waiter, puts, contribution, elem, reduce, root)
+    }
+
+    /// [`reduce`](Collectives::reduce) on a rank other than `root`, whose contribution `send`
+    /// is only read: a vector above the small limit (`config().allreduce_small_max`) is not
+    /// copied at all. A small one is combined in a 64-byte aligned copy made here, as
+    /// `reduce` combines in its `acc`; a caller that can copy it in its own element type
+    /// (cheaper: a plain allocation) calls `reduce` on that copy instead.
+    pub fn reduce_from(
+        &self,
+        send: &[u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+        root: Rank,
+    ) -> Result<()> {
+        if root == self.waiter.rank() {
+            return Err(CollError::InvalidArgument(
+                "the root's vector takes the result: reduce, not reduce_from".into(),
+            ));
+        }
+        self.agree(|| {
+            Call::new(CallKind::Reduce)
+                .root(root)
+                .bytes(send.len())
+                .reduction(elem, reduce)
+        })?;
+        self.check_root(root)?;
+        if send.len() <= self.cfg.allreduce_small_max {
+            let mut copy = Lines::copy_of(send);
+            return self.reduction(copy.bytes_mut(), elem, reduce, Some(root));
+        }
+        if elem == 0 || !send.len().is_multiple_of(elem) {
+            return Err(CollError::InvalidArgument(format!(
+                "{} bytes are not whole {elem}-byte elements",
+                send.len()
+            )));
+        }
+        self.guarded(|inner| {
+            let contribution = scatter_gather::Contribution::In(send);
+            Ok(self.large_reduction(inner, contribution, elem, reduce, Some(root)))
         })
     }
 
@@ -255,5 +310,40 @@ impl Collectives {
             });
         }
         Ok(inner.reduction.as_mut().expect("set just above"))
+    }
+}
+
+/// A copy of a vector in 64-byte aligned memory (aligned for any element a reduction takes).
+struct Lines {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+/// One aligned line of [`Lines`].
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
+
+impl Lines {
+    fn copy_of(bytes: &[u8]) -> Lines {
+        // Line by line (no zeroing pass first: a small reduction's whole cost is a few
+        // passes over its vector).
+        let lines = bytes
+            .chunks(64)
+            .map(|part| {
+                let mut line = Line([0; 64]);
+                line.0[..part.len()].copy_from_slice(part);
+                line
+            })
+            .collect();
+        Lines {
+            lines,
+            len: bytes.len(),
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        let len = self.len;
+        &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.lines)[..len]
     }
 }

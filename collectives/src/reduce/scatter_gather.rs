@@ -7,7 +7,9 @@
 //!    reduce-scatter slot for it;
 //! 2. each owner combines the `n` contributions strictly as `v0 op v1 op ... op v(n-1)`
 //!    (ascending ranks, whatever the arrival order: results are reproducible bit for bit),
-//!    into its own buffer, acknowledging each slot as it is consumed;
+//!    acknowledging each slot as it is consumed: rank 0 into its own buffer, the others into
+//!    rank 0's contribution where it arrived (no copy of it first; a reduce's rank that does
+//!    not receive the result only reads its own vector, which is not copied either);
 //! 3. each owner writes the reduced chunk into every other rank's allgather slot for it (only
 //!    the root's, for a reduce);
 //! 4. each rank copies the chunks it receives into place and acknowledges them.
@@ -75,6 +77,24 @@ enum Phase {
     Gather = 1,
 }
 
+/// This rank's contribution to a large reduction.
+pub(crate) enum Contribution<'a> {
+    /// Read, and written with the result (an allreduce, or the root of a reduce).
+    InOut(&'a mut [u8]),
+    /// Only read (a reduce's rank other than the root: its vector is not copied first).
+    In(&'a [u8]),
+}
+
+/// Where a rank's combined chunk is.
+#[derive(Clone, Copy)]
+enum Folded {
+    /// In its place in the rank's own vector.
+    Mine,
+    /// In this rank's area at this offset (rank 0's scatter slot, still to be acknowledged,
+    /// or, for rank 0 itself, its own unused scatter slot).
+    Area(usize),
+}
+
 /// One communicator's staging slots for large reductions.
 pub(crate) struct ScatterGather {
     area: Area,
@@ -86,8 +106,6 @@ pub(crate) struct ScatterGather {
     /// Writes made to / consumed from each `[phase][peer][window]` slot, mod 256.
     written: Vec<u8>,
     consumed: Vec<u8>,
-    /// An aligned buffer for the running result of one chunk.
-    scratch: Vec<u64>,
     /// Bytes per chunk ([`chunk_for`]).
     chunk: usize,
 }
@@ -108,7 +126,6 @@ impl ScatterGather {
             n,
             written: vec![0; slots],
             consumed: vec![0; slots],
-            scratch: vec![0; chunk / 8],
             chunk,
         })
     }
@@ -205,25 +222,35 @@ impl ScatterGather {
         Ok(())
     }
 
-    /// Reduces `acc` (this rank's contribution; `elem`-byte elements, aligned) across all
-    /// ranks: afterwards every rank's `acc` holds the result (`root: None`), or the root's.
+    /// Reduces this rank's contribution (`elem`-byte elements, aligned) across all ranks:
+    /// afterwards every rank's vector holds the result (`root: None`), or the root's. A
+    /// read-only contribution ([`Contribution::In`]) is for a rank that receives nothing.
     pub(crate) fn reduce(
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
-        acc: &mut [u8],
+        contribution: Contribution<'_>,
         elem: usize,
         reduce: &Reducer<'_>,
         root: Option<Rank>,
     ) -> Result<()> {
         let (me, n) = (w.rank() as usize, self.n);
-        if elem == 0 || !acc.len().is_multiple_of(elem) || elem > self.chunk {
+        let receives = |r: usize| root.is_none_or(|root| root as usize == r);
+        let (ptr, bytes, writable) = match contribution {
+            Contribution::InOut(acc) => (acc.as_mut_ptr(), acc.len(), true),
+            Contribution::In(acc) => (acc.as_ptr().cast_mut(), acc.len(), false),
+        };
+        if !writable && receives(me) {
+            return Err(CollError::InvalidArgument(
+                "a rank that receives the result needs a writable vector".into(),
+            ));
+        }
+        if elem == 0 || !bytes.is_multiple_of(elem) || elem > self.chunk {
             return Err(CollError::InvalidArgument(format!(
-                "{} bytes are not whole {elem}-byte elements",
-                acc.len()
+                "{bytes} bytes are not whole {elem}-byte elements"
             )));
         }
-        let count = acc.len() / elem;
+        let count = bytes / elem;
         let chunk = self.chunk / elem;
         let rounds = (0..n)
             .map(|o| segment(count, n, o).1.div_ceil(chunk))
@@ -239,11 +266,12 @@ impl ScatterGather {
                 )
             })
         };
-        let receives = |r: usize| root.is_none_or(|root| root as usize == r);
-        // SAFETY: `acc` is borrowed mutably for the whole call and only reached through this
-        // region from here on (reads by the puts out of it, which complete before it is
-        // dropped, and the copies into it below); its key is never given to a peer.
-        let mine = unsafe { w.fabric().register_memory(acc.as_mut_ptr(), acc.len())? };
+        // The contribution is borrowed for the whole call (mutably if `writable`) and only
+        // reached through this region from here on: reads by the puts out of it, which
+        // complete before it is dropped, and, only if `writable`, the combining and copies
+        // into it below. Its key is never given to a peer, so nothing else writes it.
+        // SAFETY: as just said; `ptr..ptr + bytes` is the borrowed contribution.
+        let mine = unsafe { w.fabric().register_memory(ptr, bytes)? };
         let result = (|| -> Result<()> {
             // 1. This rank's parts of the other owners' chunks, a round ahead: round `q + 1`'s
             // travel while round `q`'s reduced chunks do.
@@ -262,10 +290,28 @@ impl ScatterGather {
                 let window = q % WINDOWS;
                 // 2. This rank's own chunk, combined in ascending rank order.
                 if let Some((at, len)) = piece(me, q) {
-                    self.combine(w, puts, &mine, at, len, window, reduce)?;
-                    // 3. The reduced chunk to every rank that gathers it.
+                    let folded =
+                        self.combine(w, puts, (&mine, writable), at, len, elem, window, reduce)?;
+                    // 3. The reduced chunk to every rank that gathers it: from this rank's
+                    // vector if it receives the result too (then it is copied there first),
+                    // else from where it was combined, which is released once those writes
+                    // are done.
+                    let (src, offset) = match folded {
+                        Folded::Mine => (&mine, at),
+                        Folded::Area(slot) if writable => {
+                            mine.copy_from(at, self.area.local(), slot, len)?;
+                            self.release_fold(w, puts, window)?;
+                            (&mine, at)
+                        }
+                        Folded::Area(slot) => (self.area.local(), slot),
+                    };
+                    let src = src.clone();
                     for r in crate::tree::successors(me, n).filter(|&r| receives(r)) {
-                        self.give(w, puts, Phase::Gather, r, window, &mine, at, len)?;
+                        self.give(w, puts, Phase::Gather, r, window, &src, offset, len)?;
+                    }
+                    if matches!(folded, Folded::Area(_)) && !writable {
+                        w.puts_done(puts.ct, puts.issued)?;
+                        self.release_fold(w, puts, window)?;
                     }
                 }
                 if q + 1 < rounds {
@@ -293,66 +339,83 @@ impl ScatterGather {
         result.and(done)
     }
 
-    /// Combines round `window`'s contributions to this rank's chunk at `at` (`len` bytes) in
-    /// ascending rank order, `v0 op v1 op ...`, this rank's own in its place, and leaves the
-    /// result in `mine`. Rank 0 folds straight into its own chunk; the others start from
-    /// rank 0's contribution in an aligned buffer and copy the result in at the end.
+    /// Combines round `window`'s contributions to this rank's chunk at `at` (`len` bytes of
+    /// `elem`-byte elements) in ascending rank order, `v0 op v1 op ...`, this rank's own in
+    /// its place, and says where the result is. Rank 0 folds straight into its own chunk if
+    /// `mine` is writable, else into its own (unused) scatter slot after a copy of its chunk;
+    /// the others fold into rank 0's contribution where it arrived (its slot is acknowledged
+    /// later, by [`release_fold`](ScatterGather::release_fold)).
     #[allow(clippy::too_many_arguments)]
     fn combine(
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
-        mine: &rdcoll_transport::Region,
+        (mine, writable): (&rdcoll_transport::Region, bool),
         at: usize,
         len: usize,
+        elem: usize,
         window: usize,
         reduce: &Reducer<'_>,
-    ) -> Result<()> {
+    ) -> Result<Folded> {
         let me = w.rank() as usize;
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let result = (|| -> Result<()> {
-            let acc = &mut bytemuck::cast_slice_mut::<u64, u8>(&mut scratch)[..len];
-            for r in 0..self.n {
-                let slot = if r == me {
-                    None
-                } else {
-                    Some(self.take(w, Phase::Scatter, r, window, len)?)
-                };
-                match (me, r, slot) {
-                    // Rank 0: its own chunk is the running result.
-                    (0, 0, _) => {}
-                    (0, _, Some(slot)) => {
-                        let area = self.area.local();
-                        // SAFETY: `r` wrote this slot and waits for the acknowledgement below
-                        // before it writes it again; this rank's own chunk is not lent to any
-                        // operation (only other ranks' parts and finished results are put).
-                        unsafe {
-                            mine.with_bytes_mut(at, len, |out| {
-                                area.with_bytes(slot, len, |part| reduce(out, part))
-                            })
-                        }??;
-                    }
-                    (_, 0, Some(slot)) => self.area.local().read(slot, acc)?,
-                    // SAFETY: as above, for this rank's own chunk (read only).
-                    (_, _, None) => unsafe { mine.with_bytes(at, len, |part| reduce(acc, part)) }?,
-                    // SAFETY: as above, for `r`'s slot.
-                    (_, _, Some(slot)) => unsafe {
-                        self.area
-                            .local()
-                            .with_bytes(slot, len, |part| reduce(acc, part))
-                    }?,
-                }
-                if slot.is_some() {
-                    self.consumed(w, puts, Phase::Scatter, r, window)?;
-                }
+        let area = self.area.local().clone();
+        // Where the running result is: this rank's chunk, or `area` at `into`.
+        let into = match (me, writable) {
+            (0, true) => None,
+            (0, false) => {
+                let own = self.slot(Phase::Scatter, 0, window) + self.chunk - len;
+                area.copy_from(own, mine, at, len)?;
+                Some(own)
             }
-            if me != 0 {
-                mine.write(at, acc)?;
+            _ => Some(self.take(w, Phase::Scatter, 0, window, len)?),
+        };
+        // `reduce` needs its accumulator aligned for the elements: regions are 64-aligned,
+        // slots 64-aligned within them, and data ends at the slot's chunk end (a multiple of
+        // 64) after whole elements, so it is aligned to the elements' size's largest
+        // power-of-two factor, which their alignment divides.
+        debug_assert!(into.is_none_or(|o| {
+            let address = self.area.flag(o) as *const _ as usize;
+            address.is_multiple_of(1 << elem.trailing_zeros().min(6))
+        }));
+        // Rank 0's contribution is where the result starts.
+        for r in 1..self.n {
+            let slot = (r != me)
+                .then(|| self.take(w, Phase::Scatter, r, window, len))
+                .transpose()?;
+            // A peer `r` wrote its slot and waits for the acknowledgement below before it
+            // writes it again; rank 0's slot (`into`) is acknowledged only after the result
+            // has left it; this rank's own chunk and own slot are not lent to any operation
+            // meanwhile (only other ranks' parts and finished results are put).
+            // SAFETY: so nothing else reads or writes these ranges while they are lent here.
+            let folded = unsafe {
+                match (into, slot) {
+                    (None, Some(s)) => mine.with_bytes_mut(at, len, |out| {
+                        area.with_bytes(s, len, |part| reduce(out, part))
+                    })?,
+                    (Some(o), Some(s)) => area.with_bytes_mut(o, len, |out| {
+                        area.with_bytes(s, len, |part| reduce(out, part))
+                    })?,
+                    (Some(o), None) => area.with_bytes_mut(o, len, |out| {
+                        mine.with_bytes(at, len, |part| reduce(out, part))
+                    })?,
+                    (None, None) => unreachable!("rank 0 does not fold itself in"),
+                }
+            };
+            folded?;
+            if slot.is_some() {
+                self.consumed(w, puts, Phase::Scatter, r, window)?;
             }
-            Ok(())
-        })();
-        self.scratch = scratch;
-        result
+        }
+        Ok(into.map_or(Folded::Mine, Folded::Area))
+    }
+
+    /// Acknowledges rank 0's scatter slot of `window` once the result folded into it has
+    /// left (rank 0 itself has nothing to acknowledge).
+    fn release_fold(&mut self, w: &Waiter, puts: &mut Puts, window: usize) -> Result<()> {
+        if w.rank() == 0 {
+            return Ok(());
+        }
+        self.consumed(w, puts, Phase::Scatter, 0, window)
     }
 }
 
