@@ -302,14 +302,14 @@ impl Comm {
                 root,
             )?);
         }
-        // Not the root: a small vector is combined in a copy (the tree combines in place),
-        // a large one only read.
-        let c = self.collectives()?;
-        if std::mem::size_of_val(send) <= c.config().allreduce_small_max {
-            let mut scratch = send.to_vec();
-            return Ok(c.reduce(bytemuck::cast_slice_mut(&mut scratch), size, f, root)?);
-        }
-        Ok(c.reduce_from(bytemuck::cast_slice(send), size, f, root)?)
+        // Not the root: its vector is only read (the collectives copy a small one, which the
+        // tree combines in place).
+        Ok(self.collectives()?.reduce_from(
+            bytemuck::cast_slice(send),
+            (size, std::mem::align_of::<T>()),
+            f,
+            root,
+        )?)
     }
 
     /// The degree of the reduce tree an allreduce of `bytes` bytes uses on this communicator

@@ -165,17 +165,21 @@ impl Collectives {
     }
 
     /// [`reduce`](Collectives::reduce) on a rank other than `root`, whose contribution `send`
-    /// is only read: a vector above the small limit (`config().allreduce_small_max`) is not
-    /// copied at all. A small one is combined in a 64-byte aligned copy made here, as
-    /// `reduce` combines in its `acc`; a caller that can copy it in its own element type
-    /// (cheaper: a plain allocation) calls `reduce` on that copy instead.
+    /// (`elem`-byte elements aligned to `align` bytes) is only read: a vector above the small
+    /// limit (`config().allreduce_small_max`) is not copied at all; a small one is combined
+    /// in a copy aligned as its elements are, as `reduce` combines in its `acc`.
     pub fn reduce_from(
         &self,
         send: &[u8],
-        elem: usize,
+        (elem, align): (usize, usize),
         reduce: &Reducer<'_>,
         root: Rank,
     ) -> Result<()> {
+        if align > 64 || !align.is_power_of_two() {
+            return Err(CollError::InvalidArgument(format!(
+                "elements aligned to {align} bytes (at most 64, a power of two)"
+            )));
+        }
         if root == self.waiter.rank() {
             return Err(CollError::InvalidArgument(
                 "the root's vector takes the result: reduce, not reduce_from".into(),
@@ -189,7 +193,7 @@ impl Collectives {
         })?;
         self.check_root(root)?;
         if send.len() <= self.cfg.allreduce_small_max {
-            let mut copy = Lines::copy_of(send);
+            let mut copy = AlignedCopy::of(send, align);
             return self.reduction(copy.bytes_mut(), elem, reduce, Some(root));
         }
         if elem == 0 || !send.len().is_multiple_of(elem) {
@@ -313,37 +317,50 @@ impl Collectives {
     }
 }
 
-/// A copy of a vector in 64-byte aligned memory (aligned for any element a reduction takes).
-struct Lines {
-    lines: Vec<Line>,
-    len: usize,
+/// A copy of a vector in memory aligned for its elements: 16-byte aligned words (what
+/// `malloc` gives, so a plain allocation) for alignments up to 16, 64-byte lines above.
+enum AlignedCopy {
+    Words(Vec<u128>, usize),
+    Lines(Vec<Line>, usize),
 }
 
-/// One aligned line of [`Lines`].
+/// One 64-byte aligned line of an [`AlignedCopy`].
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
-impl Lines {
-    fn copy_of(bytes: &[u8]) -> Lines {
-        // Line by line (no zeroing pass first: a small reduction's whole cost is a few
-        // passes over its vector).
-        let lines = bytes
-            .chunks(64)
-            .map(|part| {
-                let mut line = Line([0; 64]);
-                line.0[..part.len()].copy_from_slice(part);
-                line
-            })
-            .collect();
-        Lines {
-            lines,
-            len: bytes.len(),
+impl AlignedCopy {
+    /// A copy of `bytes` aligned to `align` (at most 64).
+    fn of(bytes: &[u8], align: usize) -> AlignedCopy {
+        if align <= 16 {
+            AlignedCopy::Words(copy_into_units(bytes), bytes.len())
+        } else {
+            AlignedCopy::Lines(copy_into_units(bytes), bytes.len())
         }
     }
 
     fn bytes_mut(&mut self) -> &mut [u8] {
-        let len = self.len;
-        &mut bytemuck::cast_slice_mut::<Line, u8>(&mut self.lines)[..len]
+        match self {
+            AlignedCopy::Words(v, len) => &mut bytemuck::cast_slice_mut::<u128, u8>(v)[..*len],
+            AlignedCopy::Lines(v, len) => &mut bytemuck::cast_slice_mut::<Line, u8>(v)[..*len],
+        }
     }
+}
+
+/// `bytes` copied into fresh units of `U` (the last one's tail zeroed): one copy, no zeroing
+/// pass first.
+fn copy_into_units<U: bytemuck::Pod>(bytes: &[u8]) -> Vec<U> {
+    let unit = std::mem::size_of::<U>();
+    let units = bytes.len().div_ceil(unit);
+    let mut out: Vec<U> = Vec::with_capacity(units);
+    // Every unit is initialised (copied, or its tail zeroed) before the length covers it.
+    // SAFETY: the capacity holds `units * unit >= bytes.len()` bytes, which do not overlap
+    // `bytes`; `U` is plain bytes, so any initialised content is valid.
+    unsafe {
+        let base = out.as_mut_ptr().cast::<u8>();
+        std::ptr::copy_nonoverlapping(bytes.as_ptr(), base, bytes.len());
+        std::ptr::write_bytes(base.add(bytes.len()), 0, units * unit - bytes.len());
+        out.set_len(units);
+    }
+    out
 }
