@@ -195,8 +195,7 @@ impl Comm {
     pub fn allreduce<T: Element>(&self, send: &[T], recv: &mut [T], op: Op) -> Result<()> {
         self.arguments(check::<T>(op))?;
         self.arguments(same_len(send.len(), recv.len()))?;
-        recv.copy_from_slice(send);
-        self.allreduce_in_place_unchecked(recv, &op_reducer::<T>(op))
+        self.allreduce_apart(send, recv, &op_reducer::<T>(op))
     }
 
     /// [`allreduce`](Comm::allreduce) with `buf` as both this rank's contribution and the
@@ -232,8 +231,25 @@ impl Comm {
         f: F,
     ) -> Result<()> {
         self.arguments(same_len(send.len(), recv.len()))?;
-        recv.copy_from_slice(send);
-        self.allreduce_in_place_unchecked(recv, &reducer(f))
+        self.allreduce_apart(send, recv, &reducer(f))
+    }
+
+    /// [`allreduce`](Comm::allreduce) of `send` into `recv` (same length, checked) with the
+    /// byte-level reduction `f`.
+    fn allreduce_apart<T: Pod>(
+        &self,
+        send: &[T],
+        recv: &mut [T],
+        f: &(dyn Fn(&mut [u8], &[u8]) + Sync),
+    ) -> Result<()> {
+        let size = std::mem::size_of::<T>();
+        Ok(self.collectives()?.reduce_apart(
+            bytemuck::cast_slice(send),
+            bytemuck::cast_slice_mut(recv),
+            size,
+            f,
+            None,
+        )?)
     }
 
     fn allreduce_in_place_unchecked<T: Pod>(
@@ -294,12 +310,12 @@ impl Comm {
         let size = std::mem::size_of::<T>();
         if self.rank() == root {
             self.arguments(same_len(send.len(), recv.len()))?;
-            recv.copy_from_slice(send);
-            return Ok(self.collectives()?.reduce(
+            return Ok(self.collectives()?.reduce_apart(
+                bytemuck::cast_slice(send),
                 bytemuck::cast_slice_mut(recv),
                 size,
                 f,
-                root,
+                Some(root),
             )?);
         }
         // Not the root: its vector is only read (the collectives copy a small one, which the

@@ -63,6 +63,60 @@ impl Collectives {
         self.reduction(acc, elem, reduce, Some(root))
     }
 
+    /// [`allreduce`](Collectives::allreduce) (`root: None`) or, at `root`,
+    /// [`reduce`](Collectives::reduce), of the contribution `send` into `recv` (of the same
+    /// length): a vector above the small limit is read from `send`, and only this rank's own
+    /// segment of it is copied into `recv` (the rest of `recv` receives the other segments'
+    /// results); a small one is copied into `recv` and combined there.
+    pub fn reduce_apart(
+        &self,
+        send: &[u8],
+        recv: &mut [u8],
+        elem: usize,
+        reduce: &Reducer<'_>,
+        root: Option<Rank>,
+    ) -> Result<()> {
+        if send.len() != recv.len() {
+            return Err(CollError::InvalidArgument(format!(
+                "send has {} bytes, receive {}",
+                send.len(),
+                recv.len()
+            )));
+        }
+        if root.is_some_and(|r| r != self.waiter.rank()) {
+            return Err(CollError::InvalidArgument(
+                "only the root receives a reduce's result: reduce_from elsewhere".into(),
+            ));
+        }
+        self.agree(|| {
+            let call = match root {
+                None => Call::new(CallKind::Allreduce),
+                Some(r) => Call::new(CallKind::Reduce).root(r),
+            };
+            call.bytes(send.len()).reduction(elem, reduce)
+        })?;
+        if let Some(r) = root {
+            self.check_root(r)?;
+        }
+        if send.len() <= self.cfg.allreduce_small_max || self.waiter.size() == 1 {
+            recv.copy_from_slice(send);
+            return self.reduction(recv, elem, reduce, root);
+        }
+        if elem == 0 || !send.len().is_multiple_of(elem) {
+            return Err(CollError::InvalidArgument(format!(
+                "{} bytes are not whole {elem}-byte elements",
+                send.len()
+            )));
+        }
+        self.guarded(|inner| {
+            let contribution = scatter_gather::Contribution::Apart {
+                from: send,
+                into: recv,
+            };
+            Ok(self.large_reduction(inner, contribution, elem, reduce, root))
+        })
+    }
+
     /// The degree the model picks for `bytes` bytes on this communicator (what an allreduce
     /// of that size uses below the small limit; `RDCOLL_ALLREDUCE_DEGREE` overrides it).
     /// Collective the first time (it sets the reductions up).

@@ -83,6 +83,9 @@ pub(crate) enum Contribution<'a> {
     InOut(&'a mut [u8]),
     /// Only read (a reduce's rank other than the root: its vector is not copied first).
     In(&'a [u8]),
+    /// Read from `from`, the result written to `into` (of the same length): a rank that
+    /// receives the result into a buffer of its own copies only its own segment across.
+    Apart { from: &'a [u8], into: &'a mut [u8] },
 }
 
 /// Where a rank's combined chunk is.
@@ -93,6 +96,16 @@ enum Folded {
     /// In this rank's area at this offset (rank 0's scatter slot, still to be acknowledged,
     /// or, for rank 0 itself, its own unused scatter slot).
     Area(usize),
+}
+
+/// The regions of this rank's vector during a large reduction.
+struct Vector<'a> {
+    /// Its contribution (read).
+    src: &'a rdcoll_transport::Region,
+    /// Where its result goes, if it receives one (the same region as `src` unless `apart`).
+    dst: Option<&'a rdcoll_transport::Region>,
+    /// Whether `dst` is a buffer of its own.
+    apart: bool,
 }
 
 /// One communicator's staging slots for large reductions.
@@ -236,11 +249,23 @@ impl ScatterGather {
     ) -> Result<()> {
         let (me, n) = (w.rank() as usize, self.n);
         let receives = |r: usize| root.is_none_or(|root| root as usize == r);
-        let (ptr, bytes, writable) = match contribution {
-            Contribution::InOut(acc) => (acc.as_mut_ptr(), acc.len(), true),
-            Contribution::In(acc) => (acc.as_ptr().cast_mut(), acc.len(), false),
+        let (from, into) = match contribution {
+            Contribution::InOut(acc) => ((acc.as_mut_ptr(), acc.len()), Some(None)),
+            Contribution::In(acc) => ((acc.as_ptr().cast_mut(), acc.len()), None),
+            Contribution::Apart { from, into } => {
+                if from.len() != into.len() {
+                    return Err(CollError::InvalidArgument(format!(
+                        "send has {} bytes, receive {}",
+                        from.len(),
+                        into.len()
+                    )));
+                }
+                let into = (into.as_mut_ptr(), into.len());
+                ((from.as_ptr().cast_mut(), from.len()), Some(Some(into)))
+            }
         };
-        if !writable && receives(me) {
+        let bytes = from.1;
+        if into.is_none() && receives(me) {
             return Err(CollError::InvalidArgument(
                 "a rank that receives the result needs a writable vector".into(),
             ));
@@ -256,7 +281,7 @@ impl ScatterGather {
             .map(|o| segment(count, n, o).1.div_ceil(chunk))
             .max()
             .unwrap_or(0);
-        // The chunk of owner `o`'s segment in round `q`: byte offset and length in `acc`.
+        // The chunk of owner `o`'s segment in round `q`: byte offset and length in the vector.
         let piece = |o: usize, q: usize| -> Option<(usize, usize)> {
             let (start, len) = segment(count, n, o);
             (q * chunk < len).then(|| {
@@ -266,19 +291,31 @@ impl ScatterGather {
                 )
             })
         };
-        // The contribution is borrowed for the whole call (mutably if `writable`) and only
-        // reached through this region from here on: reads by the puts out of it, which
-        // complete before it is dropped, and, only if `writable`, the combining and copies
-        // into it below. Its key is never given to a peer, so nothing else writes it.
-        // SAFETY: as just said; `ptr..ptr + bytes` is the borrowed contribution.
-        let mine = unsafe { w.fabric().register_memory(ptr, bytes)? };
+        // The contribution (and the result's buffer) are borrowed for the whole call (the
+        // result's mutably) and only reached through these regions from here on: reads by
+        // the puts out of them, which complete before they are dropped, and the combining and
+        // copies into the result's buffer below. Their keys are never given to a peer, so
+        // nothing else writes them.
+        // SAFETY: as just said; `from` is the borrowed contribution.
+        let src = unsafe { w.fabric().register_memory(from.0, from.1)? };
+        let dst = match into {
+            None => None,
+            Some(None) => Some(src.clone()),
+            // SAFETY: as above; `into` is the borrowed result buffer.
+            Some(Some((ptr, len))) => Some(unsafe { w.fabric().register_memory(ptr, len)? }),
+        };
+        let vector = Vector {
+            src: &src,
+            dst: dst.as_ref(),
+            apart: matches!(into, Some(Some(_))),
+        };
         let result = (|| -> Result<()> {
             // 1. This rank's parts of the other owners' chunks, a round ahead: round `q + 1`'s
             // travel while round `q`'s reduced chunks do.
             let scatter = |sg: &mut Self, puts: &mut Puts, q: usize| -> Result<()> {
                 for o in crate::tree::successors(me, n) {
                     if let Some((at, len)) = piece(o, q) {
-                        sg.give(w, puts, Phase::Scatter, o, q % WINDOWS, &mine, at, len)?;
+                        sg.give(w, puts, Phase::Scatter, o, q % WINDOWS, &src, at, len)?;
                     }
                 }
                 Ok(())
@@ -290,26 +327,26 @@ impl ScatterGather {
                 let window = q % WINDOWS;
                 // 2. This rank's own chunk, combined in ascending rank order.
                 if let Some((at, len)) = piece(me, q) {
-                    let folded =
-                        self.combine(w, puts, (&mine, writable), at, len, elem, window, reduce)?;
+                    let folded = self.combine(w, puts, &vector, at, len, elem, window, reduce)?;
                     // 3. The reduced chunk to every rank that gathers it: from this rank's
-                    // vector if it receives the result too (then it is copied there first),
+                    // result if it receives the result too (then it is copied there first),
                     // else from where it was combined, which is released once those writes
                     // are done.
-                    let (src, offset) = match folded {
-                        Folded::Mine => (&mine, at),
-                        Folded::Area(slot) if writable => {
-                            mine.copy_from(at, self.area.local(), slot, len)?;
+                    let (from, offset) = match (folded, vector.dst) {
+                        (Folded::Mine, Some(dst)) => (dst, at),
+                        (Folded::Area(slot), Some(dst)) => {
+                            dst.copy_from(at, self.area.local(), slot, len)?;
                             self.release_fold(w, puts, window)?;
-                            (&mine, at)
+                            (dst, at)
                         }
-                        Folded::Area(slot) => (self.area.local(), slot),
+                        (Folded::Area(slot), None) => (self.area.local(), slot),
+                        (Folded::Mine, None) => unreachable!("no result buffer to fold into"),
                     };
-                    let src = src.clone();
+                    let from = from.clone();
                     for r in crate::tree::successors(me, n).filter(|&r| receives(r)) {
-                        self.give(w, puts, Phase::Gather, r, window, &src, offset, len)?;
+                        self.give(w, puts, Phase::Gather, r, window, &from, offset, len)?;
                     }
-                    if matches!(folded, Folded::Area(_)) && !writable {
+                    if vector.dst.is_none() {
                         w.puts_done(puts.ct, puts.issued)?;
                         self.release_fold(w, puts, window)?;
                     }
@@ -325,7 +362,10 @@ impl ScatterGather {
                     for o in crate::tree::predecessors(me, n) {
                         if let Some((at, len)) = piece(o, q) {
                             let slot = self.take(w, Phase::Gather, o, window, len)?;
-                            mine.copy_from(at, self.area.local(), slot, len)?;
+                            let dst = vector
+                                .dst
+                                .expect("a rank that receives has a result buffer");
+                            dst.copy_from(at, self.area.local(), slot, len)?;
                             self.consumed(w, puts, Phase::Gather, o, window)?;
                         }
                     }
@@ -333,9 +373,9 @@ impl ScatterGather {
             }
             Ok(())
         })();
-        // Every write out of `acc` must be done before it is handed back.
+        // Every write out of the vectors must be done before they are handed back.
         let done = w.puts_done(puts.ct, puts.issued);
-        drop(mine);
+        drop((src, dst));
         result.and(done)
     }
 
@@ -350,7 +390,7 @@ impl ScatterGather {
         &mut self,
         w: &Waiter,
         puts: &mut Puts,
-        (mine, writable): (&rdcoll_transport::Region, bool),
+        vector: &Vector<'_>,
         at: usize,
         len: usize,
         elem: usize,
@@ -359,12 +399,19 @@ impl ScatterGather {
     ) -> Result<Folded> {
         let me = w.rank() as usize;
         let area = self.area.local().clone();
-        // Where the running result is: this rank's chunk, or `area` at `into`.
-        let into = match (me, writable) {
-            (0, true) => None,
-            (0, false) => {
+        let src = vector.src;
+        // Where the running result is: this rank's chunk of the result buffer, or `area` at
+        // `into`.
+        let into = match (me, vector.dst) {
+            (0, Some(dst)) => {
+                if vector.apart {
+                    dst.copy_from(at, src, at, len)?;
+                }
+                None
+            }
+            (0, None) => {
                 let own = self.slot(Phase::Scatter, 0, window) + self.chunk - len;
-                area.copy_from(own, mine, at, len)?;
+                area.copy_from(own, src, at, len)?;
                 Some(own)
             }
             _ => Some(self.take(w, Phase::Scatter, 0, window, len)?),
@@ -389,14 +436,17 @@ impl ScatterGather {
             // SAFETY: so nothing else reads or writes these ranges while they are lent here.
             let folded = unsafe {
                 match (into, slot) {
-                    (None, Some(s)) => mine.with_bytes_mut(at, len, |out| {
-                        area.with_bytes(s, len, |part| reduce(out, part))
-                    })?,
+                    (None, Some(s)) => vector
+                        .dst
+                        .expect("rank 0 folds in place only into a result buffer")
+                        .with_bytes_mut(at, len, |out| {
+                            area.with_bytes(s, len, |part| reduce(out, part))
+                        })?,
                     (Some(o), Some(s)) => area.with_bytes_mut(o, len, |out| {
                         area.with_bytes(s, len, |part| reduce(out, part))
                     })?,
                     (Some(o), None) => area.with_bytes_mut(o, len, |out| {
-                        mine.with_bytes(at, len, |part| reduce(out, part))
+                        src.with_bytes(at, len, |part| reduce(out, part))
                     })?,
                     (None, None) => unreachable!("rank 0 does not fold itself in"),
                 }
