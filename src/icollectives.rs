@@ -122,10 +122,9 @@ impl<'scope> Scope<'scope, '_> {
         }
         let elem = std::mem::size_of::<T>();
         self.start_on(send, recv, move |c, send, acc| {
-            // The copy is the job's too: a long vector's copy is time the caller would not
-            // compute.
-            acc.copy_from_slice(send);
-            Ok(c.allreduce(acc, elem, &f)?)
+            // Any copy is the job's too (a long vector's is time the caller would not
+            // compute): only this rank's segment of a large one.
+            Ok(c.reduce_apart(send, acc, elem, &f, None)?)
         })
     }
 
@@ -202,15 +201,13 @@ impl<'scope> Scope<'scope, '_> {
             ))));
         }
         let elem = std::mem::size_of::<T>();
+        let align = std::mem::align_of::<T>();
         self.start_on(send, recv, move |c, send, acc| {
             if at_root {
-                acc.copy_from_slice(send);
-                return Ok(c.reduce(acc, elem, &f, root)?);
+                return Ok(c.reduce_apart(send, acc, elem, &f, Some(root))?);
             }
-            // Elsewhere the tree combines into a copy of this rank's contribution, aligned
-            // for `T`.
-            let mut scratch: Vec<T> = bytemuck::cast_slice::<u8, T>(send).to_vec();
-            Ok(c.reduce(bytemuck::cast_slice_mut(&mut scratch), elem, &f, root)?)
+            // Elsewhere the contribution is only read (a small one is combined in a copy).
+            Ok(c.reduce_from(send, (elem, align), &f, root)?)
         })
     }
 
