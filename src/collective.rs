@@ -319,13 +319,15 @@ impl Comm {
             )?);
         }
         // Not the root: its vector is only read (the collectives copy a small one, which the
-        // tree combines in place).
-        Ok(self.collectives()?.reduce_from(
-            bytemuck::cast_slice(send),
-            (size, std::mem::align_of::<T>()),
-            f,
-            root,
-        )?)
+        // tree combines in place), unless its elements need more alignment than a copy made
+        // there gets: then it combines in a copy of its own type, as all ranks once did.
+        let c = self.collectives()?;
+        let align = std::mem::align_of::<T>();
+        if align > 64 {
+            let mut scratch = send.to_vec();
+            return Ok(c.reduce(bytemuck::cast_slice_mut(&mut scratch), size, f, root)?);
+        }
+        Ok(c.reduce_from(bytemuck::cast_slice(send), (size, align), f, root)?)
     }
 
     /// The degree of the reduce tree an allreduce of `bytes` bytes uses on this communicator

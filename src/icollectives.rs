@@ -206,7 +206,12 @@ impl<'scope> Scope<'scope, '_> {
             if at_root {
                 return Ok(c.reduce_apart(send, acc, elem, &f, Some(root))?);
             }
-            // Elsewhere the contribution is only read (a small one is combined in a copy).
+            // Elsewhere the contribution is only read (a small one is combined in a copy),
+            // unless its elements need more alignment than that copy gets (`Comm::reduce`).
+            if align > 64 {
+                let mut scratch: Vec<T> = bytemuck::cast_slice::<u8, T>(send).to_vec();
+                return Ok(c.reduce(bytemuck::cast_slice_mut(&mut scratch), elem, &f, root)?);
+            }
             Ok(c.reduce_from(send, (elem, align), &f, root)?)
         })
     }

@@ -8,8 +8,8 @@
 //! key that is used again soon (the same tag every iteration) costs one lookup instead of a
 //! removal and an insertion, and a queue that drains (received tag by tag) pays no hash
 //! removal at all: its map is cleared when the queue is short again. Idle buckets are dropped
-//! together, in one pass over the map, when a bucket is created while more than [`IDLE_FLOOR`]
-//! buckets, and at least as many as are live, are idle: the map holds at most twice the live
+//! together, in one pass over the map, when a bucket is looked up to link a node while more
+//! than [`IDLE_FLOOR`] buckets, and at least as many as are live, are idle: the map holds at most twice the live
 //! buckets or the floor, and each pass, O(map size), is paid for by the buckets that emptied
 //! since the last one. (Removing each emptied bucket at once cost a draining receive a second
 //! hash lookup of the key it had just found, a tenth of a receive at depth 10,000; sweeping

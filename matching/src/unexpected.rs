@@ -1,12 +1,13 @@
 //! The unexpected-message queue: which queued message a new receive (or probe) takes.
 //!
 //! MPI's rule (paper 002, Section 1.1) is that a receive takes the *earliest arrived* matching
-//! message. Each unexpected message is linked, in arrival order, into the four FIFOs that a
-//! receive of each wildcard shape would search: exact `(context, source, tag)`, by source
+//! message. Each unexpected message is linked, in arrival order, into the FIFOs that a
+//! receive of each wildcard shape would search (the wildcard ones while kept, below): exact
+//! `(context, source, tag)`, by source
 //! `(context, source)` for ANY_TAG, by tag `(context, tag)` for ANY_SOURCE, and by context for
 //! ANY_SOURCE + ANY_TAG. A receive of an MPI shape therefore finds its message at the head of
 //! exactly one bucket; a general-class receive scans the by-source or by-context FIFO (see
-//! `general`). Taking a message unlinks it from all four lists in O(1). While the queue is short
+//! `general`). Taking a message unlinks it from every list it is on in O(1). While the queue is short
 //! it is kept only as a small contiguous array in arrival order and scanned.
 //!
 //! The three wildcard FIFOs are kept only while receives of their shape look: the first such
@@ -423,6 +424,11 @@ impl<M> UnexpectedQueue<M> {
             at = node.lanes[ALL].next;
         }
         self.all = ListEnds::EMPTY;
+        // A burst of rendezvous headers does not pin its index's memory (at most the few
+        // messages left are in it).
+        if self.by_nonce.capacity() > 256 {
+            self.by_nonce.shrink_to(16);
+        }
         self.kept_lanes = self.used_lanes;
         self.used_lanes = 0;
         self.exact.clear();

@@ -77,6 +77,7 @@ impl Collectives {
         root: Option<Rank>,
     ) -> Result<()> {
         if send.len() != recv.len() {
+            self.refuse_call();
             return Err(CollError::InvalidArgument(format!(
                 "send has {} bytes, receive {}",
                 send.len(),
@@ -84,6 +85,7 @@ impl Collectives {
             )));
         }
         if root.is_some_and(|r| r != self.waiter.rank()) {
+            self.refuse_call();
             return Err(CollError::InvalidArgument(
                 "only the root receives a reduce's result: reduce_from elsewhere".into(),
             ));
@@ -113,7 +115,9 @@ impl Collectives {
                 from: send,
                 into: recv,
             };
-            Ok(self.large_reduction(inner, contribution, elem, reduce, root))
+            // A failure midway leaves the ranks out of step: it breaks the communicator.
+            self.large_reduction(inner, contribution, elem, reduce, root)?;
+            Ok(Ok(()))
         })
     }
 
@@ -219,9 +223,11 @@ impl Collectives {
     }
 
     /// [`reduce`](Collectives::reduce) on a rank other than `root`, whose contribution `send`
-    /// (`elem`-byte elements aligned to `align` bytes) is only read: a vector above the small
-    /// limit (`config().allreduce_small_max`) is not copied at all; a small one is combined
-    /// in a copy aligned as its elements are, as `reduce` combines in its `acc`.
+    /// (`elem`-byte elements aligned to `align` bytes, at most 64) is only read, never
+    /// written: above the small limit (`config().allreduce_small_max`) only rank 0 copies a
+    /// chunk of it at a time into its staging; a small one is combined in a copy aligned as
+    /// its elements are, as `reduce` combines in its `acc`. A refused call (bad alignment,
+    /// this rank the root) takes part in the collective check as refused.
     pub fn reduce_from(
         &self,
         send: &[u8],
@@ -230,11 +236,13 @@ impl Collectives {
         root: Rank,
     ) -> Result<()> {
         if align > 64 || !align.is_power_of_two() {
+            self.refuse_call();
             return Err(CollError::InvalidArgument(format!(
                 "elements aligned to {align} bytes (at most 64, a power of two)"
             )));
         }
         if root == self.waiter.rank() {
+            self.refuse_call();
             return Err(CollError::InvalidArgument(
                 "the root's vector takes the result: reduce, not reduce_from".into(),
             ));
@@ -258,7 +266,9 @@ impl Collectives {
         }
         self.guarded(|inner| {
             let contribution = scatter_gather::Contribution::In(send);
-            Ok(self.large_reduction(inner, contribution, elem, reduce, Some(root)))
+            // A failure midway leaves the ranks out of step: it breaks the communicator.
+            self.large_reduction(inner, contribution, elem, reduce, Some(root))?;
+            Ok(Ok(()))
         })
     }
 
@@ -407,9 +417,9 @@ fn copy_into_units<U: bytemuck::Pod>(bytes: &[u8]) -> Vec<U> {
     let unit = std::mem::size_of::<U>();
     let units = bytes.len().div_ceil(unit);
     let mut out: Vec<U> = Vec::with_capacity(units);
-    // Every unit is initialised (copied, or its tail zeroed) before the length covers it.
-    // SAFETY: the capacity holds `units * unit >= bytes.len()` bytes, which do not overlap
-    // `bytes`; `U` is plain bytes, so any initialised content is valid.
+    // Every unit is initialised (copied, or its tail zeroed) before the length covers it; the
+    // capacity holds `units * unit >= bytes.len()` bytes, which do not overlap `bytes`.
+    // SAFETY: as just said, and `U` is plain bytes, so any initialised content is valid.
     unsafe {
         let base = out.as_mut_ptr().cast::<u8>();
         std::ptr::copy_nonoverlapping(bytes.as_ptr(), base, bytes.len());

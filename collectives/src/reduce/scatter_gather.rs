@@ -9,7 +9,7 @@
 //!    (ascending ranks, whatever the arrival order: results are reproducible bit for bit),
 //!    acknowledging each slot as it is consumed: rank 0 into its own buffer, the others into
 //!    rank 0's contribution where it arrived (no copy of it first; a reduce's rank that does
-//!    not receive the result only reads its own vector, which is not copied either);
+//!    not receive the result only reads its own vector, never writes it);
 //! 3. each owner writes the reduced chunk into every other rank's allgather slot for it (only
 //!    the root's, for a reduce);
 //! 4. each rank copies the chunks it receives into place and acknowledges them.
@@ -381,8 +381,9 @@ impl ScatterGather {
 
     /// Combines round `window`'s contributions to this rank's chunk at `at` (`len` bytes of
     /// `elem`-byte elements) in ascending rank order, `v0 op v1 op ...`, this rank's own in
-    /// its place, and says where the result is. Rank 0 folds straight into its own chunk if
-    /// `mine` is writable, else into its own (unused) scatter slot after a copy of its chunk;
+    /// its place, and says where the result is. Rank 0 folds into its chunk of the result
+    /// buffer (after copying its contribution there if that is a buffer of its own), or, if it
+    /// receives no result, into its own (unused) scatter slot after a copy of its chunk;
     /// the others fold into rank 0's contribution where it arrived (its slot is acknowledged
     /// later, by [`release_fold`](ScatterGather::release_fold)).
     #[allow(clippy::too_many_arguments)]
