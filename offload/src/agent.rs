@@ -74,18 +74,16 @@ fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
 
 /// [`progress`] with the state already locked (the caller notifies waiters).
 pub(crate) fn progress_locked(st: &mut State) -> usize {
-    let mut handled = 0;
-    while handled < BATCH {
-        match st.poll_fabric(&mut handle_ref) {
-            Ok(true) => handled += 1,
-            Ok(false) => break,
-            Err(e) => {
-                tracing::error!("offload agent: polling the fabric failed: {e}");
-                break;
-            }
+    // An error may come after some events were handled (not counted): fire what is ready
+    // then too.
+    let (handled, failed) = match st.poll_fabric_batch(BATCH, &mut handle_ref) {
+        Ok(n) => (n, false),
+        Err(e) => {
+            tracing::error!("offload agent: polling the fabric failed: {e}");
+            (0, true)
         }
-    }
-    if handled > 0 {
+    };
+    if handled > 0 || failed {
         if let Err(e) = st.fire_ready() {
             tracing::error!("offload agent: firing triggered operations failed: {e}");
         }

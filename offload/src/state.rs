@@ -192,6 +192,25 @@ impl State {
         polled
     }
 
+    /// [`poll_fabric`](State::poll_fabric) up to `max` times (one taking and handing back of
+    /// the poller for all of them); how many events were handled.
+    pub(crate) fn poll_fabric_batch(
+        &mut self,
+        max: usize,
+        f: &mut dyn FnMut(&mut State, EventRef<'_>),
+    ) -> rdcoll_transport::Result<usize> {
+        let Some(mut poller) = self.poller.take() else {
+            let mut n = 0;
+            while n < max && self.poll_fabric(f)? {
+                n += 1;
+            }
+            return Ok(n);
+        };
+        let polled = poller.poll_batch(max, &mut |ev| f(self, ev));
+        self.poller = Some(poller);
+        polled
+    }
+
     pub(crate) fn rank(&self) -> Rank {
         self.fabric.rank()
     }

@@ -268,6 +268,17 @@ pub trait Poller: Send {
         self.poll_with(&mut |ev| out = Some(ev.into_owned()))?;
         Ok(out)
     }
+
+    /// Hands up to `max` ready events to `f`, one by one as [`poll_with`](Poller::poll_with)
+    /// would; returns how many. Fewer than `max` means nothing more was ready. A backend
+    /// whose poll has work to do once per call (not per event) does it once here.
+    fn poll_batch(&mut self, max: usize, f: &mut dyn FnMut(EventRef<'_>)) -> Result<usize> {
+        let mut n = 0;
+        while n < max && self.poll_with(f)? {
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 /// [`Fabric::put_now`]'s ordinary path: the put (with `flag`, [`Fabric::put_flag`]) started,

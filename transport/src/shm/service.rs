@@ -96,6 +96,37 @@ impl crate::Poller for ShmPoller {
         let popped = pop_next(inner, consumers, f);
         Ok(after_rings(inner, popped, f))
     }
+
+    /// [`poll_with`](crate::Poller::poll_with) up to `max` times, with the local events and
+    /// the backlogs looked at once, and the rings read back to back.
+    fn poll_batch(&mut self, max: usize, f: &mut dyn FnMut(EventRef<'_>)) -> Result<usize> {
+        let inner = &*self.inner;
+        let mut n = 0;
+        while n < max {
+            let Some(ev) = inner.local_events.pop() else {
+                break;
+            };
+            f(EventRef::Owned(ev));
+            n += 1;
+        }
+        if n == max {
+            return Ok(n);
+        }
+        inner.flush_backlogs();
+        let Some(consumers) = self.consumers.as_mut() else {
+            return Err(poller_taken());
+        };
+        while n < max {
+            match pop_next(inner, consumers, f) {
+                RingPoll::Delivered => n += 1,
+                other => {
+                    n += usize::from(after_undelivered(inner, other, f));
+                    break;
+                }
+            }
+        }
+        Ok(n)
+    }
 }
 
 /// The part of a poll before the rings: a local event, backlogs to flush, and when no ring
