@@ -166,12 +166,14 @@ fn credit_comes_back_to_a_sender_that_only_sends() {
 }
 
 /// Blocking sends of 64 MiB in 16 KiB messages to a peer that receives nothing for the first
-/// 300 ms: once its ring is full the sender waits for room, so its memory grows by less than
-/// 32 MiB (queueing them, as a nonblocking send must, took all 64 MiB). shm only: the ring
-/// is the shm backend's channel.
+/// 300 ms: once its channel (shm: the ring; tcp: the socket) is full the sender waits for
+/// room, so its memory grows by less than 32 MiB (queueing them, as a nonblocking send must,
+/// took all 64 MiB; over tcp 40 MB before tcp reported its queue, `Fabric::backlogged`).
 #[test]
-fn blocking_sends_to_a_full_ring_wait_for_room() {
-    job(2, "shm", "wait_for_room");
+fn blocking_sends_to_a_full_channel_wait_for_room() {
+    for transport in ["shm", "tcp"] {
+        job(2, transport, "wait_for_room");
+    }
 }
 
 /// A rank that floods its peer and waits, while the peer computes for three peer timeouts

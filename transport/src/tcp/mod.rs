@@ -547,6 +547,15 @@ impl Fabric for TcpFabric {
         self.shared.start.elapsed()
     }
 
+    /// Frames wait in `dest`'s queue: its socket was full (the polling host thread's flush
+    /// clears the hint once the queue is empty).
+    fn backlogged(&self, dest: Rank) -> bool {
+        self.shared
+            .peers
+            .get(dest as usize)
+            .is_some_and(|p| p.queued.load(Ordering::Relaxed))
+    }
+
     fn is_failed(&self, rank: Rank) -> bool {
         self.shared
             .peers
