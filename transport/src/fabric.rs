@@ -243,8 +243,8 @@ pub trait Fabric: Send + Sync {
         None
     }
     /// Whether messages to `dest` wait in this endpoint's own queue because the channel to it
-    /// is full (shm: its ring; tcp: its socket; they were copied there and go on as `dest`
-    /// makes room). A
+    /// is full (shm: its ring; tcp: its socket; ofi: the provider's queue; they were copied
+    /// there and go on as `dest` makes room). A
     /// blocking sender may wait, making progress, until they have gone on, rather than copy
     /// another message behind them: a stream that outruns its receiver then costs one copy
     /// per message instead of an allocation and two copies. `false` by default.
