@@ -36,11 +36,7 @@ impl Collectives {
     /// type) over every rank with `reduce`: afterwards every rank's `acc` holds the result.
     /// Every rank passes the same length.
     pub fn allreduce(&self, acc: &mut [u8], elem: usize, reduce: &Reducer<'_>) -> Result<()> {
-        self.agree(|| {
-            Call::new(CallKind::Allreduce)
-                .bytes(acc.len())
-                .reduction(elem, reduce)
-        })?;
+        self.agree(|| reduction_call(None, acc.len(), elem, reduce))?;
         self.reduction(acc, elem, reduce, None)
     }
 
@@ -53,12 +49,7 @@ impl Collectives {
         reduce: &Reducer<'_>,
         root: Rank,
     ) -> Result<()> {
-        self.agree(|| {
-            Call::new(CallKind::Reduce)
-                .root(root)
-                .bytes(acc.len())
-                .reduction(elem, reduce)
-        })?;
+        self.agree(|| reduction_call(Some(root), acc.len(), elem, reduce))?;
         self.check_root(root)?;
         self.reduction(acc, elem, reduce, Some(root))
     }
@@ -90,13 +81,7 @@ impl Collectives {
                 "only the root receives a reduce's result: reduce_from elsewhere".into(),
             ));
         }
-        self.agree(|| {
-            let call = match root {
-                None => Call::new(CallKind::Allreduce),
-                Some(r) => Call::new(CallKind::Reduce).root(r),
-            };
-            call.bytes(send.len()).reduction(elem, reduce)
-        })?;
+        self.agree(|| reduction_call(root, send.len(), elem, reduce))?;
         if let Some(r) = root {
             self.check_root(r)?;
         }
@@ -247,12 +232,7 @@ impl Collectives {
                 "the root's vector takes the result: reduce, not reduce_from".into(),
             ));
         }
-        self.agree(|| {
-            Call::new(CallKind::Reduce)
-                .root(root)
-                .bytes(send.len())
-                .reduction(elem, reduce)
-        })?;
+        self.agree(|| reduction_call(Some(root), send.len(), elem, reduce))?;
         self.check_root(root)?;
         if send.len() <= self.cfg.allreduce_small_max {
             let mut copy = AlignedCopy::of(send, align);
@@ -379,6 +359,16 @@ impl Collectives {
         }
         Ok(inner.reduction.as_mut().expect("set just above"))
     }
+}
+
+/// The record the collective check compares for an allreduce (`root: None`) or a reduce
+/// of `bytes` bytes.
+fn reduction_call(root: Option<Rank>, bytes: usize, elem: usize, reduce: &Reducer<'_>) -> Call {
+    let call = match root {
+        None => Call::new(CallKind::Allreduce),
+        Some(r) => Call::new(CallKind::Reduce).root(r),
+    };
+    call.bytes(bytes).reduction(elem, reduce)
 }
 
 /// A copy of a vector in memory aligned for its elements: 16-byte aligned words (what
