@@ -542,30 +542,30 @@ pub(crate) fn reduction_job(
     if let Some(s) = send {
         refuse_overlap(s, recv)?;
     }
-    Ok(Box::new(move |c| {
-        let mut scratch = Vec::new();
-        let acc: &mut [u8] = if at_root {
+    Ok(Box::new(move |c| match (send, at_root) {
+        // In place at a receiving rank: its receive buffer is its contribution.
+        (None, _) => {
             // SAFETY: the caller's receive buffer, live and only the job's until it ends.
             let acc = unsafe { recv.get_mut() };
-            if let Some(s) = send {
-                // SAFETY: the caller's send buffer, live until the job ends, not overlapping.
-                acc.copy_from_slice(unsafe { s.get() });
+            match root {
+                None => c.allreduce(acc, elem, &*f),
+                Some(root) => c.reduce(acc, elem, &*f, root),
             }
-            acc
-        } else {
-            scratch = vec![0u128; len.div_ceil(16)];
-            let acc = &mut bytemuck::cast_slice_mut::<u128, u8>(&mut scratch)[..len];
-            if let Some(s) = send {
-                // SAFETY: as above.
-                acc.copy_from_slice(unsafe { s.get() });
-            }
-            acc
-        };
-        let r = match root {
-            None => c.allreduce(acc, elem, &*f),
-            Some(root) => c.reduce(acc, elem, &*f, root),
-        };
-        drop(scratch);
-        r
+        }
+        // SAFETY: the caller's send and receive buffers, live until the job ends, not
+        // overlapping (checked above); the receive buffer is only the job's meanwhile.
+        (Some(s), true) => unsafe { c.reduce_apart(s.get(), recv.get_mut(), elem, &*f, root) },
+        // A rank that receives nothing: its contribution is only read (the reduction copies
+        // a small one, aligned as the reducer needs).
+        (Some(s), false) => {
+            let root = root.expect("only a reduce has ranks that receive nothing");
+            // SAFETY: the caller's send buffer, live until the job ends.
+            c.reduce_from(
+                unsafe { s.get() },
+                (elem, align.next_power_of_two()),
+                &*f,
+                root,
+            )
+        }
     }))
 }
