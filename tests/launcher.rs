@@ -247,5 +247,49 @@ fn start_up_mistakes_are_named_at_once() {
         assert!(stderr.contains(words), "{words}: {stderr}");
         let _ = first.kill();
         let _ = first.wait();
+        // Killed while it waited for its peer to map its shared memory: no launcher of
+        // ours removes what it left (rdcoll-run does, `a_rank_killed_at_start_up...`).
+        let job = store
+            .get(
+                rdcoll::transport::bootstrap::JOB_ID_KEY,
+                Duration::from_secs(5),
+            )
+            .unwrap();
+        remove_segments(&String::from_utf8_lossy(&job));
     }
+}
+
+/// Names in /dev/shm of job `job`'s shared-memory segments.
+fn segments_of(job: &str) -> Vec<String> {
+    let prefix = format!("rdcoll-{job}-");
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn remove_segments(job: &str) {
+    for name in segments_of(job) {
+        let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
+    }
+}
+
+/// A rank stopped by the launcher while it still waits for a peer that never came (it exited
+/// at once) could not unlink its shared memory: the launcher removes the job's segments once
+/// every rank has ended.
+#[test]
+fn a_rank_killed_at_start_up_leaves_no_shared_memory() {
+    use rdcoll::transport::launch::{run_job, JobSpec};
+    let ring = example("ring").display().to_string();
+    let script = format!("[ $RDCOLL_RANK = 1 ] && exit 3; exec {ring}");
+    let mut spec = JobSpec::new(2, vec!["sh".into(), "-c".into(), script.into()]);
+    spec.transport = Some("shm".into());
+    let report = run_job(&spec).unwrap();
+    assert_eq!(report.exit_code(), 3);
+    assert!(!report.job.is_empty());
+    assert_eq!(segments_of(&report.job), Vec::<String>::new());
 }

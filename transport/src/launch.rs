@@ -67,6 +67,8 @@ pub struct JobReport {
     pub first_failure: Option<RankExit>,
     /// The signal that interrupted the launcher (Ctrl-C: SIGINT), if one did.
     pub interrupted: Option<i32>,
+    /// The job's id (it names the job's shared-memory segments, removed once the job ended).
+    pub job: String,
 }
 
 impl JobReport {
@@ -334,7 +336,7 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
     let server = StoreServer::start_secured("127.0.0.1:0", secret)?;
     let addr = server.addr().to_string();
     let client = TcpStore::connect_secured(&addr, Duration::from_secs(5), &secret)?;
-    publish_job_id(&client)?;
+    let job = publish_job_id(&client)?;
     let secret = secret_hex(&secret);
     let mut children: Vec<Option<Child>> = Vec::with_capacity(spec.ranks);
     let mut forwarders = Vec::new();
@@ -470,6 +472,8 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         std::thread::sleep(Duration::from_millis(5));
     }
     drop(server);
+    // A rank killed before its peers mapped its shared memory left the segment's name.
+    crate::shm::remove_job_segments(&job);
     let drain_until = Instant::now() + OUTPUT_DRAIN;
     for t in forwarders {
         while !t.is_finished() && Instant::now() < drain_until {
@@ -484,5 +488,6 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
         exits,
         first_failure,
         interrupted,
+        job,
     })
 }

@@ -153,15 +153,14 @@ pub fn publish_job_identity(store: &dyn Store) -> Result<()> {
         let secret: Secret = rand::random();
         store.set(SECRET_KEY, &secret)?;
     }
-    publish_job_id(store)
+    publish_job_id(store).map(drop)
 }
 
-/// Sets a fresh random job id (it names the job's shared-memory segments).
-pub fn publish_job_id(store: &dyn Store) -> Result<()> {
-    store.set(
-        JOB_ID_KEY,
-        format!("{:016x}", rand::random::<u64>()).as_bytes(),
-    )
+/// Sets a fresh random job id (it names the job's shared-memory segments); returns it.
+pub fn publish_job_id(store: &dyn Store) -> Result<String> {
+    let id = format!("{:016x}", rand::random::<u64>());
+    store.set(JOB_ID_KEY, id.as_bytes())?;
+    Ok(id)
 }
 
 /// Where a launcher puts the job's secret for its ranks (32 hex digits).

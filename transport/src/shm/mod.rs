@@ -55,6 +55,7 @@ use layout::{Layout, View};
 use producer::{ProducerSide, RingRef};
 pub(crate) use records::PutTail;
 use records::*;
+pub(crate) use segment::remove_job_segments;
 use segment::Segment;
 use table::{KIND_EXTERNAL, KIND_HEAP};
 

@@ -1,5 +1,7 @@
 //! POSIX shared-memory segments: created mode 0600 by their owner, mapped by every rank of the
-//! job, and unlinked as soon as all have mapped them, so a crash leaves nothing in /dev/shm.
+//! job, and unlinked as soon as all have mapped them, so a crash after start-up leaves nothing
+//! in /dev/shm. A rank killed before its peers mapped its segment leaves the name; `rdcoll-run`
+//! removes the job's names once every rank has ended (`remove_job_segments`).
 
 use std::ffi::CString;
 
@@ -188,6 +190,21 @@ impl Drop for Segment {
         // SAFETY: unmapping exactly what `map` mapped; no references into it outlive the
         // segment (every user holds an Arc to it).
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// Removes what is left in /dev/shm of job `job`'s segments (`rdcoll-{job}-...`): a rank
+/// killed before all its peers had mapped its segment could not unlink it. For a launcher,
+/// once every rank of the job has exited.
+pub(crate) fn remove_job_segments(job: &str) {
+    let prefix = format!("rdcoll-{job}-");
+    let Ok(entries) = std::fs::read_dir("/dev/shm") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if entry.file_name().to_string_lossy().starts_with(&prefix) {
+            let _ = std::fs::remove_file(entry.path());
+        }
     }
 }
 
