@@ -169,11 +169,15 @@ fn credit_comes_back_to_a_sender_that_only_sends() {
 /// 300 ms: once its channel (shm: the ring; tcp: the socket) is full the sender waits for
 /// room, so its memory grows by less than 32 MiB (queueing them, as a nonblocking send must,
 /// took all 64 MiB; over tcp 40 MB before tcp reported its queue, `Fabric::backlogged`).
+/// Over tcp again with `RDCOLL_SINK_RATE` (no host thread flushes then: the I/O thread's
+/// flush must clear the queue's hint, or the sender waits for ever).
 #[test]
 fn blocking_sends_to_a_full_channel_wait_for_room() {
     for transport in ["shm", "tcp"] {
         job(2, transport, "wait_for_room");
     }
+    let sink = [("RDCOLL_SINK_RATE", "1G".to_string())];
+    job_with(2, "tcp", "wait_for_room", &sink);
 }
 
 /// A rank that floods its peer and waits, while the peer computes for three peer timeouts

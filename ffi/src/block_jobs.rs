@@ -500,9 +500,9 @@ pub(crate) fn prefix_job(
 
 /// `rdc_iallreduce` (`root` `None`) or `rdc_ireduce`, at the level of bytes: the
 /// contribution (`sendbuf`, or `RDC_IN_PLACE` for the receive buffer's) is combined in the
-/// receive buffer where the result goes (every rank for an allreduce, the root for a reduce),
-/// elsewhere in an aligned copy the job makes. The copy is the job's: a long vector's copy is
-/// time the caller would not compute.
+/// receive buffer where the result goes (every rank for an allreduce, the root for a reduce);
+/// elsewhere it is only read. Any copy is the job's (a long vector's is time the caller would
+/// not compute): only this rank's own segment of a long one, or a short one whole.
 pub(crate) fn reduction_job(
     c: &Comm,
     sendbuf: *const c_void,
@@ -552,20 +552,17 @@ pub(crate) fn reduction_job(
                 Some(root) => c.reduce(acc, elem, &*f, root),
             }
         }
-        // SAFETY: the caller's send and receive buffers, live until the job ends, not
-        // overlapping (checked above); the receive buffer is only the job's meanwhile.
+        // The caller's send and receive buffers, live until the job ends, not overlapping
+        // (checked above); the receive buffer is only the job's meanwhile.
+        // SAFETY: as just said.
         (Some(s), true) => unsafe { c.reduce_apart(s.get(), recv.get_mut(), elem, &*f, root) },
         // A rank that receives nothing: its contribution is only read (the reduction copies
         // a small one, aligned as the reducer needs).
         (Some(s), false) => {
             let root = root.expect("only a reduce has ranks that receive nothing");
             // SAFETY: the caller's send buffer, live until the job ends.
-            c.reduce_from(
-                unsafe { s.get() },
-                (elem, align.next_power_of_two()),
-                &*f,
-                root,
-            )
+            let send = unsafe { s.get() };
+            c.reduce_from(send, (elem, align.next_power_of_two()), &*f, root)
         }
     }))
 }

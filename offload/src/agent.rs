@@ -74,16 +74,16 @@ fn progress_guarded(shared: &Shared, mut st: SpinGuard<'_, State>) -> usize {
 
 /// [`progress`] with the state already locked (the caller notifies waiters).
 pub(crate) fn progress_locked(st: &mut State) -> usize {
-    // An error may come after some events were handled (not counted): fire what is ready
-    // then too.
-    let (handled, failed) = match st.poll_fabric_batch(BATCH, &mut handle_ref) {
-        Ok(n) => (n, false),
+    // An error after some events were handled ends the batch with their count (the next
+    // poll meets it again and it is logged then).
+    let handled = match st.poll_fabric_batch(BATCH, &mut handle_ref) {
+        Ok(n) => n,
         Err(e) => {
             tracing::error!("offload agent: polling the fabric failed: {e}");
-            (0, true)
+            0
         }
     };
-    if handled > 0 || failed {
+    if handled > 0 {
         if let Err(e) = st.fire_ready() {
             tracing::error!("offload agent: firing triggered operations failed: {e}");
         }

@@ -193,7 +193,9 @@ impl State {
     }
 
     /// [`poll_fabric`](State::poll_fabric) up to `max` times (one taking and handing back of
-    /// the poller for all of them); how many events were handled.
+    /// the poller for all of them); how many events were handled (an error after some were
+    /// ends the batch with their count: see `Poller::poll_batch`). `f` must not poll the
+    /// fabric.
     pub(crate) fn poll_fabric_batch(
         &mut self,
         max: usize,
@@ -201,8 +203,13 @@ impl State {
     ) -> rdcoll_transport::Result<usize> {
         let Some(mut poller) = self.poller.take() else {
             let mut n = 0;
-            while n < max && self.poll_fabric(f)? {
-                n += 1;
+            while n < max {
+                match self.poll_fabric(f) {
+                    Ok(true) => n += 1,
+                    Ok(false) => break,
+                    Err(e) if n == 0 => return Err(e),
+                    Err(_) => break,
+                }
             }
             return Ok(n);
         };

@@ -243,8 +243,8 @@ pub trait Fabric: Send + Sync {
         None
     }
     /// Whether messages to `dest` wait in this endpoint's own queue because the channel to it
-    /// is full (shm: its ring; tcp: its socket; ofi: the provider's queue; they were copied
-    /// there and go on as `dest` makes room). A
+    /// is full (shm: its ring; tcp: its socket; they were copied there and go on as `dest`
+    /// makes room). A
     /// blocking sender may wait, making progress, until they have gone on, rather than copy
     /// another message behind them: a stream that outruns its receiver then costs one copy
     /// per message instead of an allocation and two copies. `false` by default.
@@ -271,12 +271,20 @@ pub trait Poller: Send {
     }
 
     /// Hands up to `max` ready events to `f`, one by one as [`poll_with`](Poller::poll_with)
-    /// would; returns how many. Fewer than `max` means nothing more was ready. A backend
-    /// whose poll has work to do once per call (not per event) does it once here.
+    /// would; returns how many (fewer than `max`: nothing more was ready, or a poll that
+    /// needs a call of its own, such as a failed peer's reaping, comes next). An error after
+    /// some events were handed over ends the batch with their count; the next poll meets it
+    /// again. A backend whose poll has work to do once per call (not per event) does it once
+    /// here. `f` must not poll.
     fn poll_batch(&mut self, max: usize, f: &mut dyn FnMut(EventRef<'_>)) -> Result<usize> {
         let mut n = 0;
-        while n < max && self.poll_with(f)? {
-            n += 1;
+        while n < max {
+            match self.poll_with(f) {
+                Ok(true) => n += 1,
+                Ok(false) => break,
+                Err(e) if n == 0 => return Err(e),
+                Err(_) => break,
+            }
         }
         Ok(n)
     }

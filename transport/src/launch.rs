@@ -348,6 +348,7 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
                     signal(c, libc::SIGKILL);
                     let _ = c.wait();
                 }
+                crate::shm::remove_job_segments(&job);
                 return Err(e);
             }
         }
@@ -396,7 +397,10 @@ pub fn run_job(spec: &JobSpec) -> Result<JobReport> {
                     children[rank] = None;
                 }
                 Ok(None) => {}
-                Err(e) => return Err(TransportError::io(format!("waiting for rank {rank}"), e)),
+                Err(e) => {
+                    // Ranks may still run (and map segments): their names stay.
+                    return Err(TransportError::io(format!("waiting for rank {rank}"), e));
+                }
             }
         }
         // Ranks ended by an interrupt are not failures of their own. The first failure is the

@@ -538,12 +538,6 @@ impl Fabric for OfiFabric {
         self.shared.start.elapsed()
     }
 
-    /// Messages wait in `dest`'s outbox: the provider took no more for now.
-    fn backlogged(&self, dest: Rank) -> bool {
-        let st = self.shared.state.lock();
-        st.outbox.get(dest as usize).is_some_and(|q| !q.is_empty())
-    }
-
     fn is_failed(&self, rank: Rank) -> bool {
         self.shared
             .failed

@@ -114,7 +114,7 @@ impl crate::Poller for ShmPoller {
         }
         inner.flush_backlogs();
         let Some(consumers) = self.consumers.as_mut() else {
-            return Err(poller_taken());
+            return if n > 0 { Ok(n) } else { Err(poller_taken()) };
         };
         while n < max {
             match pop_next(inner, consumers, f) {

@@ -81,7 +81,11 @@ pub(super) fn run(sh: Arc<Shared>, mut poll: mio::Poll) {
             if ev.is_writable() {
                 let res = {
                     let mut out = sh.peers[r].out.lock();
-                    sh.flush_locked(r as Rank, &mut out)
+                    let res = sh.flush_locked(r as Rank, &mut out);
+                    // The hint a blocking sender waits on (`Fabric::backlogged`): cleared here
+                    // too, not only by a host thread's flush (which `RDCOLL_SINK_RATE` skips).
+                    sh.peers[r].queued.store(!out.is_empty(), Ordering::Relaxed);
+                    res
                 };
                 if let Err(why) = res {
                     sh.fail_peer(r as Rank, &why);

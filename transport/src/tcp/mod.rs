@@ -246,6 +246,7 @@ impl Shared {
             }
         }
         peer.out.lock().clear();
+        peer.queued.store(false, Ordering::Relaxed);
         for op in drained {
             self.events.push(Event::Completed {
                 op: OpId(op),
@@ -547,8 +548,8 @@ impl Fabric for TcpFabric {
         self.shared.start.elapsed()
     }
 
-    /// Frames wait in `dest`'s queue: its socket was full (the polling host thread's flush
-    /// clears the hint once the queue is empty).
+    /// Frames wait in `dest`'s queue: its socket was full (the flushes that empty the queue,
+    /// the I/O thread's and a polling host thread's, clear the hint; a failed peer has none).
     fn backlogged(&self, dest: Rank) -> bool {
         self.shared
             .peers
