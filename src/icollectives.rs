@@ -44,8 +44,9 @@ impl<'scope> Scope<'scope, '_> {
         let s = Buf::of(bytemuck::cast_slice(send));
         let r = Buf::of_mut(bytemuck::cast_slice_mut(recv));
         self.start(Box::new(move |c| {
-            // SAFETY: both buffers are borrowed for 'scope, which waits for the job before
+            // Both buffers are borrowed for 'scope, which waits for the job before
             // the borrows end; only the job touches them meanwhile.
+            // SAFETY: as just said.
             let (send, recv) = unsafe { (s.get_ref(), r.get()) };
             job(c, send, recv)
         }))
@@ -64,8 +65,9 @@ impl<'scope> Scope<'scope, '_> {
     ) -> Result<CollRequest<'scope>> {
         let b = Buf::of_mut(bytemuck::cast_slice_mut(buf));
         self.start(Box::new(move |c| {
-            // SAFETY: `buf` is borrowed for 'scope, which waits for the job before the borrow
+            // `buf` is borrowed for 'scope, which waits for the job before the borrow
             // ends; only the job touches it meanwhile.
+            // SAFETY: as just said.
             let buf = unsafe { b.get() };
             Ok(c.bcast(buf, root)?)
         }))

@@ -56,8 +56,9 @@ impl CBuf {
         if self.len == 0 {
             return &mut [];
         }
-        // SAFETY: a live caller's buffer of `len` bytes that only this job touches (the
+        // A live caller's buffer of `len` bytes that only this job touches (the
         // caller's contract).
+        // SAFETY: as just said.
         unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, self.len) }
     }
 }

@@ -50,9 +50,10 @@ impl DirectRecv {
     pub(crate) fn deposit(&self, data: &[u8]) -> usize {
         let n = data.len().min(self.capacity);
         if n > 0 {
-            // SAFETY: `Ni::post_direct`'s caller lent `addr..addr + capacity` to this receive,
+            // `Ni::post_direct`'s caller lent `addr..addr + capacity` to this receive,
             // valid and untouched by anything else until it completes, which this deposit
             // does; `n <= capacity`.
+            // SAFETY: as just said.
             let out = unsafe { std::slice::from_raw_parts_mut(self.addr as *mut u8, n) };
             rdcoll_transport::copy_bytes(out, &data[..n]);
         }

@@ -258,8 +258,9 @@ fn exit_watchers(children: &[Option<Child>]) -> Vec<Arc<OnceLock<Duration>>> {
                 let _ = std::thread::Builder::new()
                     .name("rdcoll-run-watch".into())
                     .spawn(move || {
-                        // SAFETY: waitid with WNOWAIT on our own child leaves it waitable for
+                        // `waitid` with WNOWAIT on our own child leaves it waitable for
                         // the main loop; `info` is a zeroed local.
+                        // SAFETY: as just said.
                         let r = unsafe {
                             let mut info: libc::siginfo_t = std::mem::zeroed();
                             libc::waitid(
@@ -280,8 +281,9 @@ fn exit_watchers(children: &[Option<Child>]) -> Vec<Arc<OnceLock<Duration>>> {
 }
 
 fn has_exited(child: &Child) -> bool {
-    // SAFETY: waitid on our own child with WNOWAIT leaves it waitable; `info` is zeroed first
+    // `waitid` on our own child with WNOWAIT leaves it waitable; `info` is zeroed first
     // so `si_pid` reads 0 when nothing changed.
+    // SAFETY: as just said.
     unsafe {
         let mut info: libc::siginfo_t = std::mem::zeroed();
         let r = libc::waitid(

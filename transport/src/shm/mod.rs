@@ -217,8 +217,9 @@ impl Inner {
     #[inline]
     fn try_push(&self, dest: Rank, side: &mut ProducerSide, kind: u32, parts: &[&[u8]]) -> bool {
         let ring = &self.outgoing[dest as usize];
-        // SAFETY: the ring from us to `dest` lives in dest's mapped segment and only this rank
+        // The ring from us to `dest` lives in dest's mapped segment and only this rank
         // (under the producer lock) writes it.
+        // SAFETY: as just said.
         unsafe {
             side.ring
                 .try_push(ring.data, self.layout.ring_bytes, ring.head(), kind, parts)

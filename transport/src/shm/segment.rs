@@ -103,8 +103,9 @@ impl Segment {
     }
 
     fn map(fd: i32, name: CString, len: usize) -> Result<Segment> {
-        // SAFETY: mapping `len` bytes of a descriptor sized to at least `len`; then closing it
+        // Mapping `len` bytes of a descriptor sized to at least `len`; then closing it
         // (the mapping keeps the memory).
+        // SAFETY: as just said.
         let base = unsafe {
             let p = libc::mmap(
                 std::ptr::null_mut(),
@@ -168,8 +169,9 @@ impl Segment {
         if start >= end {
             return;
         }
-        // SAFETY: a page-aligned range inside our mapping; MADV_POPULATE_WRITE only populates
+        // A page-aligned range inside our mapping; MADV_POPULATE_WRITE only populates
         // page tables (as a write fault would) and does not modify memory.
+        // SAFETY: as just said.
         unsafe {
             libc::madvise(
                 self.base.add(start) as *mut libc::c_void,
@@ -187,8 +189,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: unmapping exactly what `map` mapped; no references into it outlive the
+        // Unmapping exactly what `map` mapped; no references into it outlive the
         // segment (every user holds an Arc to it).
+        // SAFETY: as just said.
         unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
     }
 }

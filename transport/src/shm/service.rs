@@ -178,8 +178,9 @@ fn pop_next(inner: &Inner, consumers: &mut Consumers, f: &mut dyn FnMut(EventRef
             // message is lent to `f` in place). Kept out of the pop's result, which stays a
             // flag: moving an event through it cost the message path a large frame.
             let mut raised: Option<Event> = None;
-            // SAFETY: our own incoming ring from `src`, read only by the holder of
+            // Our own incoming ring from `src`, read only by the holder of
             // `consumers` (the consumer lock's, or the exclusive poller's).
+            // SAFETY: as just said.
             let popped = unsafe {
                 consumers.0[src].try_pop(
                     ring.data,
