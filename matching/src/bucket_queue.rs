@@ -212,6 +212,19 @@ impl<K: Hash + Eq + Copy> BucketTable<K> {
         id
     }
 
+    /// Unlinks node `index` from bucket `id` on `lane` and notes that it left.
+    #[inline]
+    pub(crate) fn unlink_node<N: Linked + Copy, V>(
+        &mut self,
+        slab: &mut Slab<N, V>,
+        id: u32,
+        index: u32,
+        lane: usize,
+    ) {
+        unlink(slab, &mut self.buckets[id as usize], index, lane);
+        self.release_if_empty(id);
+    }
+
     /// Notes that a node left bucket `id`; an emptied bucket turns idle (see the module doc
     /// for when idle buckets are dropped).
     #[inline]

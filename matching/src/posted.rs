@@ -273,27 +273,13 @@ impl<R> PostedQueue<R> {
     fn unlink_bucket(&mut self, index: u32) {
         let node = self.nodes.node(index);
         let (shape, id) = (node.selector.shape, node.bucket);
+        let nodes = &mut self.nodes;
         match shape {
-            Shape::Exact => {
-                unlink(&mut self.nodes, self.exact.ends_mut(id), index, BUCKET);
-                self.exact.release_if_empty(id);
-            }
-            Shape::AnyTag => {
-                unlink(&mut self.nodes, self.any_tag.ends_mut(id), index, BUCKET);
-                self.any_tag.release_if_empty(id);
-            }
-            Shape::AnySource => {
-                unlink(&mut self.nodes, self.any_source.ends_mut(id), index, BUCKET);
-                self.any_source.release_if_empty(id);
-            }
-            Shape::AnyAny => {
-                unlink(&mut self.nodes, self.any_any.ends_mut(id), index, BUCKET);
-                self.any_any.release_if_empty(id);
-            }
-            Shape::General => {
-                unlink(&mut self.nodes, self.general.ends_mut(id), index, BUCKET);
-                self.general.release_if_empty(id);
-            }
+            Shape::Exact => self.exact.unlink_node(nodes, id, index, BUCKET),
+            Shape::AnyTag => self.any_tag.unlink_node(nodes, id, index, BUCKET),
+            Shape::AnySource => self.any_source.unlink_node(nodes, id, index, BUCKET),
+            Shape::AnyAny => self.any_any.unlink_node(nodes, id, index, BUCKET),
+            Shape::General => self.general.unlink_node(nodes, id, index, BUCKET),
         }
     }
 

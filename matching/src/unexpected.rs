@@ -369,32 +369,21 @@ impl<M> UnexpectedQueue<M> {
     /// Unlinks node `index` from its exact bucket and the wildcard lanes kept.
     fn unlink_buckets(&mut self, index: u32) {
         let [exact, by_source, by_tag, by_context] = self.nodes.node(index).buckets;
-        unlink(&mut self.nodes, self.exact.ends_mut(exact), index, EXACT);
-        self.exact.release_if_empty(exact);
+        let nodes = &mut self.nodes;
+        self.exact.unlink_node(nodes, exact, index, EXACT);
         if self.kept_lanes == 0 {
             return;
         }
         if by_source != NIL {
-            unlink(
-                &mut self.nodes,
-                self.by_source.ends_mut(by_source),
-                index,
-                BY_SOURCE,
-            );
-            self.by_source.release_if_empty(by_source);
+            self.by_source
+                .unlink_node(nodes, by_source, index, BY_SOURCE);
         }
         if by_tag != NIL {
-            unlink(&mut self.nodes, self.by_tag.ends_mut(by_tag), index, BY_TAG);
-            self.by_tag.release_if_empty(by_tag);
+            self.by_tag.unlink_node(nodes, by_tag, index, BY_TAG);
         }
         if by_context != NIL {
-            unlink(
-                &mut self.nodes,
-                self.by_context.ends_mut(by_context),
-                index,
-                BY_CONTEXT,
-            );
-            self.by_context.release_if_empty(by_context);
+            self.by_context
+                .unlink_node(nodes, by_context, index, BY_CONTEXT);
         }
     }
 

@@ -202,16 +202,7 @@ impl State {
         f: &mut dyn FnMut(&mut State, EventRef<'_>),
     ) -> rdcoll_transport::Result<usize> {
         let Some(mut poller) = self.poller.take() else {
-            let mut n = 0;
-            while n < max {
-                match self.poll_fabric(f) {
-                    Ok(true) => n += 1,
-                    Ok(false) => break,
-                    Err(e) if n == 0 => return Err(e),
-                    Err(_) => break,
-                }
-            }
-            return Ok(n);
+            return rdcoll_transport::poll_up_to(max, || self.poll_fabric(f));
         };
         let polled = poller.poll_batch(max, &mut |ev| f(self, ev));
         self.poller = Some(poller);

@@ -348,7 +348,6 @@ pub(crate) fn finish(st: &mut State, mut t: Transfer, fail: NiFail) {
     answer(st, t.initiator, t.get, t.op, fail, Some(Deposit::of(&t)));
 }
 
-/// An incoming put or get.
 /// A sender's notice that it now waits for its message with `bits` (`State::waits_notices`),
 /// applied as it arrives: in order with that sender's messages, so it marks that message if
 /// it is still queued and never a later one that reuses its nonce.
@@ -363,6 +362,7 @@ fn mark_waiting(st: &mut State, msg_pt: PtIndex, from: Rank, bits: u64) {
     }
 }
 
+/// An incoming put or get.
 pub(crate) fn on_message(st: &mut State, from: Rank, msg: Msg<'_>) {
     match msg {
         Msg::Put {

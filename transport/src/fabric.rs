@@ -244,10 +244,10 @@ pub trait Fabric: Send + Sync {
     }
     /// Whether messages to `dest` wait in this endpoint's own queue because the channel to it
     /// is full (shm: its ring; tcp: its socket; they were copied there and go on as `dest`
-    /// makes room). A
-    /// blocking sender may wait, making progress, until they have gone on, rather than copy
-    /// another message behind them: a stream that outruns its receiver then costs one copy
-    /// per message instead of an allocation and two copies. `false` by default.
+    /// makes room). A blocking sender may wait, making progress, until they have gone on,
+    /// rather than copy another message behind them: a stream that outruns its receiver then
+    /// costs one copy per message instead of an allocation and two copies. `false` by
+    /// default.
     fn backlogged(&self, dest: Rank) -> bool {
         let _ = dest;
         false
@@ -277,17 +277,24 @@ pub trait Poller: Send {
     /// again. A backend whose poll has work to do once per call (not per event) does it once
     /// here. `f` must not poll.
     fn poll_batch(&mut self, max: usize, f: &mut dyn FnMut(EventRef<'_>)) -> Result<usize> {
-        let mut n = 0;
-        while n < max {
-            match self.poll_with(f) {
-                Ok(true) => n += 1,
-                Ok(false) => break,
-                Err(e) if n == 0 => return Err(e),
-                Err(_) => break,
-            }
-        }
-        Ok(n)
+        poll_up_to(max, || self.poll_with(f))
     }
+}
+
+/// Runs `poll` (one event handed over: `true`) up to `max` times, until it has nothing more;
+/// how many events it handed over. An error after some ends the run with their count (the
+/// next poll meets it again), as [`Poller::poll_batch`] says.
+pub fn poll_up_to(max: usize, mut poll: impl FnMut() -> Result<bool>) -> Result<usize> {
+    let mut n = 0;
+    while n < max {
+        match poll() {
+            Ok(true) => n += 1,
+            Ok(false) => break,
+            Err(e) if n == 0 => return Err(e),
+            Err(_) => break,
+        }
+    }
+    Ok(n)
 }
 
 /// [`Fabric::put_now`]'s ordinary path: the put (with `flag`, [`Fabric::put_flag`]) started,

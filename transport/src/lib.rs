@@ -39,7 +39,7 @@ mod wait;
 pub use config::FabricConfig;
 pub use copy::copy_bytes;
 pub use error::{Result, TransportError};
-pub use fabric::{Fabric, Poller, VIRTUAL_CLOCK_SLEEP};
+pub use fabric::{poll_up_to, Fabric, Poller, VIRTUAL_CLOCK_SLEEP};
 pub use region::{Region, REGION_ALIGN};
 pub use spin::{SpinGuard, SpinLock};
 pub use types::{

@@ -75,8 +75,9 @@ impl Engine {
     /// `isend` that found no eager credit (its header did not say so, as a blocking send's
     /// does): a zero-byte put to the receiver's credit portal naming the message (its match
     /// bits, nonce included), once. The receiver's NI marks the queued header as a blocking
-    /// send's as the notice arrives (`Ni::take_waits_notices`), so that a receive there that waits for a later message of
-    /// this rank fails with `SenderBlocked` instead of waiting for ever.
+    /// send's as the notice arrives (`Ni::take_waits_notices`), so that a receive there that
+    /// waits for a later message of this rank fails with `SenderBlocked` instead of waiting
+    /// for ever.
     pub(super) fn notice_sender_waits(&self, inner: &mut Inner, id: ReqId) {
         let Some(Req::Send(s)) = inner.reqs.get_mut(id.0) else {
             return;
