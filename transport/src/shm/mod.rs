@@ -505,6 +505,11 @@ impl Fabric for ShmFabric {
         // us and rings, or we see its publication here. Without our membarrier its look could
         // pass its own store, so if the barrier fails the sleep is kept short instead.
         let barrier_ok = !inner.asymmetric_fence || crate::membarrier::global();
+        // A receiver may have freed ring space (and rung us) between our last flush and the
+        // `seen` above; flushing now, after `seen`, either moves the backlog or leaves the
+        // waiting flag raised, and the receiver's next wake-up then ends the sleep. Without
+        // it the sleep could last the whole cap below with records the receiver had room for.
+        inner.flush_backlogs();
         if !inner.anything_ready() && !ready() {
             // With a backlog, the receiver wakes us when it frees ring space; the short cap
             // covers the race where it looked before we raised the flag.
