@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use crate::error::{Result, TransportError};
 
-/// Smallest shm ring: room for several of the largest records.
-pub const MIN_RING_BYTES: usize = 4 * crate::MAX_MESSAGE_SIZE;
+/// Smallest shm ring: room for three of the largest records (a power of two).
+pub const MIN_RING_BYTES: usize = 256 * 1024;
 /// Largest shm ring (per ordered pair of ranks).
 pub const MAX_RING_BYTES: usize = 1 << 30;
 /// Incoming ring bytes per rank when rings are sized by job size.

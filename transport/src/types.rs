@@ -7,9 +7,10 @@ use crate::error::{Result, TransportError};
 /// A process (or thread, for `local`) in a job, numbered `0..size`.
 pub type Rank = u32;
 
-/// The largest active message, in bytes, that every backend carries. Larger data moves with
-/// `put`/`get`.
-pub const MAX_MESSAGE_SIZE: usize = 64 * 1024;
+/// The largest active message, in bytes, that every backend carries: 64 KiB of payload and a
+/// header of up to 64 bytes (so a 64 KiB eager message is one message). Larger data moves
+/// with `put`/`get`.
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024 + 64;
 
 /// The bytes of an active message; short ones live inline, without an allocation.
 pub type Payload = SmallVec<[u8; 64]>;

@@ -64,7 +64,9 @@ impl Engine {
 
     /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`: complete at once
     /// if it fits the eager limit and `dest` has eager credit for it (no request to track),
-    /// else a request in flight.
+    /// else a request in flight; also a request for a message of 16 KiB or more
+    /// (`send::BACKLOG_RENDEZVOUS_MIN`) while the channel to `dest` is backed up
+    /// (`Fabric::backlogged`).
     ///
     /// # Safety
     /// As for [`Engine::isend`].
@@ -78,6 +80,15 @@ impl Engine {
     ) -> Result<Started> {
         if dest == super::PROC_NULL {
             return Ok(Started::Done(self.sent_status(tag, 0)));
+        }
+        if len >= super::send::BACKLOG_RENDEZVOUS_MIN && self.ni.fabric().backlogged(dest) {
+            // Earlier messages wait in this rank's own queue for room in the channel: an
+            // eager copy would queue behind them (a second copy later), so the receive pulls
+            // this one from the caller's buffer instead.
+            // SAFETY: passed on from the caller.
+            return Ok(Started::Pending(unsafe {
+                self.isend_by_rendezvous(ptr, len, dest, tag, context)?
+            }));
         }
         if len <= self.cfg.eager_limit {
             // SAFETY: the caller keeps the buffer valid for the call, which copies it out.

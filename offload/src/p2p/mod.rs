@@ -15,6 +15,8 @@
 //!   sender's get entry does not, so rendezvous messages with identical envelopes are fetched
 //!   concurrently, each from its own buffer.
 
+#[cfg(test)]
+mod backlog_tests;
 mod backoff;
 mod bits;
 #[cfg(test)]

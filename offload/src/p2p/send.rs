@@ -141,6 +141,13 @@ impl Rendezvous {
     }
 }
 
+/// Shortest nonblocking send that goes by rendezvous rather than eagerly while earlier
+/// messages to its destination wait in this rank's own queue for room in the channel
+/// (`Fabric::backlogged`): the receive then copies it once, from the sender's buffer, instead
+/// of the queue taking a copy and the channel another. Below it the copies cost less than a
+/// rendezvous's round trip.
+pub(super) const BACKLOG_RENDEZVOUS_MIN: usize = 16 << 10;
+
 impl Engine {
     /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`.
     ///
@@ -336,6 +343,23 @@ impl Engine {
             )?
         };
         self.wait(id).map(drop)
+    }
+
+    /// [`isend`](Engine::isend) by an ordinary rendezvous, however short the message.
+    ///
+    /// # Safety
+    /// As for [`Engine::isend`].
+    pub(super) unsafe fn isend_by_rendezvous(
+        &self,
+        ptr: *const u8,
+        len: usize,
+        dest: Rank,
+        tag: u32,
+        context: Context,
+    ) -> Result<ReqId> {
+        let announce = self.announce_rendezvous();
+        // SAFETY: passed on from the caller.
+        unsafe { self.isend_as(ptr, len, dest, tag, context, Some(announce)) }
     }
 
     /// How an ordinary rendezvous announces itself.

@@ -140,9 +140,9 @@ pub static SETTINGS: &[Setting] = &[
     Setting {
         name: "RDCOLL_EAGER_LIMIT",
         kind: Kind::Size,
-        default: "`32768`",
+        default: "`65536`",
         level: Level::Tuning,
-        doc: "messages up to this many bytes go eagerly with their header; longer ones go by rendezvous: the first KiB with the header, the receiver fetches the rest (at most the 65,489 bytes an inline put carries; sizes take `K`/`M` suffixes)",
+        doc: "messages up to this many bytes go eagerly with their header; longer ones go by rendezvous: the first KiB with the header, the receiver fetches the rest; a nonblocking send of 16 KiB or more also goes by rendezvous while earlier messages wait for room in the channel (at most the 65,553 bytes an inline put carries; sizes take `K`/`M` suffixes)",
     },
     Setting {
         name: "RDCOLL_RNDV_CHUNK",
