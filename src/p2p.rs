@@ -57,8 +57,9 @@ impl Comm {
     ///
     /// The send starts first. A short message with eager credit has then been copied out (it
     /// is on its way), and the receive is a blocking one, which polls for its message
-    /// itself; otherwise (a long message, or a short one without credit, read from `data` in
-    /// place) the receive is posted and both are waited for.
+    /// itself; otherwise (a long message, a short one without credit, or one of 16 KiB or
+    /// more while the shm ring to `dest` is backed up, each read from `data` in place) the
+    /// receive is posted and both are waited for.
     #[allow(clippy::too_many_arguments)]
     pub fn sendrecv<T: Pod, U: Pod>(
         &self,

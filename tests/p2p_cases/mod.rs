@@ -189,7 +189,7 @@ pub fn identical_envelopes(world: &Comm) -> Outcome {
 pub fn truncation_and_zero_length(world: &Comm) -> Outcome {
     match world.rank() {
         0 => {
-            for len in [100usize, 1 << 20, 64 << 10] {
+            for len in [100usize, 1 << 20, 100 << 10] {
                 std::thread::sleep(std::time::Duration::from_millis(20));
                 world.send(&pattern(0, 7, len), 1, 7).map_err(e)?;
                 world.send(&pattern(0, 8, 50), 1, 8).map_err(e)?;
@@ -200,7 +200,7 @@ pub fn truncation_and_zero_length(world: &Comm) -> Outcome {
         }
         1 => {
             // The last: a buffer shorter than the rendezvous's first chunk.
-            for (len, cap) in [(100usize, 10usize), (1 << 20, 100 << 10), (64 << 10, 500)] {
+            for (len, cap) in [(100usize, 10usize), (1 << 20, 100 << 10), (100 << 10, 500)] {
                 let mut buf = vec![0xEEu8; cap + 64];
                 match world.recv(&mut buf[..cap], 0, Tag::Any) {
                     Err(Error::Truncated {

@@ -14,8 +14,8 @@ use super::{e, pattern, Outcome};
 
 /// Longest message.
 const MAX_LEN: usize = 4096;
-/// A buffer above the eager limit (32 KiB by default): the receive becomes an entry.
-const ENTRY_BUF: usize = 40 << 10;
+/// A buffer above the eager limit (64 KiB by default): the receive becomes an entry.
+const ENTRY_BUF: usize = 80 << 10;
 
 /// Every rank but 0 sends `per_sender` messages (tag = sequence number) to rank 0, which takes
 /// them in random windows of receives.

@@ -253,6 +253,16 @@ pub trait Fabric: Send + Sync {
         false
     }
 
+    /// Whether a nonblocking eager message toward a channel that is [`backlogged`] should go
+    /// by rendezvous instead: where queuing it costs a copy the rendezvous avoids, because
+    /// the receive reads the sender's memory directly (shm). Over tcp the rendezvous's data
+    /// would queue on the same socket, one round trip later. `false` by default.
+    ///
+    /// [`backlogged`]: Fabric::backlogged
+    fn rendezvous_past_backlog(&self) -> bool {
+        false
+    }
+
     /// Whether `rank` is known to have failed.
     fn is_failed(&self, rank: Rank) -> bool;
 }

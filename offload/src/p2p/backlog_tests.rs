@@ -8,10 +8,14 @@ use rdcoll_transport::shm::ShmFabric;
 use rdcoll_transport::{Fabric, FabricConfig};
 
 use super::send::BACKLOG_RENDEZVOUS_MIN;
-use super::{Engine, P2pConfig, Source, Started, TagSel};
+use super::{Engine, P2pConfig, Req, ReqId, Source, Started, TagSel};
 use crate::{Mode, NiConfig};
 
 fn two_engines_on_small_rings() -> (Arc<Engine>, Arc<Engine>) {
+    two_engines_with(P2pConfig::default())
+}
+
+fn two_engines_with(p2p: P2pConfig) -> (Arc<Engine>, Arc<Engine>) {
     let cfg = FabricConfig {
         // The smallest ring the settings allow: a few messages fill it.
         shm_ring_bytes: Some(256 << 10),
@@ -22,14 +26,7 @@ fn two_engines_on_small_rings() -> (Arc<Engine>, Arc<Engine>) {
         mode: Mode::Inline,
         ..NiConfig::default()
     };
-    let engine = |f| {
-        Engine::new(
-            Arc::new(f) as Arc<dyn Fabric>,
-            ni.clone(),
-            P2pConfig::default(),
-            2,
-        )
-    };
+    let engine = |f| Engine::new(Arc::new(f) as Arc<dyn Fabric>, ni.clone(), p2p, 2);
     let one = engine(fabrics.pop().unwrap()).unwrap();
     let zero = engine(fabrics.pop().unwrap()).unwrap();
     (zero, one)
@@ -71,9 +68,55 @@ fn a_long_isend_behind_a_full_channel_goes_by_rendezvous_and_order_holds() {
     );
     sent.push(short);
 
-    let expected = sent.clone();
+    receive_in_order(one, sent, &zero, &[pending]);
+}
+
+#[test]
+fn without_credit_a_long_isend_behind_a_full_channel_takes_the_no_credit_rendezvous() {
+    // Credit for a little more than the ring holds.
+    let (zero, one) = two_engines_with(P2pConfig {
+        unexpected_max: 300 << 10,
+        ..P2pConfig::default()
+    });
+    let mut sent = Vec::new();
+    let mut pending = Vec::new();
+    while !zero.ni().fabric().backlogged(1) || zero.credits.has(1, BACKLOG_RENDEZVOUS_MIN) {
+        let m = message(sent.len(), 8 << 10);
+        // SAFETY: `m` is kept in `sent` until every request is waited for below.
+        match unsafe { zero.isend_started(m.as_ptr(), m.len(), 1, 3, 0) }.unwrap() {
+            Started::Done(_) => {}
+            Started::Pending(id) => pending.push(id),
+        }
+        sent.push(m);
+        assert!(
+            sent.len() < 1000,
+            "neither the channel nor the credit ran out"
+        );
+    }
+    let long = message(sent.len(), BACKLOG_RENDEZVOUS_MIN);
+    // SAFETY: `long` is kept in `sent` until its request is waited for.
+    let id = match unsafe { zero.isend_started(long.as_ptr(), long.len(), 1, 3, 0) }.unwrap() {
+        Started::Pending(id) => id,
+        Started::Done(_) => panic!("a 16 KiB isend without credit was copied eagerly"),
+    };
+    let noticed = match zero.inner.lock().reqs.get_mut(id.0) {
+        Some(Req::Send(s)) => s.take_notice().is_some(),
+        _ => false,
+    };
+    assert!(
+        noticed,
+        "without credit the isend must be the no-credit rendezvous, whose receiver hears when its sender waits"
+    );
+    pending.push(id);
+    sent.push(long);
+    receive_in_order(one, sent, &zero, &pending);
+}
+
+/// Rank 1 receives `sent` in order (checking lengths and bytes) while rank 0 waits for its
+/// `pending` sends.
+fn receive_in_order(one: Arc<Engine>, sent: Vec<Vec<u8>>, zero: &Engine, pending: &[ReqId]) {
     let receiver = std::thread::spawn(move || {
-        for (i, want) in expected.iter().enumerate() {
+        for (i, want) in sent.iter().enumerate() {
             let mut got = vec![0u8; 64 << 10];
             // SAFETY: `got` outlives the request, waited for at once.
             let id = unsafe {
@@ -90,7 +133,8 @@ fn a_long_isend_behind_a_full_channel_goes_by_rendezvous_and_order_holds() {
             assert_eq!(&got[..status.len], &want[..], "message {i}'s bytes");
         }
     });
-    let status = zero.wait(pending).unwrap();
-    assert_eq!(status.len, long.len());
+    for &id in pending {
+        zero.wait(id).unwrap();
+    }
     receiver.join().unwrap();
 }

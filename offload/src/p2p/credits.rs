@@ -95,6 +95,18 @@ impl Credits {
         false
     }
 
+    /// Whether a message of `len` bytes to `dest` would find credit now (nothing is taken).
+    pub(super) fn has(&self, dest: Rank, len: usize) -> bool {
+        let charge = len as u64 + CHARGE_PER_MESSAGE;
+        let (Some(sent), Some(returned)) = (
+            self.sent.get(dest as usize),
+            self.returned.get(dest as usize),
+        ) else {
+            return false;
+        };
+        sent.load(Ordering::Relaxed) + charge <= returned.load(Ordering::Acquire) + self.share
+    }
+
     /// `peer` says it has received `total` bytes of charge from this rank.
     pub(super) fn returned_by(&self, peer: Rank, total: u64) {
         if let Some(r) = self.returned.get(peer as usize) {

@@ -66,7 +66,7 @@ impl Engine {
     /// if it fits the eager limit and `dest` has eager credit for it (no request to track),
     /// else a request in flight; also a request for a message of 16 KiB or more
     /// (`send::BACKLOG_RENDEZVOUS_MIN`) while the channel to `dest` is backed up
-    /// (`Fabric::backlogged`).
+    /// (`Fabric::backlogged`, where `Fabric::rendezvous_past_backlog`: shm).
     ///
     /// # Safety
     /// As for [`Engine::isend`].
@@ -81,14 +81,17 @@ impl Engine {
         if dest == super::PROC_NULL {
             return Ok(Started::Done(self.sent_status(tag, 0)));
         }
-        if len >= super::send::BACKLOG_RENDEZVOUS_MIN && self.ni.fabric().backlogged(dest) {
+        if self.diverts_from_backlog(len, dest) {
             // Earlier messages wait in this rank's own queue for room in the channel: an
             // eager copy would queue behind them (a second copy later), so the receive pulls
             // this one from the caller's buffer instead.
             // SAFETY: passed on from the caller.
-            return Ok(Started::Pending(unsafe {
-                self.isend_by_rendezvous(ptr, len, dest, tag, context)?
-            }));
+            match unsafe { self.isend_by_rendezvous(ptr, len, dest, tag, context) } {
+                Ok(id) => return Ok(Started::Pending(id)),
+                // Out of rendezvous nonces or registrations: eagerly, as it would have gone.
+                Err(e) if super::send::is_exhaustion(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
         if len <= self.cfg.eager_limit {
             // SAFETY: the caller keeps the buffer valid for the call, which copies it out.

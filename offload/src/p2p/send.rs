@@ -143,10 +143,20 @@ impl Rendezvous {
 
 /// Shortest nonblocking send that goes by rendezvous rather than eagerly while earlier
 /// messages to its destination wait in this rank's own queue for room in the channel
-/// (`Fabric::backlogged`): the receive then copies it once, from the sender's buffer, instead
-/// of the queue taking a copy and the channel another. Below it the copies cost less than a
-/// rendezvous's round trip.
+/// (`Fabric::backlogged`, where `Fabric::rendezvous_past_backlog`: shm): the receive then
+/// copies it once, from the sender's buffer, instead of the queue taking a copy and the
+/// channel another. Below it the copies cost less than a rendezvous's round trip.
 pub(super) const BACKLOG_RENDEZVOUS_MIN: usize = 16 << 10;
+
+/// Whether `e` says a rendezvous found its resources spent (nonces for its envelope, memory
+/// registrations), so that a short send may go eagerly instead.
+pub(super) fn is_exhaustion(e: &OffloadError) -> bool {
+    matches!(
+        e,
+        OffloadError::NoSpace { .. }
+            | OffloadError::Transport(TransportError::OutOfResources { .. })
+    )
+}
 
 impl Engine {
     /// Starts sending `len` bytes at `ptr` to `dest` with `tag` in `context`.
@@ -343,6 +353,18 @@ impl Engine {
             )?
         };
         self.wait(id).map(drop)
+    }
+
+    /// Whether a nonblocking send of `len` bytes to `dest` goes by rendezvous rather than
+    /// eagerly because the channel is backed up (see [`BACKLOG_RENDEZVOUS_MIN`]): only one
+    /// that would otherwise go eagerly with credit (one without credit takes the no-credit
+    /// rendezvous, whose notice and bounds `credits` describes).
+    pub(super) fn diverts_from_backlog(&self, len: usize, dest: Rank) -> bool {
+        let fabric = self.ni.fabric();
+        (BACKLOG_RENDEZVOUS_MIN..=self.cfg.eager_limit).contains(&len)
+            && fabric.rendezvous_past_backlog()
+            && fabric.backlogged(dest)
+            && self.credits.has(dest, len)
     }
 
     /// [`isend`](Engine::isend) by an ordinary rendezvous, however short the message.

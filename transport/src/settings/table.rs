@@ -86,7 +86,7 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Size,
         default: "by job size",
         level: Level::Tuning,
-        doc: "bytes of each shm message ring (one per ordered pair; a power of two, at least 256 KiB: four of the largest active messages). By default 4 MiB of incoming rings per rank, each 256 KiB to 2 MiB: 2 MiB at 2 ranks, 1 MiB at 3-4, 512 KiB at 8, 256 KiB from 16",
+        doc: "bytes of each shm message ring (one per ordered pair; a power of two, at least 256 KiB: three of the largest active messages). By default 4 MiB of incoming rings per rank, each 256 KiB to 2 MiB: 2 MiB at 2 ranks, 1 MiB at 3-4, 512 KiB at 8, 256 KiB from 16",
     },
     Setting {
         name: "RDCOLL_SHM_HEAP_BYTES",
@@ -142,7 +142,7 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Size,
         default: "`65536`",
         level: Level::Tuning,
-        doc: "messages up to this many bytes go eagerly with their header; longer ones go by rendezvous: the first KiB with the header, the receiver fetches the rest; a nonblocking send of 16 KiB or more also goes by rendezvous while earlier messages wait for room in the channel (at most the 65,553 bytes an inline put carries; sizes take `K`/`M` suffixes)",
+        doc: "messages up to this many bytes go eagerly with their header; longer ones go by rendezvous: the first KiB with the header, the receiver fetches the rest; over shm a nonblocking send of 16 KiB or more also goes by rendezvous while earlier messages wait for room in the ring (at most the 65,553 bytes an inline put carries; sizes take `K`/`M` suffixes)",
     },
     Setting {
         name: "RDCOLL_RNDV_CHUNK",

@@ -57,10 +57,10 @@ pub(super) struct ProducerSide {
     pub(super) spare: Vec<Vec<u8>>,
 }
 
-/// Most backlog buffers a producer keeps for reuse, and the largest it keeps (at most 2 MiB
-/// per peer stays allocated after a burst).
+/// Most backlog buffers a producer keeps for reuse, and the largest it keeps (the largest
+/// record: at most about 2 MiB per peer stays allocated after a burst).
 const SPARE_BUFFERS: usize = 32;
-const SPARE_MAX_BYTES: usize = 64 << 10;
+const SPARE_MAX_BYTES: usize = crate::MAX_MESSAGE_SIZE;
 
 impl ProducerSide {
     /// A backlog buffer holding the concatenation of `parts`.
