@@ -112,11 +112,12 @@ fn without_credit_a_long_isend_behind_a_full_channel_takes_the_no_credit_rendezv
     receive_in_order(one, sent, &zero, &pending);
 }
 
-/// Rank 1 receives `sent` in order (checking lengths and bytes) while rank 0 waits for its
-/// `pending` sends.
+/// Rank 1 receives `sent` in order (checking lengths and bytes, against its own copy) while
+/// rank 0 waits for its `pending` sends, whose buffers `sent` keeps alive until they end.
 fn receive_in_order(one: Arc<Engine>, sent: Vec<Vec<u8>>, zero: &Engine, pending: &[ReqId]) {
+    let expected = sent.clone();
     let receiver = std::thread::spawn(move || {
-        for (i, want) in sent.iter().enumerate() {
+        for (i, want) in expected.iter().enumerate() {
             let mut got = vec![0u8; 64 << 10];
             // SAFETY: `got` outlives the request, waited for at once.
             let id = unsafe {
@@ -137,4 +138,5 @@ fn receive_in_order(one: Arc<Engine>, sent: Vec<Vec<u8>>, zero: &Engine, pending
         zero.wait(id).unwrap();
     }
     receiver.join().unwrap();
+    drop(sent);
 }

@@ -106,9 +106,12 @@ impl crate::Poller for ShmPoller {
     fn poll_batch(&mut self, max: usize, f: &mut dyn FnMut(EventRef<'_>)) -> Result<usize> {
         let inner = &*self.inner;
         let bell = inner.view(inner.rank).doorbell();
-        // The doorbell when the backlogs were last flushed: a flush that finds the rings
-        // still full is not repeated (locking every peer's producer) until a peer rings.
+        // The doorbell when the backlogs were last flushed, and records since: a flush that
+        // finds the rings still full is not repeated (locking every peer's producer) until a
+        // peer rings, or every `REFLUSH_EVERY` records (a consumer may free room just before
+        // the producer raises its waiting flag, and then does not ring).
         let mut flushed_at = None;
+        let mut since_flush = 0;
         let mut n = 0;
         while n < max {
             if let Some(ev) = inner.local_events.pop() {
@@ -118,10 +121,12 @@ impl crate::Poller for ShmPoller {
             }
             if inner.any_backlog.load(Ordering::Acquire) {
                 let rung = bell.load(Ordering::Acquire);
-                if flushed_at != Some(rung) {
+                if flushed_at != Some(rung) || since_flush >= REFLUSH_EVERY {
                     flushed_at = Some(rung);
+                    since_flush = 0;
                     inner.flush_backlogs_now();
                 }
+                since_flush += 1;
             }
             let Some(consumers) = self.consumers.as_mut() else {
                 return if n > 0 { Ok(n) } else { Err(poller_taken()) };
@@ -137,6 +142,9 @@ impl crate::Poller for ShmPoller {
         Ok(n)
     }
 }
+
+/// Records a batch poll takes between two flushes of a backlog whose peer did not ring.
+const REFLUSH_EVERY: u32 = 16;
 
 /// The part of a poll before the rings: a local event, backlogs to flush, and when no ring
 /// has a record, a dead peer to reap. `None`: the rings have something.
