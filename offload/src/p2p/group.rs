@@ -85,8 +85,9 @@ impl Engine {
             // Earlier messages wait in this rank's own queue for room in the channel: an
             // eager copy would queue behind them (a second copy later), so the receive pulls
             // this one from the caller's buffer instead.
+            let announce = Some(self.announce_rendezvous());
             // SAFETY: passed on from the caller.
-            match unsafe { self.isend_by_rendezvous(ptr, len, dest, tag, context) } {
+            match unsafe { self.isend_as(ptr, len, dest, tag, context, announce) } {
                 Ok(id) => return Ok(Started::Pending(id)),
                 // Out of rendezvous nonces or registrations: eagerly, as it would have gone.
                 Err(e) if super::send::is_exhaustion(&e) => {}

@@ -181,7 +181,7 @@ impl Engine {
     ///
     /// # Safety
     /// As for [`Engine::isend`].
-    unsafe fn isend_as(
+    pub(super) unsafe fn isend_as(
         &self,
         ptr: *const u8,
         len: usize,
@@ -367,25 +367,8 @@ impl Engine {
             && self.credits.has(dest, len)
     }
 
-    /// [`isend`](Engine::isend) by an ordinary rendezvous, however short the message.
-    ///
-    /// # Safety
-    /// As for [`Engine::isend`].
-    pub(super) unsafe fn isend_by_rendezvous(
-        &self,
-        ptr: *const u8,
-        len: usize,
-        dest: Rank,
-        tag: u32,
-        context: Context,
-    ) -> Result<ReqId> {
-        let announce = self.announce_rendezvous();
-        // SAFETY: passed on from the caller.
-        unsafe { self.isend_as(ptr, len, dest, tag, context, Some(announce)) }
-    }
-
     /// How an ordinary rendezvous announces itself.
-    fn announce_rendezvous(&self) -> Announce {
+    pub(super) fn announce_rendezvous(&self) -> Announce {
         Announce {
             first: self.cfg.eager_limit.min(RNDV_FIRST_CHUNK),
             sender_waits: false,
