@@ -5,7 +5,7 @@
 //! table, the host and the commit. The 4-rank runs take 100 timed iterations per size after
 //! 50 untimed ones (`-i 100 -x 50`): MPICH with more ranks than cores takes milliseconds per
 //! small collective. About 13 minutes on a 2-vCPU VM; `--quick` takes a few
-//! sizes of each (under a minute).
+//! sizes of each (7 minutes there beside both MPIs, most of it MPICH's 4-rank runs).
 
 mod plot;
 mod table;
