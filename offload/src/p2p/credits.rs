@@ -88,7 +88,7 @@ impl Credits {
         let charge = len as u64 + CHARGE_PER_MESSAGE;
         let sent = &self.sent[dest as usize];
         let total = sent.fetch_add(charge, Ordering::Relaxed) + charge;
-        if total <= self.returned[dest as usize].load(Ordering::Acquire) + self.share {
+        if self.within_share(dest as usize, total) {
             return true;
         }
         sent.fetch_sub(charge, Ordering::Relaxed);
@@ -98,13 +98,16 @@ impl Credits {
     /// Whether a message of `len` bytes to `dest` would find credit now (nothing is taken).
     pub(super) fn has(&self, dest: Rank, len: usize) -> bool {
         let charge = len as u64 + CHARGE_PER_MESSAGE;
-        let (Some(sent), Some(returned)) = (
-            self.sent.get(dest as usize),
-            self.returned.get(dest as usize),
-        ) else {
-            return false;
-        };
-        sent.load(Ordering::Relaxed) + charge <= returned.load(Ordering::Acquire) + self.share
+        self.sent.get(dest as usize).is_some_and(|sent| {
+            self.within_share(dest as usize, sent.load(Ordering::Relaxed) + charge)
+        })
+    }
+
+    /// Whether `total` charge sent to peer `dest` (a valid index) is within its share of
+    /// what that peer has said it received.
+    #[inline]
+    fn within_share(&self, dest: usize, total: u64) -> bool {
+        total <= self.returned[dest].load(Ordering::Acquire) + self.share
     }
 
     /// `peer` says it has received `total` bytes of charge from this rank.

@@ -11,9 +11,10 @@ pub(super) const K_PUT_QUIET: u8 = 5;
 /// Bytes of a compact quiet put before its data.
 pub(super) const PUT_QUIET_HEADER: usize = 1 + 4 + 4 + 4 + 8 + 8;
 /// [`K_PUT_QUIET`] in a shorter layout, for a portal below 256, a descriptor below 65536, and
-/// header data and length below 65536 (every eager message but one of exactly 64 KiB): kind, portal (u8), descriptor,
-/// match bits, header data and length (u16), 16 bytes in all, so an eager message of up to
-/// 32 bytes and the ring's 16-byte record header make one cache line (19 in the long layout).
+/// header data and length below 65536 (every eager message but one of exactly 64 KiB): kind,
+/// portal (u8), descriptor, match bits, header data and length (u16), 16 bytes in all, so an
+/// eager message of up to 32 bytes and the ring's 16-byte record header make one cache line
+/// (19 in the long layout).
 pub(super) const K_PUT_QUIET_SHORT: u8 = 6;
 /// Bytes of a short quiet put before its data.
 pub(super) const PUT_QUIET_SHORT_HEADER: usize = 1 + 1 + 2 + 8 + 2 + 2;
