@@ -234,6 +234,21 @@ impl Ni {
         directs.append(&mut st.direct_done);
     }
 
+    /// Puts matched direct receives taken by [`Ni::take_direct_done`] back, ahead of any
+    /// matched since, for the next progress pass or collector to act on, and marks them
+    /// ([`Ni::directs_left`]) so that a thread that drives passes only on fabric news still
+    /// runs one.
+    pub fn defer_direct_done(&self, deferred: &mut Vec<DirectDone>) {
+        if deferred.is_empty() {
+            return;
+        }
+        let mut st = self.lock_state();
+        st.direct_done.splice(0..0, deferred.drain(..));
+        self.shared
+            .directs_left
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Runs the agent's work once from this thread and moves every queued event of `eq` to
     /// `events` and every matched direct receive to `directs`, under one acquisition of the
     /// state lock. Returns how many fabric events it handled (see
@@ -247,6 +262,10 @@ impl Ni {
         let mut st = self.lock_state();
         let handled = crate::agent::progress_locked(&mut st);
         directs.append(&mut st.direct_done);
+        // Taken, under the lock: a mark of receives left for a pass is spent.
+        self.shared
+            .directs_left
+            .store(false, std::sync::atomic::Ordering::Release);
         let drained = crate::ni::drain_eq(&mut st, eq, events);
         drop(st);
         if handled > 0 {

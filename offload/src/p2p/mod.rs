@@ -28,6 +28,8 @@ mod credits;
 mod fast;
 mod group;
 mod members;
+#[cfg(test)]
+mod post_fetch_tests;
 mod probe;
 mod recv;
 mod requests;

@@ -192,9 +192,7 @@ impl Engine {
         inner.reqs.fill(id, Req::Recv(receive));
         if posted.is_none() {
             // It took an unexpected message: its completion is queued now.
-            if let Err(e) = self.progress_locked(inner) {
-                tracing::error!("progress after posting a receive failed: {e}");
-            }
+            self.collect_matched_at_post(inner);
         }
         Ok(ReqId(id))
     }
@@ -203,6 +201,7 @@ impl Engine {
 /// A direct receive matched: finish an eager message, start fetching a rendezvous.
 pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
     let id = d.user_ptr;
+    let reads_all = reads_all(engine, inner, &d);
     let Some(Req::Recv(r)) = inner.reqs.get_mut(id) else {
         return;
     };
@@ -234,10 +233,64 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
             return;
         }
     };
-    r.phase = match fetch(engine, id, r, &d, status, first, chunk) {
+    r.phase = match fetch(engine, id, r, &d, status, (first, chunk), reads_all) {
         Ok(phase) => phase,
         Err(e) => Phase::Finished(Err(e)),
     };
+}
+
+/// Whether matched receive `d` reads the rest of its message all by itself: asked to
+/// ([`Fetch::Read`]), or because the message is past the eager limit and this rank has a
+/// rendezvous send in flight to its sender, which then reads from this rank meanwhile (two
+/// ranks trading windows of long messages, as `osu_bibw`): a share of the copy the sender
+/// was asked to write would wait for its core. Not for messages within the eager limit
+/// that went by rendezvous because the ring was full: there the sender is busy with the
+/// ring, and sharing the copy stays faster (`osu_bibw` at 64 KiB).
+fn reads_all(engine: &Engine, inner: &Inner, d: &DirectDone) -> bool {
+    let asked = matches!(
+        inner.reqs.get(d.user_ptr),
+        Some(Req::Recv(Receive {
+            fetch: Fetch::Read,
+            ..
+        }))
+    );
+    let long = Header::decode(d.hdr_data).len > engine.cfg.eager_limit as u64;
+    asked || (long && inner.books.nonces.sending_to(d.initiator))
+}
+
+/// Whether the receive that matched `d` as it was posted should leave its fetch to the next
+/// progress pass: a rendezvous from a published buffer on a fabric whose gets copy in the
+/// call (shm). Done inside the post, the copy would hold back what the caller does next,
+/// typically its own sends to the peer, which then waits for them: in an exchange of
+/// windows the two ranks would copy by turns instead of at once. At the next pass this
+/// rank's sends are out, so [`reads_all`] also sees that the peer is busy.
+fn fetch_after_post(engine: &Engine, d: &DirectDone) -> bool {
+    let header = Header::decode(d.hdr_data);
+    let more = header.chunk.is_some() && header.len > d.rlength;
+    more && d.fail == NiFail::Ok && d.published.is_some() && engine.ni.fabric().gets_copy_in_call()
+}
+
+impl Engine {
+    /// After a receive took a queued message as it was posted: acts on the matched receives
+    /// at once (an eager one is finished; a rendezvous over tcp or libfabric asks for the
+    /// rest), but leaves to the next pass the fetches that copy in the call
+    /// (`fetch_after_post`).
+    pub(super) fn collect_matched_at_post(&self, inner: &mut Inner) {
+        let mut directs = std::mem::take(&mut inner.directs);
+        self.ni.take_direct_done(&mut directs);
+        let mut later = Vec::new();
+        for d in directs.drain(..) {
+            if fetch_after_post(self, &d) {
+                later.push(d);
+            } else {
+                self.note_activity();
+                on_direct(self, inner, d);
+            }
+        }
+        self.ni.defer_direct_done(&mut later);
+        inner.directs = directs;
+        self.return_credits();
+    }
 }
 
 /// The result of a blocking receive of `capacity` bytes that took a queued eager message.
@@ -263,12 +316,12 @@ fn fetch(
     r: &Receive,
     d: &DirectDone,
     status: Status,
-    first: usize,
-    chunk: usize,
+    (first, chunk): (usize, usize),
+    read_all: bool,
 ) -> Result<Phase> {
     let ni = &engine.ni;
     let gets = bits::gets_for(status.len, first, chunk);
-    let registered = receive_region(engine, r, d)?;
+    let registered = receive_region(engine, r, d, read_all)?;
     let ct = ni.ct_alloc()?;
     let opts = MdOptions {
         ct: Some(ct),
@@ -296,7 +349,7 @@ fn fetch(
             user_ptr: id,
             // The sender published its buffer with the header: the gets read it directly.
             published: d.published,
-            read_all: r.fetch == Fetch::Read,
+            read_all,
         };
         let issued = if i < credits {
             ni.get(a)
@@ -321,9 +374,9 @@ fn fetch(
 /// (`Fetch::Read`) from a published buffer, on a fabric whose gets write local memory
 /// themselves, needs no registration: no peer ever touches it (`Region::private`), which
 /// spares the registration and, on shm, its retraction (that looks for peers' copies).
-fn receive_region(engine: &Engine, r: &Receive, d: &DirectDone) -> Result<Region> {
+fn receive_region(engine: &Engine, r: &Receive, d: &DirectDone, read_all: bool) -> Result<Region> {
     let fabric = engine.ni.fabric();
-    let reads_all_itself = r.fetch == Fetch::Read && d.published.is_some();
+    let reads_all_itself = read_all && d.published.is_some();
     if reads_all_itself && fabric.gets_into_private() {
         // SAFETY: the receive's buffer, valid and reserved for it until it completes (its
         // region is dropped then), written only by this receive's gets.

@@ -20,6 +20,8 @@ use crate::types::{
 #[derive(Default)]
 pub(super) struct Nonces {
     in_use: HashMap<(Rank, u64), (u16, HashSet<u16>)>,
+    /// Rendezvous sends in flight per destination (nonces taken and not given back).
+    to_rank: HashMap<Rank, usize>,
 }
 
 impl Nonces {
@@ -32,14 +34,27 @@ impl Nonces {
         loop {
             *next = next.wrapping_add(1).max(1);
             if used.insert(*next) {
+                *self.to_rank.entry(dest).or_default() += 1;
                 return Some(*next);
             }
         }
     }
 
+    /// Whether a rendezvous send to `dest` is in flight: `dest` then reads from this rank.
+    pub(super) fn sending_to(&self, dest: Rank) -> bool {
+        self.to_rank.contains_key(&dest)
+    }
+
     fn give_back(&mut self, dest: Rank, bits: u64, nonce: u16) {
         if let Some((_, used)) = self.in_use.get_mut(&(dest, bits)) {
-            used.remove(&nonce);
+            if used.remove(&nonce) {
+                if let Some(n) = self.to_rank.get_mut(&dest) {
+                    *n -= 1;
+                    if *n == 0 {
+                        self.to_rank.remove(&dest);
+                    }
+                }
+            }
             if used.is_empty() {
                 self.in_use.remove(&(dest, bits));
             }
@@ -85,7 +100,7 @@ impl Registrations {
 /// What sends in flight hold: nonces and buffer registrations.
 #[derive(Default)]
 pub(super) struct SendBooks {
-    nonces: Nonces,
+    pub(super) nonces: Nonces,
     registrations: Registrations,
 }
 

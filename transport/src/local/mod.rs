@@ -201,6 +201,10 @@ impl Fabric for LocalFabric {
         true
     }
 
+    fn gets_copy_in_call(&self) -> bool {
+        true
+    }
+
     fn get(&self, dst: &Region, dst_offset: usize, len: usize, src: RemoteAddr) -> Result<OpId> {
         dst.check_range(dst_offset, len)?;
         let target = self.peer(src.rank)?;

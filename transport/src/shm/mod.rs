@@ -445,6 +445,10 @@ impl Fabric for ShmFabric {
         true
     }
 
+    fn gets_copy_in_call(&self) -> bool {
+        true
+    }
+
     fn direct_get_max(&self) -> usize {
         self.inner.direct_get_max()
     }
