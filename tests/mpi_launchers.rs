@@ -1,5 +1,5 @@
 //! Jobs started by MPI's own launchers with no rdcoll setting: MPICH's `mpiexec` (Hydra, PMI-1
-//! over `PMI_FD`), Open MPI's `mpirun` (PMIx) and Slurm's `srun` (`--mpi=pmi2`, and
+//! over `PMI_FD`, and PMI-2 with `RDCOLL_PMI=2`), Open MPI's `mpirun` (PMIx) and Slurm's `srun` (`--mpi=pmi2`, and
 //! `--mpi=pmix`; a one-node Slurm started by the test) on 2 and 4 ranks, over shm and tcp. The
 //! test binary re-launches itself as the ranks. Skipped, saying so, where the launcher is not
 //! installed.
@@ -183,6 +183,23 @@ fn mpirun_of_open_mpi_needs_no_setting() {
     }
 }
 
+/// MPICH's `mpiexec` serves PMI-2 on the same socket: with `RDCOLL_PMI=2` rdcoll speaks it.
+#[test]
+fn mpiexec_of_mpich_over_pmi_2() {
+    if !installed("mpiexec.mpich") {
+        eprintln!("mpiexec.mpich is not installed: not checked");
+        return;
+    }
+    let env = [("RDCOLL_PMI", "2")];
+    for n in [2, 4] {
+        run_under_with("mpiexec.mpich", &["-n"], n, "shm", &env);
+    }
+    run_under_with("mpiexec.mpich", &["-n"], 3, "tcp", &env);
+    for mode in ["abort", "panic", "early", "kill"] {
+        failing_rank_ends_the_job("mpiexec.mpich", &["-n"], mode, &env);
+    }
+}
+
 /// A rank that calls `abort`, panics, leaves early or is killed ends the job under each launcher
 /// (`rdcoll-run` too) with a non-zero status
 /// (the others wait in a barrier that cannot complete); the time each took is printed.
@@ -246,8 +263,10 @@ fn failing_rank_ends_the_job(launcher: &str, args: &[&str], mode: &str, env: &[(
         "{launcher}, rank 1 {mode}: {stderr}"
     );
     // srun exits with the highest status of its tasks: 137 where it killed a survivor (after
-    // the abort cancelled the step) before that survivor exited on its own.
-    if mode == "abort" && launcher != "srun" {
+    // the abort cancelled the step) before that survivor exited on its own. Hydra's PMI-2
+    // abort carries no exit code (the job ends with 255).
+    let pmi2 = env.contains(&("RDCOLL_PMI", "2"));
+    if mode == "abort" && launcher != "srun" && !pmi2 {
         assert_eq!(status.code(), Some(7), "{launcher}: {stderr}");
     }
     if launcher.ends_with("rdcoll-run") && mode != "early" {
@@ -296,4 +315,8 @@ fn srun_of_slurm_needs_no_setting() {
             failing_rank_ends_the_job("srun", &[plugin, "-n"], mode, &env);
         }
     }
+    // Slurm's pmi2 plug-in in its own protocol.
+    let env = [("SLURM_CONF", slurm.conf()), ("RDCOLL_PMI", "2")];
+    run_under_with("srun", &["--mpi=pmi2", "-n"], 3, "shm", &env);
+    failing_rank_ends_the_job("srun", &["--mpi=pmi2", "-n"], "abort", &env);
 }

@@ -12,7 +12,7 @@ use std::time::Duration;
 #[cfg(feature = "pmix")]
 use super::Pmix;
 use super::{
-    parse_secret, publish_job_id, secret_hex, set_launcher_secret, Pmi1, Secret, StoreHandle,
+    parse_secret, publish_job_id, secret_hex, set_launcher_secret, Pmi1, Pmi2, Secret, StoreHandle,
     StoreServer, TcpStore,
 };
 use crate::config::FabricConfig;
@@ -52,6 +52,7 @@ pub(super) fn offered() -> Option<Offer> {
 /// A launcher session.
 enum Session {
     Pmi1(Pmi1),
+    Pmi2(Pmi2),
     #[cfg(feature = "pmix")]
     Pmix(Pmix),
 }
@@ -59,7 +60,11 @@ enum Session {
 impl Session {
     fn open(offer: Offer, cfg: &FabricConfig) -> Result<Session> {
         match offer {
-            Offer::Pmi1 => Ok(Session::Pmi1(Pmi1::connect(cfg.bootstrap_timeout)?)),
+            // The same socket serves both; PMI-1 unless `RDCOLL_PMI=2` asks for PMI-2.
+            Offer::Pmi1 => match crate::settings::word("RDCOLL_PMI")? {
+                Some("2") => Ok(Session::Pmi2(Pmi2::connect(cfg.bootstrap_timeout)?)),
+                _ => Ok(Session::Pmi1(Pmi1::connect(cfg.bootstrap_timeout)?)),
+            },
             #[cfg(feature = "pmix")]
             Offer::Pmix => Ok(Session::Pmix(Pmix::connect()?)),
             #[cfg(not(feature = "pmix"))]
@@ -76,6 +81,7 @@ impl Session {
     fn put(&mut self, key: &str, value: &str) -> Result<()> {
         match self {
             Session::Pmi1(p) => p.put(key, value),
+            Session::Pmi2(p) => p.put(key, value),
             #[cfg(feature = "pmix")]
             Session::Pmix(p) => p.put(key, value),
         }
@@ -84,6 +90,7 @@ impl Session {
     fn barrier(&mut self) -> Result<()> {
         match self {
             Session::Pmi1(p) => p.barrier(),
+            Session::Pmi2(p) => p.barrier(),
             #[cfg(feature = "pmix")]
             Session::Pmix(p) => p.barrier(),
         }
@@ -93,6 +100,7 @@ impl Session {
     fn get_from_rank0(&mut self, key: &str) -> Result<String> {
         match self {
             Session::Pmi1(p) => p.get(key),
+            Session::Pmi2(p) => p.get(0, key),
             #[cfg(feature = "pmix")]
             Session::Pmix(p) => p.get(0, key),
         }
@@ -101,6 +109,7 @@ impl Session {
     fn abort(&mut self, code: i32) -> Result<()> {
         match self {
             Session::Pmi1(p) => p.abort(code),
+            Session::Pmi2(p) => p.abort(code),
             #[cfg(feature = "pmix")]
             Session::Pmix(p) => p.abort(code, "rdcoll: the job was aborted"),
         }
@@ -109,6 +118,7 @@ impl Session {
     fn finalize(&mut self) -> Result<()> {
         match self {
             Session::Pmi1(p) => p.finalize(),
+            Session::Pmi2(p) => p.finalize(),
             #[cfg(feature = "pmix")]
             Session::Pmix(p) => p.finalize(),
         }

@@ -5,7 +5,7 @@
 //! | variable | meaning |
 //! |---|---|
 //! | `RDCOLL_RANK`, `RDCOLL_SIZE` | rank and size (else Slurm, Open MPI, MPICH Hydra variables) |
-//! | `RDCOLL_STORE` | `host:port` (rank 0 serves it unless `RDCOLL_STORE_SERVER=launcher`) or `file:/dir`; unset under a launcher that speaks PMI-1 (`PMI_FD` / `PMI_PORT`: MPICH's `mpiexec`) or PMIx (Open MPI's `mpirun`, Slurm `--mpi=pmix`; the `pmix` feature), rank 0 serves it and publishes its address through the launcher |
+//! | `RDCOLL_STORE` | `host:port` (rank 0 serves it unless `RDCOLL_STORE_SERVER=launcher`) or `file:/dir`; unset under a launcher that speaks PMI-1 or PMI-2 (`PMI_FD` / `PMI_PORT`: MPICH's `mpiexec`, `srun --mpi=pmi2`; `RDCOLL_PMI` chooses) or PMIx (Open MPI's `mpirun`, Slurm `--mpi=pmix`; the `pmix` feature), rank 0 serves it and publishes its address through the launcher |
 //! | `RDCOLL_TRANSPORT` | `auto` (default), `shm`, `tcp`, or `ofi` (libfabric; the `ofi` feature) |
 //! | `RDCOLL_TCP_HOST` | address this rank listens on for tcp (default: the one that reaches the store) |
 
@@ -13,6 +13,7 @@ mod env;
 mod file_store;
 mod launcher;
 mod pmi1;
+mod pmi2;
 #[cfg(feature = "pmix")]
 mod pmix;
 mod store;
@@ -26,6 +27,7 @@ pub use env::{rank_and_size, rank_and_size_from, RANK_SIZE_VARS};
 pub use file_store::FileStore;
 pub use launcher::abort_through_launcher;
 pub use pmi1::Pmi1;
+pub use pmi2::Pmi2;
 #[cfg(feature = "pmix")]
 pub use pmix::Pmix;
 pub use store::Store;

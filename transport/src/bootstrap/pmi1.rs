@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::error::{Result, TransportError};
 
 /// The two ends of the launcher's connection.
-trait Conn: std::io::Read + Write + Send {}
+pub(super) trait Conn: std::io::Read + Write + Send {}
 impl<T: std::io::Read + Write + Send> Conn for T {}
 
 /// A connection to the launcher's PMI-1 server.
@@ -27,6 +27,45 @@ fn pmi_error(what: impl Into<String>) -> TransportError {
     TransportError::Bootstrap(format!("PMI-1: {}", what.into()))
 }
 
+/// The two ends of the connection to the launcher's PMI server, shared by PMI-1 and PMI-2
+/// (the same socket: the first command says which protocol follows): the inherited socket
+/// `PMI_FD`, or `PMI_PORT` (`host:port`). `error` words the refusals.
+pub(super) fn launcher_connection(
+    timeout: Duration,
+    error: impl Fn(String) -> TransportError,
+) -> Result<(Box<dyn Conn>, Box<dyn Conn>)> {
+    if let Ok(fd) = std::env::var("PMI_FD") {
+        let fd: i32 = fd
+            .trim()
+            .parse()
+            .map_err(|_| error(format!("PMI_FD={fd:?} is not a descriptor")))?;
+        // SAFETY: fstat only reads the descriptor's status into a local.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is a valid, writable stat buffer.
+        if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(error(format!("PMI_FD={fd} is not open")));
+        }
+        // SAFETY: the launcher gave this process the descriptor for PMI alone, and it was
+        // just checked to be open; nothing else in the process owns it.
+        let s = unsafe { UnixStream::from_raw_fd(fd) };
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| TransportError::io("PMI_FD", e))?;
+        let r = s.try_clone().map_err(|e| TransportError::io("PMI_FD", e))?;
+        Ok((Box::new(r), Box::new(s)))
+    } else if let Ok(port) = std::env::var("PMI_PORT") {
+        let s = TcpStream::connect(port.trim())
+            .map_err(|e| TransportError::io("connecting to PMI_PORT", e))?;
+        s.set_read_timeout(Some(timeout))
+            .map_err(|e| TransportError::io("PMI_PORT", e))?;
+        let r = s
+            .try_clone()
+            .map_err(|e| TransportError::io("PMI_PORT", e))?;
+        Ok((Box::new(r), Box::new(s)))
+    } else {
+        Err(error("neither PMI_FD nor PMI_PORT is set".into()))
+    }
+}
+
 impl Pmi1 {
     /// Whether the launcher offers PMI-1 (`PMI_FD` or `PMI_PORT` is set).
     pub fn offered() -> bool {
@@ -36,37 +75,7 @@ impl Pmi1 {
     /// Connects through `PMI_FD` (an inherited socket) or `PMI_PORT` (`host:port`) and
     /// initialises the session.
     pub fn connect(timeout: Duration) -> Result<Pmi1> {
-        let (reader, writer): (Box<dyn Conn>, Box<dyn Conn>) =
-            if let Ok(fd) = std::env::var("PMI_FD") {
-                let fd: i32 = fd
-                    .trim()
-                    .parse()
-                    .map_err(|_| pmi_error(format!("PMI_FD={fd:?} is not a descriptor")))?;
-                // SAFETY: fstat only reads the descriptor's status into a local.
-                let mut st: libc::stat = unsafe { std::mem::zeroed() };
-                // SAFETY: `st` is a valid, writable stat buffer.
-                if fd < 0 || unsafe { libc::fstat(fd, &mut st) } != 0 {
-                    return Err(pmi_error(format!("PMI_FD={fd} is not open")));
-                }
-                // SAFETY: the launcher gave this process the descriptor for PMI alone, and it
-                // was just checked to be open; nothing else in the process owns it.
-                let s = unsafe { UnixStream::from_raw_fd(fd) };
-                s.set_read_timeout(Some(timeout))
-                    .map_err(|e| TransportError::io("PMI_FD", e))?;
-                let r = s.try_clone().map_err(|e| TransportError::io("PMI_FD", e))?;
-                (Box::new(r), Box::new(s))
-            } else if let Ok(port) = std::env::var("PMI_PORT") {
-                let s = TcpStream::connect(port.trim())
-                    .map_err(|e| TransportError::io("connecting to PMI_PORT", e))?;
-                s.set_read_timeout(Some(timeout))
-                    .map_err(|e| TransportError::io("PMI_PORT", e))?;
-                let r = s
-                    .try_clone()
-                    .map_err(|e| TransportError::io("PMI_PORT", e))?;
-                (Box::new(r), Box::new(s))
-            } else {
-                return Err(pmi_error("neither PMI_FD nor PMI_PORT is set"));
-            };
+        let (reader, writer) = launcher_connection(timeout, pmi_error)?;
         let mut pmi = Pmi1 {
             reader: BufReader::new(reader),
             writer,

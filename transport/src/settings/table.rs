@@ -40,6 +40,13 @@ pub static SETTINGS: &[Setting] = &[
         doc: "bootstrap store: `host:port` or `file:/dir`",
     },
     Setting {
+        name: "RDCOLL_PMI",
+        kind: Kind::Words(&["1", "2"]),
+        default: "`1`",
+        level: Level::Launch,
+        doc: "under a launcher that offers PMI on `PMI_FD` / `PMI_PORT` (MPICH's `mpiexec`, `srun --mpi=pmi2`): the wire protocol rdcoll speaks, PMI-1 or PMI-2",
+    },
+    Setting {
         name: "RDCOLL_STORE_SERVER",
         kind: Kind::Words(&["launcher"]),
         default: "rank 0 serves it",
