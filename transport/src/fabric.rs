@@ -120,11 +120,12 @@ pub trait Fabric: Send + Sync {
         false
     }
 
-    /// Whether [`get`](Fabric::get) copies the bytes itself before it returns (shm's
-    /// `process_vm_readv` or load, the local fabric's copy), rather than asking a peer or a
-    /// network card, which move them while the caller goes on. A caller about to do something
-    /// a peer waits for (its own sends) does it before such a get.
-    fn gets_copy_in_call(&self) -> bool {
+    /// Whether [`get`](Fabric::get) from `peer` copies the bytes itself before it returns
+    /// (shm's `process_vm_readv` or load, the local fabric's copy), rather than asking the
+    /// peer or a network card, which move them while the caller goes on. A caller about to do
+    /// something a peer waits for (its own sends) does it before such a get.
+    fn gets_copy_in_call(&self, peer: Rank) -> bool {
+        let _ = peer;
         false
     }
 

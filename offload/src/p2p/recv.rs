@@ -201,7 +201,6 @@ impl Engine {
 /// A direct receive matched: finish an eager message, start fetching a rendezvous.
 pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
     let id = d.user_ptr;
-    let reads_all = reads_all(engine, inner, &d);
     let Some(Req::Recv(r)) = inner.reqs.get_mut(id) else {
         return;
     };
@@ -233,29 +232,30 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
             return;
         }
     };
-    r.phase = match fetch(engine, id, r, &d, status, (first, chunk), reads_all) {
+    let asked = r.fetch == Fetch::Read;
+    // A rendezvous: the request is looked up again once the books have been read.
+    let read_all = asked || sender_reads_too(engine, inner, &d, status.len);
+    let Some(Req::Recv(r)) = inner.reqs.get_mut(id) else {
+        return;
+    };
+    r.phase = match fetch(engine, id, r, &d, status, (first, chunk), read_all) {
         Ok(phase) => phase,
         Err(e) => Phase::Finished(Err(e)),
     };
 }
 
-/// Whether matched receive `d` reads the rest of its message all by itself: asked to
-/// ([`Fetch::Read`]), or because the message is past the eager limit and this rank has a
-/// rendezvous send in flight to its sender, which then reads from this rank meanwhile (two
-/// ranks trading windows of long messages, as `osu_bibw`): a share of the copy the sender
-/// was asked to write would wait for its core. Not for messages within the eager limit
-/// that went by rendezvous because the ring was full: there the sender is busy with the
-/// ring, and sharing the copy stays faster (`osu_bibw` at 64 KiB).
-fn reads_all(engine: &Engine, inner: &Inner, d: &DirectDone) -> bool {
-    let asked = matches!(
-        inner.reqs.get(d.user_ptr),
-        Some(Req::Recv(Receive {
-            fetch: Fetch::Read,
-            ..
-        }))
-    );
-    let long = Header::decode(d.hdr_data).len > engine.cfg.eager_limit as u64;
-    asked || (long && inner.books.nonces.sending_to(d.initiator))
+/// Whether a rendezvous of `len` bytes that `d` matched should be read all by this rank
+/// although its receive did not ask to ([`Fetch::Read`]): the message is past the eager
+/// limit and this rank has a rendezvous send in flight to its sender, which then reads from
+/// this rank meanwhile (two ranks trading windows of long messages, as `osu_bibw`), so a
+/// share of the copy it was asked to write would wait for its core. "In flight" lasts until
+/// this rank's send request completes, so a send the peer has already read, or not yet
+/// matched, also counts: then this rank copies alone what the two could have shared. Not
+/// for messages within the eager limit that went by rendezvous because the ring was full:
+/// there the sender is busy with the ring, and sharing the copy stays faster (`osu_bibw` at
+/// 64 KiB).
+fn sender_reads_too(engine: &Engine, inner: &Inner, d: &DirectDone, len: usize) -> bool {
+    len > engine.cfg.eager_limit && inner.books.nonces.sending_to(d.initiator)
 }
 
 /// Whether the receive that matched `d` as it was posted should leave its fetch to the next
@@ -263,11 +263,15 @@ fn reads_all(engine: &Engine, inner: &Inner, d: &DirectDone) -> bool {
 /// call (shm). Done inside the post, the copy would hold back what the caller does next,
 /// typically its own sends to the peer, which then waits for them: in an exchange of
 /// windows the two ranks would copy by turns instead of at once. At the next pass this
-/// rank's sends are out, so [`reads_all`] also sees that the peer is busy.
+/// rank's sends are out, so [`sender_reads_too`] also sees that the peer is busy.
 fn fetch_after_post(engine: &Engine, d: &DirectDone) -> bool {
     let header = Header::decode(d.hdr_data);
     let more = header.chunk.is_some() && header.len > d.rlength;
-    more && d.fail == NiFail::Ok && d.published.is_some() && engine.ni.fabric().gets_copy_in_call()
+    more && d.fail == NiFail::Ok
+        && d.published.is_some()
+        && engine.ni.fabric().gets_copy_in_call(d.initiator)
+        // A thread-mode agent takes the copy on its own core, but only once it next wakes.
+        && engine.ni.mode() != crate::Mode::Thread
 }
 
 impl Engine {

@@ -98,15 +98,6 @@ impl Requests {
     }
 
     /// Request `id`, if it is still the engine's.
-    pub(super) fn get(&self, id: u64) -> Option<&Req> {
-        let (index, generation) = split(id);
-        let slot = self.slots.get(index)?;
-        (slot.used && slot.generation == generation)
-            .then_some(slot.req.as_ref())
-            .flatten()
-    }
-
-    /// Request `id`, if it is still the engine's, to change.
     #[inline]
     pub(super) fn get_mut(&mut self, id: u64) -> Option<&mut Req> {
         self.slot_mut(id)?.req.as_mut()

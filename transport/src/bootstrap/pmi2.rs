@@ -77,32 +77,33 @@ fn encode(name: &str, pairs: &[(&str, &str)]) -> Result<Vec<u8>> {
     Ok(framed)
 }
 
-/// The pairs of a command body (`key=value;` ..., `;;` a `;` within a value).
+/// The pairs of a command body (`key=value;` ..., `;;` a `;` within a value; the last `;`
+/// may be left out).
 fn decode(body: &str) -> Result<Command> {
     let mut pairs = Vec::new();
     let mut rest = body;
     while !rest.is_empty() {
-        let eq = rest
-            .find('=')
-            .ok_or_else(|| pmi_error(format!("a pair without '=' in {body:?}")))?;
+        let eq = match rest.find(['=', ';']) {
+            Some(i) if rest.as_bytes()[i] == b'=' => i,
+            _ => return Err(pmi_error(format!("a pair without '=' in {body:?}"))),
+        };
         let key = rest[..eq].to_string();
         let mut value = String::new();
         let mut chars = rest[eq + 1..].char_indices().peekable();
-        let mut end = None;
+        let mut next = rest.len();
         while let Some((i, c)) = chars.next() {
             if c == ';' {
                 if chars.peek().map(|&(_, c)| c) == Some(';') {
                     chars.next();
                 } else {
-                    end = Some(eq + 1 + i);
+                    next = eq + 1 + i + 1;
                     break;
                 }
             }
             value.push(c);
         }
-        let end = end.ok_or_else(|| pmi_error(format!("an unterminated pair in {body:?}")))?;
         pairs.push((key, value));
-        rest = &rest[end + 1..];
+        rest = &rest[next..];
     }
     let mut pairs = pairs.into_iter();
     match pairs.next() {
@@ -248,13 +249,17 @@ impl Pmi2 {
     }
 
     fn read_command(&mut self) -> Result<Command> {
-        let io = |e| TransportError::io("reading from the PMI-2 server", e);
-        let mut len = [0u8; 6];
-        self.reader.read_exact(&mut len).map_err(io)?;
-        let len: usize = std::str::from_utf8(&len)
-            .ok()
-            .and_then(|s| s.trim().parse().ok())
-            .ok_or_else(|| pmi_error(format!("a malformed length field {len:?}")))?;
+        let io = |e: std::io::Error| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => pmi_error("the launcher closed the connection"),
+            _ => TransportError::io("reading from the PMI-2 server", e),
+        };
+        let mut field = [0u8; 6];
+        self.reader.read_exact(&mut field).map_err(io)?;
+        let field = String::from_utf8_lossy(&field);
+        let len: usize = field
+            .trim()
+            .parse()
+            .map_err(|_| pmi_error(format!("a malformed length field {field:?}")))?;
         if len > MAX_COMMAND {
             return Err(pmi_error(format!("a {len}-byte answer")));
         }

@@ -111,12 +111,20 @@ fn commands_are_framed_with_a_padded_length() {
 
 #[test]
 fn malformed_answers_are_errors_not_hangs() {
-    for body in ["rc=0;", "cmd=x;rc", "cmd=x;rc=0", "cmd"] {
+    for body in ["rc=0;", "cmd=x;rc", "cmd=x;junk;rc=0;", "cmd"] {
         assert!(decode(body).is_err(), "{body:?} was accepted");
     }
+    // The last pair's `;` may be left out.
+    let last = decode("cmd=x;rc=0").unwrap();
+    assert_eq!(last.get("rc"), Some("0"));
     let (mut pmi, t) = launcher(vec![FULLINIT, ("cmd=kvs-fence;", "cmd=something-else;")]);
     let err = pmi.barrier().unwrap_err().to_string();
     assert!(err.contains("expected kvs-fence-response"), "{err}");
+    t.join().unwrap();
+    // The launcher goes away without answering: said so, not a raw read error.
+    let (mut pmi, t) = launcher(vec![FULLINIT, ("cmd=kvs-fence;", "")]);
+    let closed = pmi.barrier().unwrap_err().to_string();
+    assert!(closed.contains("closed the connection"), "{closed}");
     t.join().unwrap();
 }
 

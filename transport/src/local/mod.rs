@@ -201,7 +201,7 @@ impl Fabric for LocalFabric {
         true
     }
 
-    fn gets_copy_in_call(&self) -> bool {
+    fn gets_copy_in_call(&self, _peer: Rank) -> bool {
         true
     }
 

@@ -445,8 +445,10 @@ impl Fabric for ShmFabric {
         true
     }
 
-    fn gets_copy_in_call(&self) -> bool {
-        true
+    fn gets_copy_in_call(&self, peer: Rank) -> bool {
+        // Without cross-memory attach a get is a request the peer serves (bounce chunks).
+        let cma = self.inner.cma_ok.get(peer as usize);
+        cma.is_some_and(|ok| ok.load(Ordering::Acquire))
     }
 
     fn direct_get_max(&self) -> usize {
