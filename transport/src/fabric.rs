@@ -274,6 +274,13 @@ pub trait Fabric: Send + Sync {
 
     /// Whether `rank` is known to have failed.
     fn is_failed(&self, rank: Rank) -> bool;
+
+    /// What this fabric holds that has reached neither its peer nor its owner (queued
+    /// sends, messages that arrived ahead of their turn), in a line, where the backend keeps
+    /// such state: for a caller that waited in vain to print (the conformance tests do).
+    fn pending_report(&self) -> Option<String> {
+        None
+    }
 }
 
 /// The sole right to poll one endpoint ([`Fabric::take_poller`]): `&mut self` makes its

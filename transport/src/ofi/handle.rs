@@ -78,6 +78,15 @@ impl State {
 
     fn on_receive(&mut self, c: Completion, buffer: usize, lend: bool) -> Option<Lent> {
         let mut lent = None;
+        if c.err != 0 && c.err != libc::ECANCELED && !c.buf.is_null() {
+            // A message this rank will never see: its sender's later ones wait behind it.
+            tracing::warn!(
+                rank = self.rank,
+                error = c.err,
+                len = c.len,
+                "ofi: a receive completed with an error"
+            );
+        }
         if c.err == 0 && c.flags & fi::FI_RECV as u64 != 0 && !c.buf.is_null() && c.len > 0 {
             // SAFETY: the provider says `len` bytes of a message landed at `buf`, inside this
             // receive buffer, which is not reposted before the message is handled.

@@ -538,6 +538,10 @@ impl Fabric for OfiFabric {
         self.shared.start.elapsed()
     }
 
+    fn pending_report(&self) -> Option<String> {
+        Some(self.shared.with_state(|st| st.pending_report()))
+    }
+
     fn is_failed(&self, rank: Rank) -> bool {
         self.shared
             .failed

@@ -362,6 +362,40 @@ impl State {
         }
     }
 
+    /// [`Fabric::pending_report`](crate::Fabric::pending_report): the send slots and queues,
+    /// and per peer with anything held: queued sends, messages ahead of their turn (and
+    /// which one they wait for), the sequence numbers, and when it was last heard from.
+    pub(crate) fn pending_report(&self) -> String {
+        let posted = self.recv.iter().filter(|b| b.posted).count();
+        let mut out = format!(
+            "ofi rank {}: send slots free {}/{}, queued {}, rma retries {}, postings {}, \
+             receive buffers posted {}/{}",
+            self.rank,
+            self.free_slots.len(),
+            self.slots.len(),
+            self.queued,
+            self.retry.len(),
+            self.postings.len(),
+            posted,
+            self.recv.len()
+        );
+        for peer in 0..self.size {
+            let (queued, ahead) = (self.outbox[peer].len(), self.stash[peer].len());
+            if queued == 0 && ahead == 0 {
+                continue;
+            }
+            let first_ahead = self.stash[peer].keys().next().copied();
+            out.push_str(&format!(
+                "; peer {peer}: {queued} queued, {ahead} ahead of their turn (first {first_ahead:?}, \
+                 waiting for {}), sent up to {}, heard {:?} ago",
+                self.recv_seq[peer],
+                self.send_seq[peer],
+                self.last_heard[peer].elapsed()
+            ));
+        }
+        out
+    }
+
     /// Records an operation's outcome for the owner's `poll`.
     pub(crate) fn complete(&mut self, op: u64, result: Result<()>) {
         if let Some(o) = self.ops.remove(&op) {

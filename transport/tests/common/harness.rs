@@ -34,8 +34,11 @@ impl<'a> Harness<'a> {
             Some(ev) => self.file(ev),
             None => {
                 return Err(format!(
-                    "rank {}: no event within the deadline",
-                    self.f.rank()
+                    "rank {}: no event within the deadline{}",
+                    self.f.rank(),
+                    self.f
+                        .pending_report()
+                        .map_or(String::new(), |r| format!(" ({r})"))
                 ))
             }
         }
