@@ -539,7 +539,12 @@ impl Fabric for OfiFabric {
     }
 
     fn pending_report(&self) -> Option<String> {
-        Some(self.shared.with_state(|st| st.pending_report()))
+        // Bounded: a thread stuck holding the state is itself the answer.
+        let Some(st) = self.shared.state.try_lock_for(Duration::from_secs(1)) else {
+            let rank = self.shared.rank;
+            return Some(format!("ofi rank {rank}: its state stayed locked for 1 s"));
+        };
+        Some(st.pending_report())
     }
 
     fn is_failed(&self, rank: Rank) -> bool {

@@ -330,8 +330,18 @@ impl State {
         }
     }
 
-    /// Posts what waits, in order per peer, until the provider has no more room.
+    /// Posts what waits, in order per peer, until the provider has no more room: first the
+    /// receive buffers a repost could not hand to the provider (it answered "again"; only
+    /// their own completion would have tried again, and an unposted buffer has none).
     pub(crate) fn flush(&mut self) {
+        for i in 0..self.recv.len() {
+            let b = &self.recv[i];
+            if !b.posted && b.lent == 0 {
+                if let Err(e) = self.repost(i) {
+                    tracing::warn!(rank = self.rank, error = %e, "ofi: reposting a receive buffer");
+                }
+            }
+        }
         while let Some(req) = self.retry.pop_front() {
             if !self.post_rma(req) {
                 return;
