@@ -13,9 +13,13 @@ use rdcoll_transport::{Fabric, FabricConfig};
 use super::{Engine, P2pConfig, Source, TagSel};
 use crate::{Mode, NiConfig};
 
-fn engines(mut fabrics: Vec<impl Fabric + 'static>) -> (Arc<Engine>, Arc<Engine>) {
+fn engines(fabrics: Vec<impl Fabric + 'static>) -> (Arc<Engine>, Arc<Engine>) {
+    engines_in(fabrics, Mode::Inline)
+}
+
+fn engines_in(mut fabrics: Vec<impl Fabric + 'static>, mode: Mode) -> (Arc<Engine>, Arc<Engine>) {
     let ni = NiConfig {
-        mode: Mode::Inline,
+        mode,
         ..NiConfig::default()
     };
     let cfg = P2pConfig::default();
@@ -117,4 +121,62 @@ fn a_rank_sending_long_messages_to_its_sender_reads_the_whole_message_itself() {
     assert_eq!(back, to_zero);
     assert_eq!(zero.wait(zero_sends).unwrap().len, len);
     assert_eq!(one.wait(one_sends).unwrap().len, len);
+}
+
+/// Posts a receive for the 200 KiB rendezvous rank 0 sent to rank 1 once it is queued there,
+/// and returns whether the post left the fetch marked for a later pass, then finishes both.
+fn post_after_arrival_defers(zero: &Engine, one: &Engine) -> bool {
+    let data = message(4, 200 << 10);
+    // SAFETY: `data` outlives the request, waited for below.
+    let send = unsafe { zero.isend(data.as_ptr(), data.len(), 1, 9, 0) }.unwrap();
+    until_queued(one, 0, 9);
+    let mut got = vec![0u8; data.len()];
+    // SAFETY: `got` outlives the request, waited for below.
+    let recv = unsafe {
+        one.irecv(
+            got.as_mut_ptr(),
+            got.len(),
+            Source::Rank(0),
+            TagSel::Value(9),
+            0,
+        )
+    };
+    let deferred = one.ni().directs_left();
+    let sender = std::thread::scope(|s| {
+        let sender = s.spawn(|| zero.wait(send).map(|st| st.len));
+        assert_eq!(one.wait(recv.unwrap()).unwrap().len, data.len());
+        sender.join().unwrap()
+    });
+    assert_eq!(sender.unwrap(), data.len());
+    assert_eq!(got, data);
+    deferred
+}
+
+#[test]
+fn a_thread_mode_receive_starts_its_fetch_in_the_post() {
+    let fabrics = rdcoll_transport::local::create(2).expect("local job");
+    let (zero, one) = engines_in(fabrics, Mode::Thread);
+    assert!(
+        !post_after_arrival_defers(&zero, &one),
+        "thread mode deferred the fetch"
+    );
+}
+
+#[test]
+fn without_cross_memory_attach_the_fetch_starts_in_the_post() {
+    let cfg = FabricConfig {
+        shm_cma: false,
+        ..FabricConfig::default()
+    };
+    let (zero, one) = engines(ShmFabric::job_in_process(2, &cfg).expect("shm job"));
+    assert!(
+        !post_after_arrival_defers(&zero, &one),
+        "a bounce get was deferred"
+    );
+    // The same job with cross-memory attach defers it (the check above can fail).
+    let (zero, one) = engines(ShmFabric::job_in_process(2, &FabricConfig::default()).unwrap());
+    assert!(
+        post_after_arrival_defers(&zero, &one),
+        "a copy in the call was not deferred"
+    );
 }

@@ -121,6 +121,14 @@ fn malformed_answers_are_errors_not_hangs() {
     let err = pmi.barrier().unwrap_err().to_string();
     assert!(err.contains("expected kvs-fence-response"), "{err}");
     t.join().unwrap();
+    // A length field that is not a number.
+    let (mut pmi, t) = launcher(vec![FULLINIT]);
+    t.join().unwrap();
+    let (ours, mut theirs) = UnixStream::pair().unwrap();
+    theirs.write_all(b"abc   cmd=x;").unwrap();
+    pmi.reader = BufReader::new(Box::new(ours));
+    let err = pmi.read_command().unwrap_err().to_string();
+    assert!(err.contains("malformed length field \"abc   \""), "{err}");
     // The launcher goes away without answering: said so, not a raw read error.
     let (mut pmi, t) = launcher(vec![FULLINIT, ("cmd=kvs-fence;", "")]);
     let closed = pmi.barrier().unwrap_err().to_string();
