@@ -5,6 +5,7 @@
 use rdcoll_transport::{Rank, Region, TransportError};
 
 use super::bits::{self, Header};
+use super::send::Nonces;
 use super::{truncated, Context, Engine, Inner, Req, ReqId, Source, Status, TagSel};
 use crate::error::{OffloadError, Result};
 use crate::types::{CtHandle, GetArgs, MatchId, MdHandle, MdOptions, NiFail};
@@ -232,12 +233,8 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
             return;
         }
     };
-    let asked = r.fetch == Fetch::Read;
-    // A rendezvous: the request is looked up again once the books have been read.
-    let read_all = asked || sender_reads_too(engine, inner, &d, status.len);
-    let Some(Req::Recv(r)) = inner.reqs.get_mut(id) else {
-        return;
-    };
+    let read_all =
+        r.fetch == Fetch::Read || sender_reads_too(engine, &inner.books.nonces, &d, status.len);
     r.phase = match fetch(engine, id, r, &d, status, (first, chunk), read_all) {
         Ok(phase) => phase,
         Err(e) => Phase::Finished(Err(e)),
@@ -254,8 +251,8 @@ pub(super) fn on_direct(engine: &Engine, inner: &mut Inner, d: DirectDone) {
 /// for messages within the eager limit that went by rendezvous because the ring was full:
 /// there the sender is busy with the ring, and sharing the copy stays faster (`osu_bibw` at
 /// 64 KiB).
-fn sender_reads_too(engine: &Engine, inner: &Inner, d: &DirectDone, len: usize) -> bool {
-    len > engine.cfg.eager_limit && inner.books.nonces.sending_to(d.initiator)
+fn sender_reads_too(engine: &Engine, sends: &Nonces, d: &DirectDone, len: usize) -> bool {
+    len > engine.cfg.eager_limit && sends.sending_to(d.initiator)
 }
 
 /// Whether the receive that matched `d` as it was posted should leave its fetch to the next
