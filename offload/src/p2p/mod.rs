@@ -27,6 +27,8 @@ mod credit_flow;
 mod credits;
 mod fast;
 mod group;
+#[cfg(test)]
+mod host_note_tests;
 mod members;
 #[cfg(test)]
 mod post_fetch_tests;

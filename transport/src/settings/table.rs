@@ -307,6 +307,6 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Number,
         default: "`100`",
         level: Level::Tuning,
-        doc: "thread mode: how long the progress thread leaves the fabric to the host after a host thread last polled in a wait; the longest the agent's asynchronous progress waits after the host leaves the library (20-50 us let it take a window of messages while the host was still posting receives: osu_bw 4x slower)",
+        doc: "thread mode: how long the progress thread leaves the fabric to the host after a host thread last worked in the library (polled in a wait, posted a send or receive); about how long the agent's asynchronous progress waits after the host leaves the library (20-50 us let it take a window of messages while the host was still posting receives: osu_bw 4x slower)",
     },
 ];
