@@ -176,9 +176,9 @@ fn handle(st: &mut State, ev: FabricEvent) {
 
 /// Runs the agent until `shared.stop` is set: it polls for `poll` after its last event (with
 /// plain loads, not the state lock), then sleeps until the fabric has something. While a host
-/// thread polls in a wait (its count `Shared::host_polls` moved within `grace`), that thread
-/// does the agent's work and the agent stands aside, touching nothing the host uses: it
-/// naps, and looks again.
+/// thread works in the library (polls in a wait or posts: its count `Shared::host_polls`
+/// moved within `grace`), that thread does the agent's work and the agent stands aside,
+/// touching nothing the host uses: it naps, and looks again.
 pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
     let fabric = shared.state.lock().fabric.clone();
     // Time is read through the fabric (a simulated one supplies virtual time).

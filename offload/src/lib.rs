@@ -62,10 +62,10 @@ pub(crate) struct Shared {
     pub(crate) changed: changes::Changes,
     pub(crate) stop: AtomicBool,
     pub(crate) mode: Mode,
-    /// Host threads' calls into the library in thread mode ([`Ni::note_host_polling`]: waits'
-    /// polls, posts, host-side NI calls), a hint bumped with plain stores: while it moves, a
-    /// host thread runs the agent's work itself and the agent leaves the fabric and the state
-    /// lock to it.
+    /// Host threads' work in the library in thread mode ([`Ni::note_host_polling`]: waits'
+    /// polls, point-to-point posts), a hint bumped with plain stores: while it moves, a host
+    /// thread runs the agent's work itself and the agent leaves the fabric and the state lock
+    /// to it.
     pub(crate) host_polls: AtomicU64,
     /// Takes matched direct receives off the NI for their owner (`Ni::set_direct_collector`).
     pub(crate) direct_collector: std::sync::OnceLock<DirectCollector>,

@@ -134,10 +134,8 @@ impl Ni {
         st.failed_peers.get(rank as usize).copied().unwrap_or(false)
     }
 
-    /// The state, locked (for the NI's own modules; a host thread is working in the library,
-    /// see [`Ni::note_host_polling`]).
+    /// The state, locked (for the NI's own modules).
     pub(crate) fn lock_state(&self) -> SpinGuard<'_, State> {
-        self.note_host_polling();
         self.shared.state.lock()
     }
 
@@ -181,7 +179,6 @@ impl Ni {
     }
 
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R>) -> Result<R> {
-        self.note_host_polling();
         let mut st = self.shared.state.lock();
         let r = f(&mut st);
         let fired = st.fire_ready();
@@ -431,14 +428,17 @@ impl Ni {
         }
     }
 
-    /// Notes that this thread is working in the library: polling in a wait, posting a send or
-    /// receive, or taking the state lock for any other host call (thread mode; nothing in
-    /// inline mode, where no agent runs). While host threads keep noting it (within
-    /// `NiConfig::agent_grace`), the agent leaves the fabric and the state lock to them: the
-    /// host handles its messages as they arrive instead of contending with the agent for them.
-    /// Posting counts as much as polling: a window of 64 x 32 KiB sends takes longer than the
-    /// grace to post, and an agent that took the lock in the middle of it (for a batch of
-    /// 32 KiB copies) halved `osu_bibw` at 16-64 KiB on a 16-core host.
+    /// Notes that this thread is working in the library: polling in a wait (which drives
+    /// progress itself) or posting a point-to-point send or receive (which a wait that drives
+    /// progress follows). Thread mode only; nothing in inline mode, where no agent runs. While
+    /// host threads keep noting it (within `NiConfig::agent_grace`), the agent leaves the
+    /// fabric and the state lock to them: the host handles its messages as they arrive
+    /// instead of contending with the agent for them. Posting counts as much as polling: a
+    /// window of 64 x 32 KiB sends takes longer than the grace to post, and an agent that took
+    /// the lock in the middle of it (for a batch of 32 KiB copies) halved `osu_bibw` at
+    /// 16-64 KiB on a 16-core host. Calls that leave progress to the agent (Portals-level
+    /// `eq_get`, `put`, `ct_get` in thread mode) must not note: a loop of them would keep the
+    /// agent aside with nobody doing its work. Never called on the agent's own thread.
     /// A plain load and store: it is only a hint, and racing threads may lose a count.
     #[inline]
     pub fn note_host_polling(&self) {

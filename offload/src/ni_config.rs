@@ -17,9 +17,9 @@ pub enum Mode {
 /// How long a thread-mode agent with a core of its own polls after its last event.
 pub const DEFAULT_AGENT_POLL: Duration = Duration::from_micros(50);
 
-/// How long a thread-mode agent stands aside after a host thread last polled in a wait: long
-/// enough to cover what a host does between two waits (a send, a window of posted receives)
-/// in a communication loop; at most this late does it take over when the host leaves.
+/// How long a thread-mode agent stands aside after a host thread last polled in a wait or
+/// posted a send or receive: long enough to cover the gaps of a communication loop; about
+/// this late (plus the agent's 100 us nap) does it take over when the host leaves.
 pub const DEFAULT_AGENT_GRACE: Duration = Duration::from_micros(100);
 
 /// Limits and choices of a network interface.
@@ -45,7 +45,8 @@ pub struct NiConfig {
     /// when `auto` picks thread mode, else 0).
     pub agent_poll: Duration,
     /// In thread mode, how long the agent leaves the fabric to host threads after one last
-    /// polled in a wait (`RDCOLL_AGENT_GRACE_US`, default `DEFAULT_AGENT_GRACE`).
+    /// polled in a wait or posted a send or receive (`RDCOLL_AGENT_GRACE_US`, default
+    /// `DEFAULT_AGENT_GRACE`).
     pub agent_grace: Duration,
 }
 

@@ -151,3 +151,61 @@ fn triggered_gets_complete_with_no_host_involvement() {
 fn triggered_gets_complete_with_no_host_involvement_over_shm() {
     chain_of_triggered_gets(Backend::Shm);
 }
+
+/// A host thread that polls an event queue with `eq_get` (no waits) leaves the progress to the
+/// agent in thread mode: the acknowledgement of its put must arrive although the host keeps
+/// calling into the NI (a host call that noted itself as polling would keep the agent aside
+/// forever).
+fn eq_get_loop_sees_the_ack(backend: Backend) {
+    let cfg = NiConfig {
+        mode: Mode::Thread,
+        // Long, so that a host thread that noted itself would keep the agent aside for the
+        // whole test even when it is descheduled for a while (2 vCPUs).
+        agent_grace: Duration::from_secs(1),
+        ..NiConfig::default()
+    };
+    let j = job_on(backend, cfg, false);
+    let landing = j.tgt_region(64);
+    j.append(
+        List::Priority,
+        landing.clone(),
+        0x42,
+        0,
+        MeOptions::default(),
+        0,
+    );
+    let data = [7u8; 64];
+    let md = j.md(&data, None);
+    std::thread::scope(|s| {
+        // The put goes out while the host has been polling for a while already.
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(20));
+            j.ini.put(j.put_args(md, data.len(), 0x42, 0)).unwrap();
+        });
+        let start = Instant::now();
+        let mut kinds_seen = Vec::new();
+        loop {
+            if let Some(ev) = j.ini.eq_get(j.ini_eq).unwrap() {
+                kinds_seen.push(ev.kind);
+                if ev.kind == EventKind::Ack {
+                    break;
+                }
+            }
+            assert!(
+                start.elapsed() < WAIT,
+                "no acknowledgement while the host polled eq_get (events seen: {kinds_seen:?})"
+            );
+        }
+    });
+    assert_eq!(read(&landing, 0, 64), data.to_vec());
+}
+
+#[test]
+fn an_eq_get_loop_gets_its_ack_from_the_agent() {
+    eq_get_loop_sees_the_ack(Backend::Local);
+}
+
+#[test]
+fn an_eq_get_loop_gets_its_ack_from_the_agent_over_shm() {
+    eq_get_loop_sees_the_ack(Backend::Shm);
+}

@@ -84,3 +84,41 @@ fn inline_mode_keeps_no_count() {
     assert_eq!(got, data);
     assert_eq!(host_calls(&zero) + host_calls(&one), 0);
 }
+
+/// The agent's own work never counts as the host's: a rendezvous receive that the agent
+/// completes while the host stays out of the library (the collector takes the match and
+/// issues the gets on the agent's thread) leaves the count where the post left it. An agent
+/// that noted itself would stand aside after each such receive.
+#[test]
+fn the_agent_completing_a_receive_does_not_note_the_host() {
+    let (zero, one) = engines(Mode::Thread);
+    let len = 200 << 10;
+    let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+    let mut got = vec![0u8; len];
+    let into = got.as_mut_ptr();
+    // SAFETY: `got` outlives the request, waited for below; until then it is only read
+    // through `into`, one byte at a time.
+    let recv = unsafe { one.irecv(into, len, Source::Rank(0), TagSel::Value(9), 0) }.unwrap();
+    let after_post = host_calls(&one);
+    // SAFETY: `data` outlives the request, waited for below.
+    let send = unsafe { zero.isend(data.as_ptr(), len, 1, 9, 0) }.unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    // The receiver's host only reads its own memory until the last byte has landed.
+    // SAFETY: `into + len - 1` is inside `got`; the agent writes it once, and a volatile
+    // byte read sees either the old or the new value.
+    while unsafe { std::ptr::read_volatile(into.add(len - 1)) } != data[len - 1] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent did not complete the receive on its own"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        host_calls(&one),
+        after_post,
+        "the agent's own work counted as the host's"
+    );
+    zero.wait(send).unwrap();
+    one.wait(recv).unwrap();
+    assert_eq!(got, data);
+}

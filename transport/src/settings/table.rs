@@ -293,7 +293,7 @@ pub static SETTINGS: &[Setting] = &[
         kind: Kind::Words(&["auto", "thread", "inline"]),
         default: "`auto`",
         level: Level::User,
-        doc: "who runs the offload agent (`rdcoll_offload::NiConfig::from_env`): `thread` (a progress thread, which stands aside while a host thread waits and drives progress itself), `inline` (the host's own calls only), `auto` (thread when there are at least two cores per local rank)",
+        doc: "who runs the offload agent (`rdcoll_offload::NiConfig::from_env`): `thread` (a progress thread, which stands aside while a host thread waits and drives progress itself, or posts sends and receives), `inline` (the host's own calls only), `auto` (thread when there are at least two cores per local rank)",
     },
     Setting {
         name: "RDCOLL_AGENT_POLL_US",
