@@ -113,6 +113,9 @@ pub(crate) struct State {
     pub(crate) free_slots: Vec<usize>,
     pub(crate) outbox: Vec<VecDeque<Outgoing>>,
     pub(crate) queued: usize,
+    /// The peer whose outbox the next [`State::flush`] tries first (it moves on by one each
+    /// time, so that no peer's queue always goes first).
+    flush_from: usize,
     pub(crate) retry: VecDeque<RmaRequest>,
     pub(crate) postings: HashMap<u64, Posting>,
     pub(crate) ops: HashMap<u64, Operation>,
@@ -168,6 +171,7 @@ impl State {
             free_slots: Vec::new(),
             outbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
+            flush_from: 0,
             retry: VecDeque::new(),
             postings: HashMap::new(),
             ops: HashMap::new(),
@@ -332,7 +336,11 @@ impl State {
 
     /// Posts what waits, in order per peer, until the provider has no more room: first the
     /// receive buffers a repost could not hand to the provider (it answered "again"; only
-    /// their own completion would have tried again, and an unposted buffer has none).
+    /// their own completion would have tried again, and an unposted buffer has none). A peer
+    /// whose front message the provider cannot take now (its connection is full, or no send
+    /// slot is free for a message too long to inject) holds back only its own queue: the
+    /// other peers' queues are tried too, starting each time one peer further on, so that a
+    /// slow peer's backlog neither blocks nor always goes before the others'.
     pub(crate) fn flush(&mut self) {
         for i in 0..self.recv.len() {
             let b = &self.recv[i];
@@ -350,7 +358,9 @@ impl State {
         if self.queued == 0 {
             return;
         }
-        for dest in 0..self.size {
+        let start = self.flush_from % self.size.max(1);
+        self.flush_from = start + 1;
+        for dest in (start..self.size).chain(0..start) {
             while let Some(front) = self.outbox[dest].front() {
                 if front.fenced && self.writes_in_flight[dest] > 0 {
                     break;
@@ -363,7 +373,7 @@ impl State {
                     }
                     Ok(Posted::Again) => {
                         self.outbox[dest][0].bytes = bytes;
-                        return;
+                        break;
                     }
                     // The peer was failed and its queue emptied.
                     Err(_) => break,
