@@ -176,9 +176,10 @@ fn handle(st: &mut State, ev: FabricEvent) {
 
 /// Runs the agent until `shared.stop` is set: it polls for `poll` after its last event (with
 /// plain loads, not the state lock), then sleeps until the fabric has something. While a host
-/// thread works in the library (polls in a wait or posts: its count `Shared::host_polls`
-/// moved within `grace`), that thread does the agent's work and the agent stands aside,
-/// touching nothing the host uses: it naps, and looks again.
+/// thread works in the library (it polled in a wait within `grace`, or posted a send or
+/// receive within `grace` and polled within [`POSTING_SPAN`]: [`HostWatch`]), that thread
+/// does the agent's work and the agent stands aside, touching nothing the host uses: it
+/// naps, and looks again.
 pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
     let fabric = shared.state.lock().fabric.clone();
     // Time is read through the fabric (a simulated one supplies virtual time).
@@ -186,9 +187,9 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
     let mut host = HostWatch::new(&shared);
     while !shared.stop.load(Ordering::Acquire) {
         if host.polled_within(grace, fabric.now()) {
-            // Naps even with a core of its own: spinning there, it slowed one launch in
-            // 10-40 of an 8 B ping-pong 4x on a 16-core host (none in 40 napping), and while
-            // the host works in the library the agent has nothing to answer quickly.
+            // Naps even with a core of its own: while the host works in the library the agent
+            // has nothing to answer quickly, and a spinning agent takes a core for nothing
+            // (and the host's, where the scheduler puts them together).
             std::thread::sleep(STAND_ASIDE_NAP);
             // When the host leaves, poll for it as after an event.
             last_event = fabric.now();
@@ -227,39 +228,61 @@ fn spin_a_while() {
     }
 }
 
-/// What the agent last saw of `Shared::host_polls`, and when it last saw it move.
+/// How long after a host thread's last poll its posts still keep the agent aside
+/// (`Ni::note_host_posting`): a window of posts between two waits takes less, and a host
+/// that posts without ever waiting leaves the agent's work undone no longer than this.
+const POSTING_SPAN: Duration = Duration::from_millis(1);
+
+/// What the agent last saw of the host threads' polls and posts (`Shared::host_polls`,
+/// `Shared::host_posts`), and when it last saw each move.
 struct HostWatch<'a> {
     polls: &'a std::sync::atomic::AtomicU64,
-    seen: u64,
-    moved_at: Option<Duration>,
+    posts: &'a std::sync::atomic::AtomicU64,
+    seen: (u64, u64),
+    polled_at: Option<Duration>,
+    posted_at: Option<Duration>,
 }
 
 impl<'a> HostWatch<'a> {
     fn new(shared: &'a Shared) -> Self {
-        let polls = &shared.host_polls;
+        let (polls, posts) = (&shared.host_polls, &shared.host_posts);
         HostWatch {
-            seen: polls.load(Ordering::Relaxed),
+            seen: (polls.load(Ordering::Relaxed), posts.load(Ordering::Relaxed)),
             polls,
-            moved_at: None,
+            posts,
+            polled_at: None,
+            posted_at: None,
         }
     }
 
-    /// Whether the count moved since the last look (a plain load).
+    /// Whether either count moved since the last look (plain loads).
     fn moved(&self) -> bool {
-        self.polls.load(Ordering::Relaxed) != self.seen
+        (
+            self.polls.load(Ordering::Relaxed),
+            self.posts.load(Ordering::Relaxed),
+        ) != self.seen
     }
 
-    /// Whether a host thread polled within `grace` of `now` (the fabric's time).
+    /// Whether a host thread works in the library at `now` (the fabric's time): it polled
+    /// within `grace`, or posted within `grace` and polled within [`POSTING_SPAN`].
     fn polled_within(&mut self, grace: Duration, now: Duration) -> bool {
         if grace.is_zero() {
             return false;
         }
-        let polls = self.polls.load(Ordering::Relaxed);
-        if polls != self.seen {
-            self.seen = polls;
-            self.moved_at = Some(now);
-            return true;
+        let (polls, posts) = (
+            self.polls.load(Ordering::Relaxed),
+            self.posts.load(Ordering::Relaxed),
+        );
+        if polls != self.seen.0 {
+            self.polled_at = Some(now);
         }
-        self.moved_at.is_some_and(|t| now.saturating_sub(t) < grace)
+        if posts != self.seen.1 {
+            self.posted_at = Some(now);
+        }
+        self.seen = (polls, posts);
+        let within =
+            |at: Option<Duration>, span: Duration| at.is_some_and(|t| now.saturating_sub(t) < span);
+        within(self.polled_at, grace)
+            || (within(self.posted_at, grace) && within(self.polled_at, POSTING_SPAN.max(grace)))
     }
 }

@@ -62,11 +62,15 @@ pub(crate) struct Shared {
     pub(crate) changed: changes::Changes,
     pub(crate) stop: AtomicBool,
     pub(crate) mode: Mode,
-    /// Host threads' work in the library in thread mode ([`Ni::note_host_polling`]: waits'
-    /// polls, point-to-point posts), a hint bumped with plain stores: while it moves, a host
-    /// thread runs the agent's work itself and the agent leaves the fabric and the state lock
-    /// to it.
+    /// Polls by host threads waiting in thread mode ([`Ni::note_host_polling`]), a hint bumped
+    /// with plain stores: while it moves, a host thread runs the agent's work itself and the
+    /// agent leaves the fabric and the state lock to it.
     pub(crate) host_polls: AtomicU64,
+    /// Posts of point-to-point sends and receives by host threads in thread mode
+    /// ([`Ni::note_host_posting`]): they keep the agent aside too, but only shortly after a
+    /// host thread last polled (a host that posts and never waits does not run the agent's
+    /// work).
+    pub(crate) host_posts: AtomicU64,
     /// Takes matched direct receives off the NI for their owner (`Ni::set_direct_collector`).
     pub(crate) direct_collector: std::sync::OnceLock<DirectCollector>,
     /// A pass left matched direct receives that the collector could not take (another thread

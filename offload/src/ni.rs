@@ -76,6 +76,7 @@ impl Ni {
             stop: AtomicBool::new(false),
             mode: cfg.mode,
             host_polls: std::sync::atomic::AtomicU64::new(0),
+            host_posts: std::sync::atomic::AtomicU64::new(0),
             direct_collector: std::sync::OnceLock::new(),
             directs_left: AtomicBool::new(false),
         });
@@ -428,26 +429,34 @@ impl Ni {
         }
     }
 
-    /// Notes that this thread is working in the library: polling in a wait (which drives
-    /// progress itself) or posting a point-to-point send or receive (which a wait that drives
-    /// progress follows). Thread mode only; nothing in inline mode, where no agent runs. While
-    /// host threads keep noting it (within `NiConfig::agent_grace`), the agent leaves the
-    /// fabric and the state lock to them: the host handles its messages as they arrive
-    /// instead of contending with the agent for them. Posting counts as much as polling: a
-    /// window of 64 x 32 KiB sends takes longer than the grace to post, and an agent that took
-    /// the lock in the middle of it (for a batch of 32 KiB copies) halved `osu_bibw` at
-    /// 16-64 KiB on a 16-core host. Calls that leave progress to the agent (Portals-level
-    /// `eq_get`, `put`, `ct_get` in thread mode) must not note: a loop of them would keep the
-    /// agent aside with nobody doing its work. Never called on the agent's own thread.
+    /// Notes that this thread is polling in a wait, driving progress itself (thread mode;
+    /// nothing in inline mode, where no agent runs). While host threads keep noting it (within
+    /// `NiConfig::agent_grace`), the agent leaves the fabric and the state lock to them: the
+    /// host handles its messages as they arrive instead of contending with the agent for them.
+    /// Calls that leave progress to the agent (Portals-level `eq_get`, `put`, `ct_get` in
+    /// thread mode) must not note: a loop of them would keep the agent aside with nobody doing
+    /// its work. Never called on the agent's own thread.
     /// A plain load and store: it is only a hint, and racing threads may lose a count.
     #[inline]
     pub fn note_host_polling(&self) {
         if self.shared.mode == Mode::Thread {
-            let polls = &self.shared.host_polls;
-            polls.store(
-                polls.load(Ordering::Relaxed).wrapping_add(1),
-                Ordering::Relaxed,
-            );
+            let c = &self.shared.host_polls;
+            c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
+        }
+    }
+
+    /// Notes that this thread posts a point-to-point send or receive (thread mode). The agent
+    /// stands aside for posts as for polls, but only within 1 ms of a host thread's last poll:
+    /// a window of 64 x 32 KiB sends takes longer than the grace to post, and an agent that
+    /// took the state lock in the middle of it (for a batch of 32 KiB copies) halved
+    /// `osu_bibw` at 16-64 KiB on a 16-core host; a host that only posts (eager sends whose
+    /// requests complete at once, never a wait that drives progress) must not keep the agent
+    /// from the work nobody else does.
+    #[inline]
+    pub fn note_host_posting(&self) {
+        if self.shared.mode == Mode::Thread {
+            let c = &self.shared.host_posts;
+            c.store(c.load(Ordering::Relaxed).wrapping_add(1), Ordering::Relaxed);
         }
     }
 

@@ -18,8 +18,9 @@ pub enum Mode {
 pub const DEFAULT_AGENT_POLL: Duration = Duration::from_micros(50);
 
 /// How long a thread-mode agent stands aside after a host thread last polled in a wait or
-/// posted a send or receive: long enough to cover the gaps of a communication loop; about
-/// this late (plus the agent's 100 us nap) does it take over when the host leaves.
+/// posted a send or receive (posts count within 1 ms of a poll): long enough to cover the
+/// gaps of a communication loop; about this late (plus the agent's 100 us nap) does it take
+/// over when the host leaves.
 pub const DEFAULT_AGENT_GRACE: Duration = Duration::from_micros(100);
 
 /// Limits and choices of a network interface.

@@ -11,11 +11,14 @@ use super::{Engine, P2pConfig, Source, TagSel};
 use crate::{Mode, NiConfig};
 
 fn engines(mode: Mode) -> (Arc<Engine>, Arc<Engine>) {
-    let mut fabrics = rdcoll_transport::local::create(2).expect("local job");
-    let ni = NiConfig {
+    engines_with(NiConfig {
         mode,
         ..NiConfig::default()
-    };
+    })
+}
+
+fn engines_with(ni: NiConfig) -> (Arc<Engine>, Arc<Engine>) {
+    let mut fabrics = rdcoll_transport::local::create(2).expect("local job");
     let engine = |f| {
         Engine::new(
             Arc::new(f) as Arc<dyn Fabric>,
@@ -30,9 +33,10 @@ fn engines(mode: Mode) -> (Arc<Engine>, Arc<Engine>) {
     (zero, one)
 }
 
-/// The host-call count of `engine`'s NI.
+/// The host threads' polls and posts so far at `engine`'s NI.
 fn host_calls(engine: &Engine) -> u64 {
-    engine.ni.shared.host_polls.load(Ordering::Relaxed)
+    let shared = &engine.ni.shared;
+    shared.host_polls.load(Ordering::Relaxed) + shared.host_posts.load(Ordering::Relaxed)
 }
 
 #[test]
@@ -120,5 +124,46 @@ fn the_agent_completing_a_receive_does_not_note_the_host() {
     );
     zero.wait(send).unwrap();
     one.wait(recv).unwrap();
+    assert_eq!(got, data);
+}
+
+/// A host thread that only posts (eager sends, complete at once, and never a wait that drives
+/// progress) keeps the agent aside for a while at most (the grace, here 1 s, after its last
+/// poll): a rendezvous receive it posted before still gets its message, the agent doing the
+/// work. Posts that kept the agent aside like polls would hold it off for the whole test.
+#[test]
+fn a_host_that_only_posts_leaves_the_agent_its_work() {
+    let (zero, one) = engines_with(NiConfig {
+        mode: Mode::Thread,
+        agent_grace: std::time::Duration::from_secs(1),
+        ..NiConfig::default()
+    });
+    let len = 200 << 10;
+    let data: Vec<u8> = (0..len).map(|i| (i % 249) as u8).collect();
+    let mut got = vec![0u8; len];
+    // SAFETY: `got` outlives the request, waited for below.
+    let recv = unsafe { zero.irecv(got.as_mut_ptr(), len, Source::Rank(1), TagSel::Value(1), 0) };
+    let recv = recv.unwrap();
+    // A pass of the host's own: its posts from here on keep the agent aside, for a while.
+    zero.progress().unwrap();
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // SAFETY: `data` outlives the request, waited for here.
+            let send = unsafe { one.isend(data.as_ptr(), len, 0, 1, 0) }.unwrap();
+            one.wait(send).unwrap();
+            done.store(true, Ordering::Release);
+        });
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !done.load(Ordering::Acquire) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the agent stood aside while the host only posted"
+            );
+            zero.send_from(&[1u8; 8], 1, 2, 0).unwrap();
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+    });
+    zero.wait(recv).unwrap();
     assert_eq!(got, data);
 }

@@ -135,8 +135,8 @@ impl Engine {
             let id = inner.reqs.insert(Req::Done(Ok(Status::from_proc_null())));
             return Ok(ReqId(id));
         }
-        // The agent stands aside while the host posts (`Ni::note_host_polling`).
-        self.ni.note_host_polling();
+        // The agent stands aside while the host posts (`Ni::note_host_posting`).
+        self.ni.note_host_posting();
         self.take_delivery_failure(inner)?;
         // A fast receive another thread is blocked in was posted first: it goes first.
         self.materialize_fast(inner);

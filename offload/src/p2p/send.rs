@@ -220,7 +220,7 @@ impl Engine {
             return Err(TransportError::PeerFailed(dest).into());
         }
         // The agent stands aside while the host posts (its eager put takes no state lock).
-        self.ni.note_host_polling();
+        self.ni.note_host_posting();
         let mut inner = self.inner.lock();
         self.take_delivery_failure(&mut inner)?;
         // SAFETY: the caller keeps the buffer valid and unmodified while the request is in
@@ -335,8 +335,8 @@ impl Engine {
         if !self.credits.take(dest, data.len()) {
             return Ok(false);
         }
-        // The agent stands aside while the host sends (`Ni::note_host_polling`).
-        self.ni.note_host_polling();
+        // The agent stands aside while the host sends (`Ni::note_host_posting`).
+        self.ni.note_host_posting();
         let bits = bits::message_bits(context, tag, 0);
         self.put_first(dest, bits, Header::eager(data.len()), data)?;
         Ok(true)
