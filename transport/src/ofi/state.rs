@@ -361,6 +361,9 @@ impl State {
         let start = self.flush_from % self.size.max(1);
         self.flush_from = start + 1;
         for dest in (start..self.size).chain(0..start) {
+            if self.queued == 0 {
+                return;
+            }
             while let Some(front) = self.outbox[dest].front() {
                 if front.fenced && self.writes_in_flight[dest] > 0 {
                     break;
