@@ -125,6 +125,8 @@ impl State {
         }
         if c.flags & fi::FI_MULTI_RECV as u64 != 0 || (c.err != 0 && c.buf.is_null()) {
             self.recv[buffer].posted = false;
+            let posted = self.recv.iter().filter(|b| b.posted).count();
+            self.fewest_posted = self.fewest_posted.min(posted);
         }
         if lent.is_none() {
             self.maybe_repost(buffer);

@@ -109,6 +109,9 @@ pub(crate) struct State {
     pub(crate) table: Arc<RegionTable>,
     pub(crate) failed: Arc<Vec<AtomicBool>>,
     pub(crate) recv: Vec<RecvBuffer>,
+    /// The fewest receive buffers the provider has held at once since the start (a buffer
+    /// is off while it is handed back full and until it is posted again), for the report.
+    pub(crate) fewest_posted: usize,
     pub(crate) slots: Vec<SendSlot>,
     pub(crate) free_slots: Vec<usize>,
     pub(crate) outbox: Vec<VecDeque<Outgoing>>,
@@ -167,6 +170,7 @@ impl State {
             table,
             failed,
             recv: Vec::new(),
+            fewest_posted: RECV_BUFFERS,
             slots: Vec::new(),
             free_slots: Vec::new(),
             outbox: (0..size).map(|_| VecDeque::new()).collect(),
@@ -392,7 +396,7 @@ impl State {
         let posted = self.recv.iter().filter(|b| b.posted).count();
         let mut out = format!(
             "ofi rank {}: send slots free {}/{}, queued {}, rma retries {}, postings {}, \
-             receive buffers posted {}/{}",
+             receive buffers posted {}/{} (fewest {})",
             self.rank,
             self.free_slots.len(),
             self.slots.len(),
@@ -400,7 +404,8 @@ impl State {
             self.retry.len(),
             self.postings.len(),
             posted,
-            self.recv.len()
+            self.recv.len(),
+            self.fewest_posted
         );
         for peer in 0..self.size {
             let (queued, ahead) = (self.outbox[peer].len(), self.stash[peer].len());
