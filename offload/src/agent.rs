@@ -186,7 +186,7 @@ pub(crate) fn run(shared: Arc<Shared>, poll: Duration, grace: Duration) {
     let mut last_event = fabric.now();
     let mut host = HostWatch::new(&shared);
     while !shared.stop.load(Ordering::Acquire) {
-        if host.polled_within(grace, fabric.now()) {
+        if host.host_working(grace, fabric.now()) {
             // Naps even with a core of its own: while the host works in the library the agent
             // has nothing to answer quickly, and a spinning agent takes a core for nothing
             // (and the host's, where the scheduler puts them together).
@@ -265,7 +265,7 @@ impl<'a> HostWatch<'a> {
 
     /// Whether a host thread works in the library at `now` (the fabric's time): it polled
     /// within `grace`, or posted within `grace` and polled within [`POSTING_SPAN`].
-    fn polled_within(&mut self, grace: Duration, now: Duration) -> bool {
+    fn host_working(&mut self, grace: Duration, now: Duration) -> bool {
         if grace.is_zero() {
             return false;
         }

@@ -359,9 +359,6 @@ impl State {
                 return;
             }
         }
-        if self.queued == 0 {
-            return;
-        }
         let start = self.flush_from % self.size.max(1);
         self.flush_from = start + 1;
         for dest in (start..self.size).chain(0..start) {
